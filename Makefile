@@ -1,0 +1,32 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODES ?= 3
+PORT ?= 27017
+DIR ?= ./data
+
+.PHONY: install run test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/replset up --nodes $(NODES) --port $(PORT) --dir $(DIR)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.member
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

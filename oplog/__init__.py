@@ -1,0 +1,1 @@
+"""Data layer: oplog entries, idempotent rewrite of writes, query/update semantics, storage."""

@@ -1,0 +1,77 @@
+"""Apply one oplog entry to the store: the only way data changes.
+
+Theory of operation: the primary's own writes and a secondary's replicated writes
+both come here. Entries are idempotent, and in *replay* mode (secondaries, initial
+sync, crash recovery) this function tolerates what re-application produces, as
+MongoDB's secondaries do: an insert of an existing `_id` replaces it, an update of
+a missing document is skipped (unless it is an upsert, `b: true`), a delete of a
+missing document is a no-op, and DDL on missing or existing collections succeeds.
+In steady-state mode (the primary) the same situations raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from oplog.errors import MongoError
+from oplog.sqlite_store import StoreTxn
+from oplog.update import apply_oplog_update
+
+
+def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> None:
+    op = entry["op"]
+    match op:
+        case "i":
+            txn.insert(entry["ns"], dict(entry["o"]), upsert=replay)
+        case "u":
+            _apply_update(txn, entry, replay=replay)
+        case "d":
+            txn.delete(entry["ns"], entry["o"]["_id"])
+        case "c":
+            apply_command(txn, entry["ns"].split(".", 1)[0], entry["o"], entry.get("ui"))
+        case "n":
+            pass
+        case _:
+            raise MongoError(2, f"unknown oplog entry op {op!r}")
+
+
+def _apply_update(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> None:
+    ns, id_value = entry["ns"], entry["o2"]["_id"]
+    current = txn.get(ns, id_value)
+    if current is None:
+        if entry.get("b"):
+            new_doc = apply_oplog_update({"_id": id_value}, entry["o"])
+            txn.insert(ns, new_doc, upsert=replay)
+        elif not replay:
+            raise MongoError(1, f"update of a missing document {id_value!r} in {ns}")
+        return
+    txn.replace(ns, apply_oplog_update(current, entry["o"]))
+
+
+def apply_command(txn: StoreTxn, db: str, o: Mapping[str, Any], ui: Any = None) -> None:
+    name = next(iter(o))
+    match name:
+        case "create":
+            options = {k: v for k, v in o.items() if k not in ("create", "idIndex")}
+            txn.create_collection(f"{db}.{o['create']}", options, ui)
+        case "drop":
+            txn.drop_collection(f"{db}.{o['drop']}")
+        case "dropDatabase":
+            for info in txn.collections(db):
+                txn.drop_collection(info.ns)
+        case "createIndexes":
+            ns = f"{db}.{o['createIndexes']}"
+            if txn.collection(ns) is None:
+                txn.create_collection(ns, None, ui)
+            spec = {k: v for k, v in o.items() if k != "createIndexes"}
+            txn.create_index(ns, spec)
+        case "dropIndexes":
+            txn.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
+        case "renameCollection":
+            target = o["to"]
+            if o.get("dropTarget"):
+                txn.drop_collection(target)
+            txn.rename_collection(o["renameCollection"], target)
+        case _:
+            raise MongoError(2, f"unknown oplog command {name!r}")

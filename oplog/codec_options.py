@@ -1,0 +1,9 @@
+"""How stored and wire BSON decodes: plain dicts, binary subtype 4 kept as Binary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bson.codec_options import CodecOptions
+
+DOC_OPTIONS: CodecOptions[dict[str, Any]] = CodecOptions(document_class=dict)

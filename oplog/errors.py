@@ -1,0 +1,111 @@
+"""MongoDB error codes and the one exception type the data layer raises.
+
+Every error a client can see carries a MongoDB code and code name so that real
+drivers react correctly (retry, rediscover, raise the right exception class).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CODE_NAMES: dict[int, str] = {
+    1: "InternalError",
+    2: "BadValue",
+    4: "NoSuchKey",
+    9: "FailedToParse",
+    10: "UserNotFound",
+    14: "TypeMismatch",
+    16: "InvalidLength",
+    20: "IllegalOperation",
+    23: "AlreadyInitialized",
+    26: "NamespaceNotFound",
+    27: "IndexNotFound",
+    28: "PathNotViable",
+    40: "ConflictingUpdateOperators",
+    43: "CursorNotFound",
+    48: "NamespaceExists",
+    50: "MaxTimeMSExpired",
+    52: "DollarPrefixedFieldName",
+    54: "NotSingleValueField",
+    55: "InvalidDBRef",
+    56: "EmptyFieldName",
+    57: "DottedFieldName",
+    59: "CommandNotFound",
+    64: "WriteConcernFailed",
+    66: "ImmutableField",
+    67: "CannotCreateIndex",
+    68: "IndexAlreadyExists",
+    72: "InvalidOptions",
+    73: "InvalidNamespace",
+    79: "UnknownReplWriteConcern",
+    85: "IndexOptionsConflict",
+    86: "IndexKeySpecsConflict",
+    91: "ShutdownInProgress",
+    93: "InvalidReplicaSetConfig",
+    94: "NotYetInitialized",
+    95: "NotSecondary",
+    96: "OperationFailed",
+    100: "UnsatisfiableWriteConcern",
+    103: "NewReplicaSetConfigurationIncompatible",
+    115: "CommandNotSupported",
+    125: "IndexBuildAborted",
+    166: "CommandNotSupportedOnView",
+    189: "PrimarySteppedDown",
+    197: "InvalidIndexSpecificationOption",
+    217: "IncompleteTransactionHistory",
+    225: "TransactionTooOld",
+    262: "ExceededTimeLimit",
+    10107: "NotWritablePrimary",
+    10334: "BSONObjectTooLarge",
+    11000: "DuplicateKey",
+    11600: "InterruptedAtShutdown",
+    11602: "InterruptedDueToReplStateChange",
+    13435: "NotPrimaryNoSecondaryOk",
+    13436: "NotPrimaryOrSecondary",
+    15952: "Location15952",
+    17419: "Location17419",
+    31368: "Location31368",
+    40352: "Location40352",
+    40353: "Location40353",
+    40414: "Location40414",
+    40600: "Location40600",
+    51764: "Location51764",
+}
+
+# Codes in MongoDB's RetriableError category: a retryable write that fails with one
+# of these gets the RetryableWriteError label (drivers retry only on that label).
+RETRYABLE_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+
+
+class MongoError(Exception):
+    """An error with a MongoDB code; becomes `{ok: 0, errmsg, code, codeName}`."""
+
+    def __init__(self, code: int, errmsg: str, *, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(errmsg)
+        self.code = code
+        self.errmsg = errmsg
+        self.extra = dict(extra or {})
+
+    @property
+    def code_name(self) -> str:
+        return CODE_NAMES.get(self.code, f"Location{self.code}")
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"ok": 0.0, "errmsg": self.errmsg, "code": self.code, "codeName": self.code_name}
+        doc.update(self.extra)
+        return doc
+
+    def __repr__(self) -> str:
+        return f"MongoError({self.code}, {self.errmsg!r})"
+
+
+def bad_value(msg: str) -> MongoError:
+    return MongoError(2, msg)
+
+
+def failed_to_parse(msg: str) -> MongoError:
+    return MongoError(9, msg)
+
+
+def type_mismatch(msg: str) -> MongoError:
+    return MongoError(14, msg)

@@ -1,0 +1,59 @@
+"""OpTime: the position of an entry in the replicated log, `(ts, term)`.
+
+`ts` is a BSON Timestamp (seconds, increment) that strictly increases on one
+primary; `t` is the election term. Comparison is by `ts` first, like MongoDB
+(terms only break ties between equal timestamps). Pure: the caller passes the
+wall-clock seconds in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bson.int64 import Int64
+from bson.timestamp import Timestamp
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OpTime:
+    secs: int
+    inc: int
+    term: int
+
+    @property
+    def ts(self) -> Timestamp:
+        return Timestamp(self.secs, self.inc)
+
+    @property
+    def ts_key(self) -> int:
+        """The 64-bit integer form of `ts`, the oplog's primary key."""
+        return (self.secs << 32) | self.inc
+
+    def to_document(self) -> dict[str, Any]:
+        return {"ts": self.ts, "t": Int64(self.term)}
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> OpTime:
+        ts = doc["ts"]
+        return cls(ts.time, ts.inc, int(doc.get("t", -1)))
+
+    @classmethod
+    def from_ts_key(cls, key: int, term: int) -> OpTime:
+        return cls(key >> 32, key & 0xFFFFFFFF, term)
+
+
+NULL_OPTIME = OpTime(0, 0, -1)
+
+
+def ts_key(ts: Timestamp) -> int:
+    return (ts.time << 32) | ts.inc
+
+
+def next_optime(last: OpTime, now_secs: int, term: int) -> OpTime:
+    """The optime after `last`: strictly increasing even if the clock goes backwards."""
+    if now_secs > last.secs:
+        return OpTime(now_secs, 1, term)
+    if last.inc >= 0xFFFFFFFF:
+        return OpTime(last.secs + 1, 1, term)
+    return OpTime(last.secs, last.inc + 1, term)

@@ -1,0 +1,396 @@
+"""SQLite storage (WAL): documents, indexes, the oplog and member metadata in one file.
+
+Theory of operation: one *writer* connection runs every write inside an explicit
+transaction that the caller commits (group commit: many client writes share one
+transaction and one fsync); one *reader* connection serves queries from the last
+committed snapshot, so reads never see a half-applied write. Each collection is a
+table `c<N>` (rowid = natural order, `idkey` = canonical `_id` bytes, `doc` = BSON);
+each unique index is a table `u<N>` mapping canonical key bytes to the rowid. The
+oplog is a table keyed by the 64-bit timestamp. `synchronous=FULL` makes every
+commit durable (fsync of the WAL) before it returns.
+
+This is a shell module: it does I/O. Everything that decides *what* to write
+lives in the pure modules and calls the `StoreTxn` methods here.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from bson.binary import Binary
+
+from oplog.codec_options import DOC_OPTIONS
+from oplog.errors import MongoError
+from oplog.index_keys import index_keys, key_document
+from oplog.values import canonical_key
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS collections(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT UNIQUE NOT NULL, uuid BLOB, options BLOB);
+CREATE TABLE IF NOT EXISTS indexes(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, name TEXT NOT NULL, spec BLOB NOT NULL,
+    UNIQUE(ns, name));
+CREATE TABLE IF NOT EXISTS oplog(ts INTEGER PRIMARY KEY, entry BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    ns: str
+    table: str
+    uuid: Binary
+    options: dict[str, Any]
+
+    @property
+    def db(self) -> str:
+        return self.ns.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.ns.split(".", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    ns: str
+    name: str
+    spec: dict[str, Any]
+    table: str
+
+    @property
+    def unique(self) -> bool:
+        return bool(self.spec.get("unique"))
+
+
+def _decode(blob: bytes) -> dict[str, Any]:
+    return bson.decode(blob, DOC_OPTIONS)
+
+
+class _Reader:
+    """Read helpers shared by the reader connection and the writer transaction."""
+
+    _conn: sqlite3.Connection
+
+    def collection(self, ns: str) -> CollectionInfo | None:
+        row = self._conn.execute("SELECT id, uuid, options FROM collections WHERE ns=?", (ns,)).fetchone()
+        if row is None:
+            return None
+        return CollectionInfo(ns, f"c{row[0]}", Binary(row[1], 4), _decode(row[2]))
+
+    def collections(self, db: str | None = None) -> list[CollectionInfo]:
+        if db is None:
+            rows = self._conn.execute("SELECT id, ns, uuid, options FROM collections ORDER BY ns").fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT id, ns, uuid, options FROM collections WHERE ns >= ? AND ns < ? ORDER BY ns",
+                (db + ".", db + "/"),
+            ).fetchall()
+        return [CollectionInfo(ns, f"c{i}", Binary(u, 4), _decode(o)) for i, ns, u, o in rows]
+
+    def indexes(self, ns: str) -> list[IndexInfo]:
+        rows = self._conn.execute("SELECT id, name, spec FROM indexes WHERE ns=? ORDER BY id", (ns,)).fetchall()
+        return [IndexInfo(ns, name, _decode(spec), f"u{i}") for i, name, spec in rows]
+
+    def get(self, ns: str, id_value: Any) -> dict[str, Any] | None:
+        info = self.collection(ns)
+        if info is None:
+            return None
+        row = self._conn.execute(
+            f"SELECT doc FROM {info.table} WHERE idkey=?", (canonical_key(id_value),)
+        ).fetchone()
+        return None if row is None else _decode(row[0])
+
+    def scan(self, ns: str) -> Iterator[dict[str, Any]]:
+        info = self.collection(ns)
+        if info is None:
+            return iter(())
+        rows = self._conn.execute(f"SELECT doc FROM {info.table} ORDER BY rid").fetchall()
+        return (_decode(r[0]) for r in rows)
+
+    def count(self, ns: str) -> int:
+        info = self.collection(ns)
+        if info is None:
+            return 0
+        return int(self._conn.execute(f"SELECT count(*) FROM {info.table}").fetchone()[0])
+
+    def data_size(self, ns: str) -> int:
+        info = self.collection(ns)
+        if info is None:
+            return 0
+        row = self._conn.execute(f"SELECT coalesce(sum(length(doc)), 0) FROM {info.table}").fetchone()
+        return int(row[0])
+
+    def meta(self, key: str) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else _decode(row[0])
+
+    def oplog_after(self, after_key: int, limit: int) -> list[tuple[int, bytes]]:
+        return self._conn.execute(
+            "SELECT ts, entry FROM oplog WHERE ts > ? ORDER BY ts LIMIT ?", (after_key, limit)
+        ).fetchall()
+
+    def oplog_before(self, before_key: int, limit: int) -> list[tuple[int, bytes]]:
+        return self._conn.execute(
+            "SELECT ts, entry FROM oplog WHERE ts < ? ORDER BY ts DESC LIMIT ?", (before_key, limit)
+        ).fetchall()
+
+    def oplog_bounds(self) -> tuple[int, int] | None:
+        row = self._conn.execute("SELECT min(ts), max(ts) FROM oplog").fetchone()
+        return None if row[0] is None else (int(row[0]), int(row[1]))
+
+    def oplog_entry(self, key: int) -> bytes | None:
+        row = self._conn.execute("SELECT entry FROM oplog WHERE ts=?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+
+class StoreTxn(_Reader):
+    """Write operations inside the writer's open transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._savepoints = 0
+
+    # -- savepoints: one client statement or command is all-or-nothing ---------
+    def savepoint(self) -> str:
+        self._savepoints += 1
+        name = f"sp{self._savepoints}"
+        self._conn.execute(f"SAVEPOINT {name}")
+        return name
+
+    def release(self, name: str) -> None:
+        self._conn.execute(f"RELEASE {name}")
+
+    def rollback_to(self, name: str) -> None:
+        self._conn.execute(f"ROLLBACK TO {name}")
+        self._conn.execute(f"RELEASE {name}")
+
+    # -- collections and indexes ----------------------------------------------
+    def create_collection(self, ns: str, options: Mapping[str, Any] | None = None,
+                          coll_uuid: Binary | None = None) -> CollectionInfo:
+        existing = self.collection(ns)
+        if existing is not None:
+            return existing
+        ui = coll_uuid if coll_uuid is not None else Binary(uuid.uuid4().bytes, 4)
+        cur = self._conn.execute(
+            "INSERT INTO collections(ns, uuid, options) VALUES (?, ?, ?)",
+            (ns, bytes(ui), bson.encode(dict(options or {}))),
+        )
+        table = f"c{cur.lastrowid}"
+        self._conn.execute(
+            f"CREATE TABLE {table}(rid INTEGER PRIMARY KEY, idkey BLOB UNIQUE NOT NULL, doc BLOB NOT NULL)"
+        )
+        self._conn.execute(
+            "INSERT OR IGNORE INTO indexes(ns, name, spec) VALUES (?, '_id_', ?)",
+            (ns, bson.encode({"v": 2, "key": {"_id": 1}, "name": "_id_"})),
+        )
+        return CollectionInfo(ns, table, ui, dict(options or {}))
+
+    def drop_collection(self, ns: str) -> int | None:
+        """Drops a collection; returns the number of indexes it had, or None if absent."""
+        info = self.collection(ns)
+        if info is None:
+            return None
+        indexes = self.indexes(ns)
+        for index in indexes:
+            self._conn.execute(f"DROP TABLE IF EXISTS {index.table}")
+        self._conn.execute(f"DROP TABLE {info.table}")
+        self._conn.execute("DELETE FROM indexes WHERE ns=?", (ns,))
+        self._conn.execute("DELETE FROM collections WHERE ns=?", (ns,))
+        return len(indexes)
+
+    def rename_collection(self, source: str, target: str) -> None:
+        self._conn.execute("UPDATE collections SET ns=? WHERE ns=?", (target, source))
+        self._conn.execute("UPDATE indexes SET ns=? WHERE ns=?", (target, source))
+
+    def create_index(self, ns: str, spec: Mapping[str, Any]) -> bool:
+        """Adds an index (building unique keys from existing documents); False if it exists."""
+        name = spec["name"]
+        if self._conn.execute("SELECT 1 FROM indexes WHERE ns=? AND name=?", (ns, name)).fetchone():
+            return False
+        cur = self._conn.execute(
+            "INSERT INTO indexes(ns, name, spec) VALUES (?, ?, ?)", (ns, name, bson.encode(dict(spec)))
+        )
+        index = IndexInfo(ns, name, dict(spec), f"u{cur.lastrowid}")
+        if index.unique:
+            self._conn.execute(f"CREATE TABLE {index.table}(key BLOB PRIMARY KEY, rid INTEGER NOT NULL)")
+            info = self.collection(ns)
+            assert info is not None
+            for rid, blob in self._conn.execute(f"SELECT rid, doc FROM {info.table}").fetchall():
+                self._add_keys(index, _decode(blob), rid)
+        return True
+
+    def drop_index(self, ns: str, name: str) -> bool:
+        index = next((i for i in self.indexes(ns) if i.name == name), None)
+        if index is None:
+            return False
+        self._conn.execute(f"DROP TABLE IF EXISTS {index.table}")
+        self._conn.execute("DELETE FROM indexes WHERE ns=? AND name=?", (ns, name))
+        return True
+
+    # -- documents --------------------------------------------------------------
+    def _unique_indexes(self, ns: str) -> list[IndexInfo]:
+        return [i for i in self.indexes(ns) if i.unique and i.name != "_id_"]
+
+    def _add_keys(self, index: IndexInfo, doc: dict[str, Any], rid: int) -> None:
+        if not _in_partial_index(index, doc):
+            return
+        for key in index_keys(doc, index.spec["key"], sparse=bool(index.spec.get("sparse"))):
+            try:
+                self._conn.execute(f"INSERT INTO {index.table}(key, rid) VALUES (?, ?)", (key, rid))
+            except sqlite3.IntegrityError:
+                raise duplicate_key(index.ns, index.name, key_document(doc, index.spec["key"])) from None
+
+    def _remove_keys(self, index: IndexInfo, doc: dict[str, Any], rid: int) -> None:
+        keys = index_keys(doc, index.spec["key"], sparse=bool(index.spec.get("sparse")))
+        self._conn.executemany(f"DELETE FROM {index.table} WHERE key=? AND rid=?", [(k, rid) for k in keys])
+
+    def insert(self, ns: str, doc: dict[str, Any], *, upsert: bool = False) -> None:
+        """Inserts a document; with `upsert` an existing `_id` is replaced (oplog replay)."""
+        info = self.collection(ns) or self.create_collection(ns)
+        idkey = canonical_key(doc["_id"])
+        if upsert and self._conn.execute(f"SELECT 1 FROM {info.table} WHERE idkey=?", (idkey,)).fetchone():
+            self.replace(ns, doc)
+            return
+        try:
+            cur = self._conn.execute(
+                f"INSERT INTO {info.table}(idkey, doc) VALUES (?, ?)", (idkey, bson.encode(doc))
+            )
+        except sqlite3.IntegrityError:
+            raise duplicate_key(ns, "_id_", {"_id": doc["_id"]}) from None
+        rid = cur.lastrowid
+        assert rid is not None
+        for index in self._unique_indexes(ns):
+            self._add_keys(index, doc, rid)
+
+    def replace(self, ns: str, doc: dict[str, Any]) -> bool:
+        """Replaces the document with the same `_id`; False if there is none."""
+        info = self.collection(ns)
+        if info is None:
+            return False
+        idkey = canonical_key(doc["_id"])
+        row = self._conn.execute(f"SELECT rid, doc FROM {info.table} WHERE idkey=?", (idkey,)).fetchone()
+        if row is None:
+            return False
+        rid, old_blob = row
+        unique = self._unique_indexes(ns)
+        if unique:
+            old = _decode(old_blob)
+            for index in unique:
+                self._remove_keys(index, old, rid)
+                self._add_keys(index, doc, rid)
+        self._conn.execute(f"UPDATE {info.table} SET doc=? WHERE rid=?", (bson.encode(doc), rid))
+        return True
+
+    def delete(self, ns: str, id_value: Any) -> bool:
+        info = self.collection(ns)
+        if info is None:
+            return False
+        idkey = canonical_key(id_value)
+        row = self._conn.execute(f"SELECT rid, doc FROM {info.table} WHERE idkey=?", (idkey,)).fetchone()
+        if row is None:
+            return False
+        rid, blob = row
+        unique = self._unique_indexes(ns)
+        if unique:
+            old = _decode(blob)
+            for index in unique:
+                self._remove_keys(index, old, rid)
+        self._conn.execute(f"DELETE FROM {info.table} WHERE rid=?", (rid,))
+        return True
+
+    # -- oplog and metadata ------------------------------------------------------
+    def append_oplog(self, rows: list[tuple[int, bytes]]) -> None:
+        self._conn.executemany("INSERT OR REPLACE INTO oplog(ts, entry) VALUES (?, ?)", rows)
+
+    def truncate_oplog_after(self, key: int) -> int:
+        return self._conn.execute("DELETE FROM oplog WHERE ts > ?", (key,)).rowcount
+
+    def trim_oplog_before(self, key: int) -> int:
+        return self._conn.execute("DELETE FROM oplog WHERE ts < ?", (key,)).rowcount
+
+    def set_meta(self, key: str, value: Mapping[str, Any]) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, bson.encode(dict(value)))
+        )
+
+
+def _in_partial_index(index: IndexInfo, doc: dict[str, Any]) -> bool:
+    partial = index.spec.get("partialFilterExpression")
+    if not partial:
+        return True
+    from oplog.query import matches
+
+    return matches(doc, partial)
+
+
+def duplicate_key(ns: str, index_name: str, key_value: dict[str, Any]) -> MongoError:
+    shown = ", ".join(f"{k}: {_show(v)}" for k, v in key_value.items())
+    return MongoError(
+        11000,
+        f"E11000 duplicate key error collection: {ns} index: {index_name} dup key: {{ {shown} }}",
+        extra={"keyPattern": {k: 1 for k in key_value}, "keyValue": key_value},
+    )
+
+
+def _show(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+class SQLiteStore:
+    """Owns the database file: a writer transaction at a time, plus a reader."""
+
+    FILE_NAME = "replset.sqlite3"
+
+    def __init__(self, dbpath: str) -> None:
+        os.makedirs(dbpath, exist_ok=True)
+        self.path = os.path.join(dbpath, self.FILE_NAME)
+        self._writer = self._connect()
+        self._writer.executescript(_SCHEMA)
+        self.reader = _ReadConnection(self._connect())
+        self._txn: StoreTxn | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA cache_size=-65536")
+        conn.execute("PRAGMA busy_timeout=10000")
+        return conn
+
+    def begin(self) -> StoreTxn:
+        if self._txn is not None:
+            raise RuntimeError("a write transaction is already open")
+        self._writer.execute("BEGIN IMMEDIATE")
+        self._txn = StoreTxn(self._writer)
+        return self._txn
+
+    def commit(self) -> None:
+        """Commits and fsyncs the open transaction (may run in a worker thread)."""
+        self._writer.execute("COMMIT")
+        self._txn = None
+
+    def rollback(self) -> None:
+        if self._writer.in_transaction:
+            self._writer.execute("ROLLBACK")
+        self._txn = None
+
+    def close(self) -> None:
+        self.rollback()
+        self.reader.close()
+        self._writer.close()
+
+
+class _ReadConnection(_Reader):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA query_only=1")
+        self._conn = conn
+
+    def close(self) -> None:
+        self._conn.close()

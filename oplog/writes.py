@@ -1,0 +1,312 @@
+"""Write commands (insert / update / delete / findAndModify) turned into oplog entries.
+
+Theory of operation: a command runs inside the writer's open transaction. Each
+statement runs in its own savepoint: it reads the documents it needs, computes
+the *resulting* values (`oplog.update`), and emits idempotent entries through the
+`LogWriter`, which applies them. A failing statement rolls back to its savepoint
+and becomes a `writeErrors` element; an ordered batch stops there, an unordered
+one goes on — MongoDB's semantics. No I/O of its own beyond the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+from bson.objectid import ObjectId
+from bson.regex import Regex
+
+from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
+from oplog.errors import MongoError
+from oplog.log_writer import LogWriter
+from oplog.query import Matcher, compile_filter, sort_documents
+from oplog.sqlite_store import StoreTxn
+from oplog.update import (
+    UpdateOutcome,
+    apply_replacement,
+    apply_update,
+    is_operator_update,
+    upsert_seed,
+    validate_update,
+)
+
+MAX_BSON_SIZE = 16 * 1024 * 1024
+_RESERVED_DBS = ("admin", "local", "config")
+
+
+@dataclass(slots=True)
+class WriteEnv:
+    """What a write needs: the open transaction, the log writer, term, wall time."""
+
+    txn: StoreTxn
+    log: LogWriter
+    term: int
+    now: datetime.datetime
+    session_fields: dict[str, Any] = field(default_factory=dict)
+    last_entry: dict[str, Any] | None = None
+
+    def emit(self, entry: dict[str, Any]) -> dict[str, Any]:
+        if self.session_fields and entry["op"] in "iud":
+            entry = entry | self.session_fields
+        stamped = self.log.write(self.txn, entry, term=self.term, now=self.now)
+        self.last_entry = stamped
+        return stamped
+
+
+@dataclass(slots=True)
+class WriteResult:
+    n: int = 0
+    n_modified: int = 0
+    upserted: list[dict[str, Any]] = field(default_factory=list)
+    write_errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def validate_namespace(db: str, coll: str) -> None:
+    if not db or any(c in db for c in '/\\. "$\x00'):
+        raise MongoError(73, f"Invalid database name: '{db}'")
+    if not coll or "\x00" in coll or coll.startswith(".") or ("$" in coll and coll != "oplog.$main"):
+        raise MongoError(73, f"Invalid collection name: {coll!r}")
+    if len(db) + len(coll) + 1 > 255:
+        raise MongoError(73, f"Fully qualified namespace is too long: {db}.{coll}")
+
+
+def ensure_collection(env: WriteEnv, ns: str) -> None:
+    if env.txn.collection(ns) is None:
+        db, coll = ns.split(".", 1)
+        validate_namespace(db, coll)
+        env.emit(command_entry(db, {"create": coll}))
+
+
+def _error_doc(index: int, err: MongoError) -> dict[str, Any]:
+    doc: dict[str, Any] = {"index": index, "code": err.code, "errmsg": err.errmsg}
+    doc.update(err.extra)
+    return doc
+
+
+def _run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResult,
+                    run_one: Callable[[int], None]) -> WriteResult:
+    for i in range(count):
+        sp = env.txn.savepoint()
+        try:
+            run_one(i)
+        except MongoError as err:
+            env.txn.rollback_to(sp)
+            result.write_errors.append(_error_doc(i, err))
+            if ordered:
+                break
+        else:
+            env.txn.release(sp)
+    return result
+
+
+# -- insert -------------------------------------------------------------------------
+def prepare_insert_document(doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise MongoError(14, "documents to insert must be objects")
+    if "_id" not in doc:
+        doc = {"_id": ObjectId(), **doc}
+    _check_id(doc["_id"])
+    for key in doc:
+        if key.startswith("$"):
+            raise MongoError(2, f"Document can't have $ prefixed field names: {key}")
+    if len(bson.encode(doc)) > MAX_BSON_SIZE:
+        raise MongoError(10334, f"object to insert too large. size in bytes exceeds {MAX_BSON_SIZE}")
+    return doc
+
+
+def _check_id(value: Any) -> None:
+    if isinstance(value, list):
+        raise MongoError(2, "can't use an array for _id")
+    if isinstance(value, Regex):
+        raise MongoError(2, "can't use a regex for _id")
+    if isinstance(value, dict) and any(k.startswith("$") for k in value):
+        raise MongoError(2, "_id fields may not contain '$'-prefixed fields")
+
+
+def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> WriteResult:
+    result = WriteResult()
+    ensure_collection(env, ns)
+    ui = _ui(env, ns)
+
+    def run_one(i: int) -> None:
+        doc = prepare_insert_document(docs[i])
+        env.emit(insert_entry(ns, doc, ui))
+        result.n += 1
+
+    return _run_statements(env, len(docs), ordered, result, run_one)
+
+
+def _ui(env: WriteEnv, ns: str) -> Any:
+    info = env.txn.collection(ns)
+    return None if info is None else info.uuid
+
+
+# -- matching documents ------------------------------------------------------------
+def _id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
+    if "_id" not in query:
+        return False, None
+    value = query["_id"]
+    if isinstance(value, dict):
+        if len(value) == 1 and "$eq" in value:
+            value = value["$eq"]
+        elif any(str(k).startswith("$") for k in value):
+            return False, None
+    if isinstance(value, (list, Regex)):
+        return False, None
+    return True, value
+
+
+def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher,
+                       sort: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Documents of `ns` matching `query` (by `_id` lookup when the query pins `_id`)."""
+    exact, id_value = _id_equality(query)
+    if exact:
+        doc = txn.get(ns, id_value)
+        candidates: Any = [] if doc is None else [doc]
+    else:
+        candidates = txn.scan(ns)
+    docs = (d for d in candidates if matcher.matches(d))
+    if sort:
+        return iter(sort_documents(list(docs), sort))
+    return docs
+
+
+# -- update -------------------------------------------------------------------------
+def _parse_update_statement(spec: Any) -> tuple[Mapping[str, Any], Any, bool, bool]:
+    if not isinstance(spec, dict):
+        raise MongoError(14, "update statement must be an object")
+    if "q" not in spec or "u" not in spec:
+        raise MongoError(9, "update statement requires 'q' and 'u'")
+    q, u = spec["q"], spec["u"]
+    if not isinstance(q, dict):
+        raise MongoError(14, "'q' must be an object")
+    if isinstance(u, list):
+        raise MongoError(9, "pipeline-style updates are not supported")
+    if not isinstance(u, dict):
+        raise MongoError(14, "'u' must be an object")
+    multi, upsert = bool(spec.get("multi", False)), bool(spec.get("upsert", False))
+    if multi and not is_operator_update(u):
+        raise MongoError(9, "multi update is not supported for replacement-style update")
+    return q, u, multi, upsert
+
+
+def compute_update(doc: dict[str, Any], u: Mapping[str, Any], env: WriteEnv, matcher: Matcher,
+                   array_filters: list[dict[str, Any]] | None) -> UpdateOutcome:
+    if is_operator_update(u):
+        index = matcher.match_result(doc).array_index
+        return apply_update(doc, u, now=env.now, match_index=index, array_filters=array_filters)
+    return apply_replacement(doc, u)
+
+
+def upsert_document(q: Mapping[str, Any], u: Mapping[str, Any], env: WriteEnv,
+                    array_filters: list[dict[str, Any]] | None) -> dict[str, Any]:
+    seed = upsert_seed(q)
+    if is_operator_update(u):
+        doc = apply_update(seed, u, now=env.now, array_filters=array_filters, is_upsert_insert=True).document
+    else:
+        doc = apply_replacement(seed, u).document if "_id" in seed else dict(u)
+        if "_id" in seed and "_id" not in doc:
+            doc = {"_id": seed["_id"], **doc}
+    return prepare_insert_document(doc)
+
+
+def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: WriteResult) -> None:
+    q, u, multi, upsert = _parse_update_statement(spec)
+    if is_operator_update(u):
+        validate_update(u)
+    matcher = compile_filter(q)
+    array_filters = spec.get("arrayFilters")
+    matched = 0
+    ui = _ui(env, ns)
+    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"))):
+        matched += 1
+        outcome = compute_update(doc, u, env, matcher, array_filters)
+        if outcome.modified and outcome.oplog_update is not None:
+            env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, ui))
+            result.n_modified += 1
+        if not multi:
+            break
+    result.n += matched
+    if matched == 0 and upsert:
+        doc = upsert_document(q, u, env, array_filters)
+        ensure_collection(env, ns)
+        env.emit(insert_entry(ns, doc, _ui(env, ns)))
+        result.n += 1
+        result.upserted.append({"index": index, "_id": doc["_id"]})
+
+
+def update_documents(env: WriteEnv, ns: str, updates: list[Any], ordered: bool) -> WriteResult:
+    result = WriteResult()
+    return _run_statements(
+        env, len(updates), ordered, result, lambda i: update_one_statement(env, ns, updates[i], i, result)
+    )
+
+
+# -- delete -------------------------------------------------------------------------
+def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult) -> None:
+    if not isinstance(spec, dict) or "q" not in spec or "limit" not in spec:
+        raise MongoError(9, "delete statement requires 'q' and 'limit'")
+    q, limit = spec["q"], spec["limit"]
+    if not isinstance(q, dict):
+        raise MongoError(14, "'q' must be an object")
+    if limit not in (0, 1):
+        raise MongoError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
+    matcher = compile_filter(q)
+    ui = _ui(env, ns)
+    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"))):
+        env.emit(delete_entry(ns, doc["_id"], ui))
+        result.n += 1
+        if limit == 1:
+            break
+
+
+def delete_documents(env: WriteEnv, ns: str, deletes: list[Any], ordered: bool) -> WriteResult:
+    result = WriteResult()
+    return _run_statements(
+        env, len(deletes), ordered, result, lambda i: delete_one_statement(env, ns, deletes[i], result)
+    )
+
+
+# -- findAndModify ------------------------------------------------------------------
+def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
+    q = cmd.get("query") or {}
+    remove, u = bool(cmd.get("remove", False)), cmd.get("update")
+    if remove == (u is not None):
+        raise MongoError(9, "Either an update or remove=true must be specified")
+    if remove and (cmd.get("upsert") or cmd.get("new")):
+        raise MongoError(9, "Cannot specify both an update and remove=true")
+    if isinstance(u, dict) and is_operator_update(u):
+        validate_update(u)
+    matcher = compile_filter(q)
+    doc = next(matching_documents(env.txn, ns, q, matcher, cmd.get("sort")), None)
+    if remove:
+        if doc is not None:
+            env.emit(delete_entry(ns, doc["_id"], _ui(env, ns)))
+        return {"lastErrorObject": {"n": int(doc is not None)}, "value": doc}
+    return _find_and_update(env, ns, cmd, q, u, matcher, doc)
+
+
+def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[str, Any], u: Any,
+                     matcher: Matcher, doc: dict[str, Any] | None) -> dict[str, Any]:
+    if isinstance(u, list):
+        raise MongoError(9, "pipeline-style updates are not supported")
+    if not isinstance(u, dict):
+        raise MongoError(14, "'update' must be an object")
+    array_filters = cmd.get("arrayFilters")
+    if doc is None:
+        if not cmd.get("upsert"):
+            return {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
+        new_doc = upsert_document(q, u, env, array_filters)
+        ensure_collection(env, ns)
+        env.emit(insert_entry(ns, new_doc, _ui(env, ns)))
+        value = new_doc if cmd.get("new") else None
+        return {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": new_doc["_id"]},
+                "value": value}
+    outcome = compute_update(doc, u, env, matcher, array_filters)
+    if outcome.modified and outcome.oplog_update is not None:
+        env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, _ui(env, ns)))
+    value = outcome.document if cmd.get("new") else doc
+    return {"lastErrorObject": {"n": 1, "updatedExisting": True}, "value": value}

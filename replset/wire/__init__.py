@@ -1,0 +1,1 @@
+"""MongoDB wire protocol: sans-I/O codec, command dispatch, asyncio server."""

@@ -1,0 +1,283 @@
+"""Sans-I/O codec for the MongoDB wire protocol (OP_MSG, legacy OP_QUERY / OP_REPLY).
+
+Theory of operation: `MessageDecoder.receive_data(bytes)` buffers input (bounded by
+the largest legal message); `next_message()` returns one decoded request or None
+when more bytes are needed. Anything malformed raises `ProtocolError`: the caller
+closes that one connection, as mongod does. Encoders turn reply documents into
+bytes. No sockets, no asyncio: the server shell feeds bytes in and writes bytes out.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+import google_crc32c
+from bson.codec_options import CodecOptions
+
+OP_REPLY = 1
+OP_QUERY = 2004
+OP_COMPRESSED = 2012
+OP_MSG = 2013
+
+FLAG_CHECKSUM_PRESENT = 1 << 0
+FLAG_MORE_TO_COME = 1 << 1
+FLAG_EXHAUST_ALLOWED = 1 << 16
+_REQUIRED_FLAG_MASK = 0xFFFF
+_KNOWN_REQUIRED = FLAG_CHECKSUM_PRESENT | FLAG_MORE_TO_COME
+
+MAX_MESSAGE_SIZE = 48_000_000
+MAX_BSON_SIZE = 16 * 1024 * 1024
+HEADER = struct.Struct("<iiii")
+_INT32 = struct.Struct("<i")
+_UINT32 = struct.Struct("<I")
+_REPLY_PREFIX = struct.Struct("<iqii")
+
+# Documents decode to plain dicts; binary subtype 4 stays a bson Binary so that
+# session ids round-trip byte for byte.
+DECODE_OPTIONS: CodecOptions[dict[str, Any]] = CodecOptions(document_class=dict)
+
+# Kind-1 payloads the server accepts and merges into the command body.
+_SEQUENCE_FIELDS = {"insert": "documents", "update": "updates", "delete": "deletes"}
+
+
+class ProtocolError(Exception):
+    """The peer broke the wire protocol; the connection must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpMsgRequest:
+    request_id: int
+    flags: int
+    body: dict[str, Any]
+    sequences: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def more_to_come(self) -> bool:
+        return bool(self.flags & FLAG_MORE_TO_COME)
+
+    def command(self) -> dict[str, Any]:
+        """The body with every document sequence merged in as an array field."""
+        if not self.sequences:
+            return self.body
+        merged = dict(self.body)
+        for ident, docs in self.sequences.items():
+            if ident in merged:
+                raise ProtocolError(f"duplicate field {ident!r} in body and document sequence")
+            merged[ident] = docs
+        return merged
+
+
+@dataclass(frozen=True, slots=True)
+class OpQueryRequest:
+    request_id: int
+    flags: int
+    collection: str
+    skip: int
+    limit: int
+    query: dict[str, Any]
+
+
+Request = OpMsgRequest | OpQueryRequest
+
+
+class MessageDecoder:
+    """Splits a byte stream into requests. Buffers at most one maximal message."""
+
+    def __init__(self, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+        self._buffer = bytearray()
+        self._max = max_message_size
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_message(self) -> Request | None:
+        buf = self._buffer
+        if len(buf) < 4:
+            return None
+        (length,) = _INT32.unpack_from(buf, 0)
+        if length < HEADER.size or length > self._max:
+            raise ProtocolError(f"invalid message length {length}")
+        if len(buf) < length:
+            return None
+        frame = bytes(buf[:length])
+        del buf[:length]
+        return decode_message(frame)
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+
+def decode_message(frame: bytes) -> Request:
+    _length, request_id, _response_to, opcode = HEADER.unpack_from(frame, 0)
+    if opcode == OP_MSG:
+        return _decode_op_msg(frame, request_id)
+    if opcode == OP_QUERY:
+        return _decode_op_query(frame, request_id)
+    if opcode == OP_COMPRESSED:
+        raise ProtocolError("compression was not negotiated")
+    raise ProtocolError(f"unsupported opcode {opcode}")
+
+
+def _decode_bson(data: bytes | memoryview) -> dict[str, Any]:
+    try:
+        return bson.decode(data, DECODE_OPTIONS)
+    except Exception as exc:  # bson raises several types for corrupt input
+        raise ProtocolError(f"invalid BSON: {exc}") from None
+
+
+def _bson_length(frame: bytes, pos: int, end: int) -> int:
+    if pos + 5 > end:
+        raise ProtocolError("truncated BSON document")
+    (size,) = _INT32.unpack_from(frame, pos)
+    if size < 5 or pos + size > end:
+        raise ProtocolError("BSON document length out of bounds")
+    return size
+
+
+def _decode_op_msg(frame: bytes, request_id: int) -> OpMsgRequest:
+    if len(frame) < HEADER.size + 5:
+        raise ProtocolError("OP_MSG too short")
+    (flags,) = _UINT32.unpack_from(frame, HEADER.size)
+    unknown_required = flags & _REQUIRED_FLAG_MASK & ~_KNOWN_REQUIRED
+    if unknown_required:
+        raise ProtocolError(f"unknown required OP_MSG flag bits {unknown_required:#x}")
+    end = len(frame)
+    if flags & FLAG_CHECKSUM_PRESENT:
+        end -= 4
+        if end < HEADER.size + 5:
+            raise ProtocolError("OP_MSG too short for checksum")
+        (expected,) = _UINT32.unpack_from(frame, end)
+        if google_crc32c.value(frame[:end]) != expected:
+            raise ProtocolError("OP_MSG checksum mismatch")
+    return _decode_sections(frame, HEADER.size + 4, end, request_id, flags)
+
+
+def _decode_sections(frame: bytes, pos: int, end: int, request_id: int, flags: int) -> OpMsgRequest:
+    body: dict[str, Any] | None = None
+    sequences: dict[str, list[dict[str, Any]]] = {}
+    view = memoryview(frame)
+    while pos < end:
+        kind = frame[pos]
+        pos += 1
+        if kind == 0:
+            if body is not None:
+                raise ProtocolError("OP_MSG has more than one body section")
+            size = _bson_length(frame, pos, end)
+            body = _decode_bson(view[pos : pos + size])
+            pos += size
+        elif kind == 1:
+            pos = _decode_sequence(frame, pos, end, sequences)
+        else:
+            raise ProtocolError(f"unknown OP_MSG section kind {kind}")
+    if body is None:
+        raise ProtocolError("OP_MSG has no body section")
+    return OpMsgRequest(request_id, flags, body, sequences)
+
+
+def _decode_sequence(frame: bytes, pos: int, end: int, sequences: dict[str, list[dict[str, Any]]]) -> int:
+    if pos + 4 > end:
+        raise ProtocolError("truncated document sequence")
+    (size,) = _INT32.unpack_from(frame, pos)
+    seq_end = pos + size
+    if size < 5 or seq_end > end:
+        raise ProtocolError("document sequence length out of bounds")
+    name_end = frame.find(b"\x00", pos + 4, seq_end)
+    if name_end < 0:
+        raise ProtocolError("document sequence identifier is not terminated")
+    try:
+        ident = frame[pos + 4 : name_end].decode()
+    except UnicodeDecodeError:
+        raise ProtocolError("document sequence identifier is not UTF-8") from None
+    if ident in sequences:
+        raise ProtocolError(f"duplicate document sequence {ident!r}")
+    docs: list[dict[str, Any]] = []
+    cur = name_end + 1
+    view = memoryview(frame)
+    while cur < seq_end:
+        doc_size = _bson_length(frame, cur, seq_end)
+        docs.append(_decode_bson(view[cur : cur + doc_size]))
+        cur += doc_size
+    sequences[ident] = docs
+    return seq_end
+
+
+def _decode_op_query(frame: bytes, request_id: int) -> OpQueryRequest:
+    pos = HEADER.size
+    if len(frame) < pos + 4:
+        raise ProtocolError("OP_QUERY too short")
+    (flags,) = _INT32.unpack_from(frame, pos)
+    pos += 4
+    name_end = frame.find(b"\x00", pos)
+    if name_end < 0:
+        raise ProtocolError("OP_QUERY collection name is not terminated")
+    try:
+        collection = frame[pos:name_end].decode()
+    except UnicodeDecodeError:
+        raise ProtocolError("OP_QUERY collection name is not UTF-8") from None
+    pos = name_end + 1
+    if len(frame) < pos + 8:
+        raise ProtocolError("OP_QUERY too short")
+    skip, limit = struct.unpack_from("<ii", frame, pos)
+    pos += 8
+    size = _bson_length(frame, pos, len(frame))
+    query = _decode_bson(memoryview(frame)[pos : pos + size])
+    return OpQueryRequest(request_id, flags, collection, skip, limit, query)
+
+
+def sequence_field(command_name: str) -> str | None:
+    return _SEQUENCE_FIELDS.get(command_name)
+
+
+def encode_op_msg(reply: Mapping[str, Any] | bytes, request_id: int, response_to: int, flags: int = 0) -> bytes:
+    """One OP_MSG with exactly one kind-0 section and no checksum."""
+    body = reply if isinstance(reply, bytes) else bson.encode(reply)
+    length = HEADER.size + 4 + 1 + len(body)
+    return b"".join(
+        (HEADER.pack(length, request_id, response_to, OP_MSG), _UINT32.pack(flags), b"\x00", body)
+    )
+
+
+def encode_op_reply(reply: Mapping[str, Any], request_id: int, response_to: int) -> bytes:
+    """An OP_REPLY carrying one document (answers a legacy OP_QUERY handshake)."""
+    body = bson.encode(reply)
+    length = HEADER.size + _REPLY_PREFIX.size + len(body)
+    header = HEADER.pack(length, request_id, response_to, OP_REPLY)
+    return header + _REPLY_PREFIX.pack(8, 0, 0, 1) + body
+
+
+def encode_op_msg_request(
+    body: Mapping[str, Any],
+    request_id: int,
+    *,
+    sequences: Mapping[str, list[Mapping[str, Any]]] | None = None,
+    flags: int = 0,
+) -> bytes:
+    """An OP_MSG request (used by members talking to each other and by tests)."""
+    parts = [b"\x00", bson.encode(body)]
+    for ident, docs in (sequences or {}).items():
+        payload = ident.encode() + b"\x00" + b"".join(bson.encode(d) for d in docs)
+        parts += [b"\x01", _INT32.pack(len(payload) + 4), payload]
+    sections = b"".join(parts)
+    checksum = bool(flags & FLAG_CHECKSUM_PRESENT)
+    length = HEADER.size + 4 + len(sections) + (4 if checksum else 0)
+    msg = HEADER.pack(length, request_id, 0, OP_MSG) + _UINT32.pack(flags) + sections
+    if checksum:
+        msg += _UINT32.pack(google_crc32c.value(msg))
+    return msg
+
+
+def decode_reply(frame: bytes) -> tuple[int, dict[str, Any]]:
+    """Decode a reply frame (OP_MSG or OP_REPLY) into (response_to, document)."""
+    _length, _rid, response_to, opcode = HEADER.unpack_from(frame, 0)
+    if opcode == OP_MSG:
+        msg = _decode_sections(frame, HEADER.size + 4, len(frame), 0, 0)
+        return response_to, msg.body
+    if opcode == OP_REPLY:
+        pos = HEADER.size + _REPLY_PREFIX.size
+        return response_to, _decode_bson(memoryview(frame)[pos:])
+    raise ProtocolError(f"unexpected reply opcode {opcode}")

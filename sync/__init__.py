@@ -1,0 +1,1 @@
+"""Replication: sync source selection, oplog fetching, applying, position reporting."""
