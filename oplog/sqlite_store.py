@@ -145,6 +145,12 @@ class _Reader:
         row = self._conn.execute("SELECT min(ts), max(ts) FROM oplog").fetchone()
         return None if row[0] is None else (int(row[0]), int(row[1]))
 
+    def oplog_size_bytes(self) -> int:
+        return int(self._conn.execute("SELECT coalesce(sum(length(entry)), 0) FROM oplog").fetchone()[0])
+
+    def oplog_count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM oplog").fetchone()[0])
+
     def oplog_entry(self, key: int) -> bytes | None:
         row = self._conn.execute("SELECT entry FROM oplog WHERE ts=?", (key,)).fetchone()
         return None if row is None else bytes(row[0])

@@ -1,0 +1,3 @@
+from replset.cli import main
+
+raise SystemExit(main())

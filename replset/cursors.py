@@ -1,0 +1,129 @@
+"""Server-side cursors: batches for find/aggregate/listX and tailable oplog cursors.
+
+A cursor owns a lazy iterator of documents. `next_batch` takes up to `batch_size`
+documents (at most ~16 MiB); a tailable cursor also has a `refill` function that
+yields newly committed documents. The registry is bounded (oldest idle cursors are
+dropped first) and idle cursors expire, like mongod's 10-minute cursor timeout.
+Pure with respect to time: callers pass `now_ms`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+from bson.int64 import Int64
+
+from oplog.errors import MongoError
+
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+DEFAULT_FIRST_BATCH = 101
+MAX_CURSORS = 10_000
+IDLE_TIMEOUT_MS = 10 * 60 * 1000
+
+
+@dataclass(slots=True)
+class Cursor:
+    id: int
+    ns: str
+    source: Iterator[dict[str, Any]]
+    limit: int = 0  # 0: no limit
+    returned: int = 0
+    tailable: bool = False
+    await_data: bool = False
+    refill: Callable[[], Iterator[dict[str, Any]]] | None = None
+    last_used_ms: int = 0
+    exhausted: bool = False
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    tail_state: dict[str, int] = field(default_factory=dict)
+
+    def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
+        """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""
+        want = batch_size if batch_size > 0 else DEFAULT_FIRST_BATCH
+        if self.limit:
+            want = min(want, self.limit - self.returned)
+        batch: list[dict[str, Any]] = []
+        size = 0
+        while len(batch) < want:
+            doc = self._next_doc()
+            if doc is None:
+                break
+            doc_size = len(bson.encode(doc))
+            if batch and size + doc_size > MAX_BATCH_BYTES:
+                self.pending.append(doc)
+                break
+            batch.append(doc)
+            size += doc_size
+        self.returned += len(batch)
+        if self.limit and self.returned >= self.limit:
+            self.exhausted = True
+        return batch
+
+    def _next_doc(self) -> dict[str, Any] | None:
+        if self.pending:
+            return self.pending.pop()
+        for doc in self.source:
+            return doc
+        if self.tailable and self.refill is not None:
+            self.source = self.refill()
+            for doc in self.source:
+                return doc
+            return None
+        self.exhausted = True
+        return None
+
+
+class CursorRegistry:
+    def __init__(self, rng: random.Random, max_cursors: int = MAX_CURSORS) -> None:
+        self._cursors: OrderedDict[int, Cursor] = OrderedDict()
+        self._rng = rng
+        self._max = max_cursors
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._cursors)
+
+    def register(self, cursor: Cursor, now_ms: int) -> None:
+        self.expire(now_ms)
+        while len(self._cursors) >= self._max:
+            self._cursors.popitem(last=False)
+        cursor.last_used_ms = now_ms
+        self._cursors[cursor.id] = cursor
+
+    def new_id(self) -> int:
+        while True:
+            cid = self._rng.getrandbits(62) or next(self._ids)
+            if cid not in self._cursors:
+                return cid
+
+    def get(self, cursor_id: int, ns: str, now_ms: int) -> Cursor:
+        cursor = self._cursors.get(cursor_id)
+        if cursor is None or (now_ms - cursor.last_used_ms > IDLE_TIMEOUT_MS):
+            self._cursors.pop(cursor_id, None)
+            raise MongoError(43, f"cursor id {cursor_id} not found")
+        if cursor.ns != ns:
+            raise MongoError(13, f"Requested getMore on namespace '{ns}', but cursor belongs to a "
+                                 f"different namespace {cursor.ns}")
+        cursor.last_used_ms = now_ms
+        self._cursors.move_to_end(cursor_id)
+        return cursor
+
+    def kill(self, cursor_id: int) -> bool:
+        return self._cursors.pop(cursor_id, None) is not None
+
+    def expire(self, now_ms: int) -> None:
+        while self._cursors:
+            cid, cursor = next(iter(self._cursors.items()))
+            if now_ms - cursor.last_used_ms <= IDLE_TIMEOUT_MS:
+                break
+            del self._cursors[cid]
+
+
+def cursor_reply(cursor_id: int, ns: str, batch: list[dict[str, Any]], *, first: bool) -> dict[str, Any]:
+    key = "firstBatch" if first else "nextBatch"
+    return {"cursor": {key: batch, "id": Int64(cursor_id), "ns": ns}, "ok": 1.0}

@@ -1,0 +1,70 @@
+"""HTTP status endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`.
+
+Documents are rendered as MongoDB Extended JSON (relaxed), so optimes, dates and
+ObjectIds stay readable to operators and tools.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from bson import json_util
+
+from oplog.errors import MongoError
+from replset.status import replset_status
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+NODE_KEY: web.AppKey[Node] = web.AppKey("node")
+_JSON_OPTIONS = json_util.RELAXED_JSON_OPTIONS
+
+
+def _json_response(doc: dict[str, Any], status: int = 200) -> web.Response:
+    body = json_util.dumps(doc, json_options=_JSON_OPTIONS)
+    return web.Response(text=body, status=status, content_type="application/json")
+
+
+async def _status(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if node.config is None:
+        return _json_response(MongoError(94, "no replset config has been received").to_document(), 503)
+    return _json_response(replset_status(node.status_view()) | {"ok": 1.0})
+
+
+async def _hello(request: web.Request) -> web.Response:
+    from replset.hello import build_hello
+
+    node = request.app[NODE_KEY]
+    return _json_response(build_hello(node.hello_view(0), legacy=False, hello_ok=False,
+                                      with_topology_version=False))
+
+
+async def _health(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = {"ok": not node.shutting_down, "state": node.state.name}
+    return web.Response(text=json.dumps(body), status=200 if body["ok"] else 503,
+                        content_type="application/json")
+
+
+def build_app(node: Node) -> web.Application:
+    app = web.Application()
+    app[NODE_KEY] = node
+    app.router.add_get("/replSetGetStatus", _status)
+    app.router.add_get("/hello", _hello)
+    app.router.add_get("/health", _health)
+    return app
+
+
+class HttpServer:
+    def __init__(self, node: Node) -> None:
+        self._runner = web.AppRunner(build_app(node), access_log=None)
+
+    async def start(self, host: str, port: int) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()

@@ -1,0 +1,295 @@
+"""The member runtime: wires storage, the log writer, cursors and replication state
+to the event loop. A shell: it owns clocks, tasks and the database file; the
+decisions it needs come from the pure modules (config, hello, write concern).
+
+Lifecycle: `start()` opens the store, recovers the last optime and the config, and
+resumes as PRIMARY of a one-member set (a new term) or waits for `replSetInitiate`.
+Writes go through `submit_write` (group commit); waiters for new oplog entries and
+for state changes are woken by events, never by polling timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import bson
+from bson.objectid import ObjectId
+
+from oplog.codec_options import DOC_OPTIONS
+from oplog.entry import noop_entry
+from oplog.errors import MongoError
+from oplog.log_writer import LogWriter
+from oplog.optime import NULL_OPTIME, OpTime
+from oplog.sqlite_store import SQLiteStore, StoreTxn
+from oplog.writes import WriteEnv
+from replset.config import ReplSetConfig, parse_config
+from replset.cursors import CursorRegistry
+from replset.group_commit import GroupCommitWriter
+from replset.hello import HelloView
+from replset.member import MemberState, check_transition
+from replset.status import MemberView, StatusView
+from replset.write_concern import WriteConcern, check_satisfiable
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CONFIG_NS = "local.system.replset"
+ELECTION_META = "election"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    port: int
+    repl_set: str = "rs0"
+    dbpath: str = "./data/db"
+    bind_ip: str = "127.0.0.1"
+    oplog_size_mb: int = 1024
+    enable_test_commands: bool = False
+    http_port: int | None = None
+
+    @property
+    def me(self) -> str:
+        host = "127.0.0.1" if self.bind_ip in ("0.0.0.0", "::") else self.bind_ip
+        return f"{host}:{self.port}".lower()
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Node:
+    def __init__(self, options: NodeOptions) -> None:
+        self.options = options
+        self.started_at = time.monotonic()
+        self.store = SQLiteStore(options.dbpath)
+        self.rng = random.Random()
+        self.cursors = CursorRegistry(self.rng)
+        self.config: ReplSetConfig | None = None
+        self.state = MemberState.STARTUP
+        self.term = 0
+        self.log = LogWriter(NULL_OPTIME)
+        self.last_committed_optime = NULL_OPTIME
+        self.last_committed_wall = datetime.datetime.fromtimestamp(0, datetime.UTC)
+        self.topology_process_id = ObjectId()
+        self.topology_counter = 0
+        self._state_changed = asyncio.Event()
+        self._oplog_advanced = asyncio.Event()
+        self.writer = GroupCommitWriter(self.store, self._on_commit)
+        self._connection_ids = 0
+        self.shutting_down = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def start(self) -> None:
+        self.writer.start()
+        self._recover_last_optime()
+        raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
+        if raw is not None:
+            self.config = parse_config(raw)
+            await self._resume_as_single_member()
+
+    async def stop(self) -> None:
+        self.shutting_down = True
+        self._notify_state_change()
+        await self.writer.stop()
+        self.store.close()
+
+    def _recover_last_optime(self) -> None:
+        bounds = self.store.reader.oplog_bounds()
+        if bounds is None:
+            return
+        blob = self.store.reader.oplog_entry(bounds[1])
+        assert blob is not None
+        entry = bson.decode(blob, DOC_OPTIONS)
+        last = OpTime.from_document(entry)
+        self.log = LogWriter(last)
+        self.last_committed_optime = last
+        self.last_committed_wall = entry.get("wall", self.last_committed_wall)
+        election = self.store.reader.meta(ELECTION_META)
+        self.term = max(int(election["term"]) if election else 0, last.term)
+
+    def next_connection_id(self) -> int:
+        self._connection_ids += 1
+        return self._connection_ids
+
+    @property
+    def connections_created(self) -> int:
+        return self._connection_ids
+
+    connections_open = 0
+
+    def oplog_size_bytes(self) -> int:
+        return self.store.reader.oplog_size_bytes()
+
+    def oplog_count(self) -> int:
+        return self.store.reader.oplog_count()
+
+    # -- state --------------------------------------------------------------------
+    @property
+    def is_primary(self) -> bool:
+        return self.state is MemberState.PRIMARY
+
+    @property
+    def primary_host(self) -> str | None:
+        return self.options.me if self.is_primary else None
+
+    def _set_state(self, new: MemberState) -> None:
+        check_transition(self.state, new)
+        if new is not self.state:
+            log.info("member state %s -> %s", self.state.name, new.name)
+            self.state = new
+            self._notify_state_change()
+
+    def _notify_state_change(self) -> None:
+        self.topology_counter += 1
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+
+    async def wait_for_state_change(self, counter: int, timeout_s: float) -> None:
+        """Returns when the topology counter moves past `counter` or the timeout ends."""
+        if self.topology_counter != counter:
+            return
+        event = self._state_changed
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def _on_commit(self) -> None:
+        self.last_committed_optime = self.log.last
+        self._oplog_advanced.set()
+        self._oplog_advanced = asyncio.Event()
+
+    async def wait_for_oplog(self, after: OpTime, timeout_s: float) -> None:
+        """Returns once an entry newer than `after` is committed, or at the timeout."""
+        if self.last_committed_optime > after:
+            return
+        event = self._oplog_advanced
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def hello_view(self, connection_id: int) -> HelloView:
+        last = self.last_committed_optime
+        wall = self._optime_date(last)
+        return HelloView(
+            me=self.options.me, set_name=self.options.repl_set, config=self.config, state=self.state,
+            term=self.term, primary=self.primary_host, last_write=last, last_write_date=wall,
+            majority_write=self.majority_commit_point, majority_write_date=wall,
+            topology_process_id=self.topology_process_id, topology_counter=self.topology_counter,
+            connection_id=connection_id, now=utcnow(),
+        )
+
+    @staticmethod
+    def _optime_date(optime: OpTime) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(optime.secs, datetime.UTC)
+
+    @property
+    def majority_commit_point(self) -> OpTime:
+        # A one-member set commits on its own durable write.
+        return self.last_committed_optime
+
+    # -- writes ---------------------------------------------------------------------
+    async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True) -> T:
+        if self.shutting_down:
+            raise MongoError(91, "The server is in quiesce mode and will shut down")
+
+        def run(txn: StoreTxn) -> T:
+            if require_primary and not self.is_primary:
+                raise MongoError(10107, "not primary")
+            return fn(WriteEnv(txn=txn, log=self.log, term=self.term, now=utcnow()))
+
+        return await self.writer.submit(run)
+
+    def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
+        return check_satisfiable(wc, self.config)
+
+    async def wait_for_write_concern(self, wc: WriteConcern, optime: OpTime) -> MongoError | None:
+        """Waits until the write at `optime` satisfies `wc`; returns a writeConcernError or None.
+
+        A one-member set satisfies every satisfiable concern once the group commit
+        (which fsyncs) has returned.
+        """
+        return self.write_concern_error(wc)
+
+    # -- replica-set configuration ----------------------------------------------------
+    async def initiate(self, raw: dict[str, Any] | None) -> None:
+        if self.config is not None:
+            raise MongoError(23, "already initialized")
+        if not raw:
+            raw = {"_id": self.options.repl_set, "members": [{"_id": 0, "host": self.options.me}]}
+        config = parse_config(raw, default_term=1)
+        if config.name != self.options.repl_set:
+            raise MongoError(93, f"Rejecting initiate with a set name that differs from command line "
+                                 f"set name, initiate set name: {config.name}, command line set name: "
+                                 f"{self.options.repl_set}")
+        if config.member_by_host(self.options.me) is None:
+            raise MongoError(93, f"No host described in new configuration with {{version: {config.version}, "
+                                 f"term: {config.term}}} for replica set {config.name} maps to this node")
+        if len(config.members) > 1:
+            raise MongoError(93, "this member supports one-member replica sets only")
+        doc = config.to_document()
+
+        def write(env: WriteEnv) -> None:
+            env.txn.insert(CONFIG_NS, doc)
+            env.term = -1  # the set has no elected term yet, as in MongoDB
+            env.emit(noop_entry("initiating set"))
+
+        await self.submit_write(write, require_primary=False)
+        self.config = config
+        await self._become_primary(1)
+
+    async def _resume_as_single_member(self) -> None:
+        assert self.config is not None
+        if self.config.member_by_host(self.options.me) is None:
+            self._set_state(MemberState.REMOVED)
+            return
+        await self._become_primary(self.term + 1)
+
+    async def _become_primary(self, new_term: int) -> None:
+        def write(env: WriteEnv) -> None:
+            env.txn.set_meta(ELECTION_META, {"term": new_term, "votedFor": self.options.me})
+            env.term = new_term
+            env.emit(noop_entry("new primary"))
+
+        await self.submit_write(write, require_primary=False)
+        self.term = new_term
+        self._set_state(MemberState.PRIMARY)
+
+    def status_view(self) -> StatusView:
+        assert self.config is not None
+        me = self.config.member_by_host(self.options.me)
+        last = self.last_committed_optime
+        members = tuple(
+            MemberView(
+                id=m.id, name=m.host, is_self=m is me, health=m is me,
+                state=self.state if m is me else MemberState.DOWN, optime=last if m is me else NULL_OPTIME,
+                durable_optime=last if m is me else NULL_OPTIME, uptime_s=int(self.uptime_s()),
+                config_version=self.config.version, config_term=self.config.term,
+            )
+            for m in self.config.members
+        )
+        voters = self.config.voters
+        return StatusView(
+            set_name=self.config.name, now=utcnow(), state=self.state, term=self.term,
+            sync_source_host="", sync_source_id=-1,
+            heartbeat_interval_ms=self.config.settings.heartbeat_interval_ms,
+            majority_vote_count=self.config.majority_vote_count,
+            write_majority_count=self.config.write_majority_count, voting_members=len(voters),
+            writable_voting_members=sum(1 for m in voters if m.data_bearing),
+            commit_point=self.majority_commit_point, applied=last, durable=last, members=members,
+        )
+
+    def uptime_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -1,0 +1,46 @@
+"""Run one member process: the node, its wire server and its HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from replset.http import HttpServer
+from replset.node import Node, NodeOptions
+from replset.wire.commands import Dispatcher
+from replset.wire.server import WireServer
+
+log = logging.getLogger("replset")
+
+
+async def serve(options: NodeOptions) -> None:
+    node = Node(options)
+    await node.start()
+    wire = WireServer(node, Dispatcher(node))
+    http = HttpServer(node)
+    await wire.start(options.bind_ip, options.port)
+    http_port = options.http_port if options.http_port is not None else options.port + 1000
+    await http.start(options.bind_ip, http_port)
+    log.info("member %s listening (wire %d, http %d), state %s", options.me, options.port, http_port,
+             node.state.name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await wire.stop()
+        await http.stop()
+        await node.stop()
+
+
+def run_node(options: NodeOptions) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(serve(options))
+    else:
+        uvloop.run(serve(options))

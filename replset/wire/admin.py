@@ -1,0 +1,383 @@
+"""Handshake, diagnostics, DDL and replica-set admin commands."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import socket
+import uuid
+from typing import Any
+
+from bson.binary import Binary
+from bson.int64 import Int64
+
+from oplog.entry import command_entry
+from oplog.errors import MongoError
+from oplog.query import compile_filter
+from oplog.writes import WriteEnv, ensure_collection, validate_namespace
+from replset import __version__
+from replset.cursors import Cursor
+from replset.hello import MAX_BSON_OBJECT_SIZE, build_hello
+from replset.status import replset_status
+from replset.wire.commands import CommandContext, command
+from replset.wire.crud import _first_batch, collection_name, run_write
+
+OPLOG_NS = "local.oplog.rs"
+
+
+# -- handshake and diagnostics --------------------------------------------------------
+@command("hello", "isMaster", "ismaster")
+async def cmd_hello(ctx: CommandContext) -> dict[str, Any]:
+    node, cmd = ctx.node, ctx.cmd
+    if "client" in cmd and isinstance(cmd["client"], dict):
+        ctx.conn.client_metadata = cmd["client"]
+    topology, max_await = cmd.get("topologyVersion"), cmd.get("maxAwaitTimeMS")
+    if (topology is None) != (max_await is None):
+        raise MongoError(31368, "A request to wait for changes in topology must contain both "
+                                "topologyVersion and maxAwaitTimeMS")
+    if topology is not None:
+        await _await_topology_change(ctx, topology, max_await)
+    legacy = ctx.name != "hello"
+    return build_hello(node.hello_view(ctx.conn.id), legacy=legacy, hello_ok=bool(cmd.get("helloOk")),
+                       with_topology_version=True)
+
+
+async def _await_topology_change(ctx: CommandContext, topology: Any, max_await: Any) -> None:
+    if not isinstance(topology, dict) or not isinstance(max_await, (int, float)) or max_await < 0:
+        raise MongoError(14, "topologyVersion must be an object and maxAwaitTimeMS a non-negative number")
+    node = ctx.node
+    if topology.get("processId") != node.topology_process_id:
+        return
+    counter = int(topology.get("counter", 0))
+    if counter > node.topology_counter:
+        raise MongoError(51764, f"Received a topology version with counter {counter} which is greater "
+                                f"than the server topology version counter {node.topology_counter}")
+    if counter == node.topology_counter:
+        await node.wait_for_state_change(counter, float(max_await) / 1000)
+
+
+@command("ping")
+async def cmd_ping(ctx: CommandContext) -> dict[str, Any]:
+    return {"ok": 1.0}
+
+
+def _version_array() -> list[int]:
+    return [int(p) for p in __version__.split(".")] + [0]
+
+
+@command("buildInfo", "buildinfo")
+async def cmd_build_info(ctx: CommandContext) -> dict[str, Any]:
+    return {
+        "version": __version__, "gitVersion": "replset", "versionArray": _version_array(),
+        "modules": [], "allocator": "system", "javascriptEngine": "none", "sysInfo": "deprecated",
+        "bits": 64, "debug": False, "maxBsonObjectSize": MAX_BSON_OBJECT_SIZE,
+        "storageEngines": ["sqlite"], "openssl": {"running": "disabled"}, "ok": 1.0,
+    }
+
+
+@command("getParameter")
+async def cmd_get_parameter(ctx: CommandContext) -> dict[str, Any]:
+    reply: dict[str, Any] = {}
+    if ctx.cmd.get("featureCompatibilityVersion") or ctx.cmd.get("getParameter") == "*":
+        reply["featureCompatibilityVersion"] = {"version": ".".join(__version__.split(".")[:2])}
+    reply["ok"] = 1.0
+    return reply
+
+
+@command("getLog")
+async def cmd_get_log(ctx: CommandContext) -> dict[str, Any]:
+    which = ctx.cmd.get("getLog")
+    if which == "*":
+        return {"names": ["global", "startupWarnings"], "ok": 1.0}
+    return {"totalLinesWritten": 0, "log": [], "ok": 1.0}
+
+
+@command("serverStatus")
+async def cmd_server_status(ctx: CommandContext) -> dict[str, Any]:
+    node = ctx.node
+    uptime = node.uptime_s()
+    return {
+        "host": f"{socket.gethostname()}:{node.options.port}", "version": __version__,
+        "process": "replset", "pid": Int64(node.pid()), "uptime": float(int(uptime)),
+        "uptimeMillis": Int64(int(uptime * 1000)), "uptimeEstimate": Int64(int(uptime)),
+        "localTime": datetime.datetime.now(datetime.UTC),
+        "connections": {"current": node.connections_open, "totalCreated": node.connections_created},
+        "repl": build_hello(node.hello_view(ctx.conn.id), legacy=False, hello_ok=False,
+                            with_topology_version=False),
+        "storageEngine": {"name": "sqlite", "persistent": True},
+        "groupCommit": {"batches": Int64(node.writer.batches), "requests": Int64(node.writer.requests)},
+        "metrics": {"cursor": {"open": {"total": Int64(len(node.cursors))}}},
+        "ok": 1.0,
+    }
+
+
+@command("hostInfo")
+async def cmd_host_info(ctx: CommandContext) -> dict[str, Any]:
+    return {"system": {"hostname": socket.gethostname(), "cpuArch": platform.machine()},
+            "os": {"type": platform.system(), "name": platform.platform()}, "extra": {}, "ok": 1.0}
+
+
+@command("connectionStatus")
+async def cmd_connection_status(ctx: CommandContext) -> dict[str, Any]:
+    return {"authInfo": {"authenticatedUsers": [], "authenticatedUserRoles": []}, "ok": 1.0}
+
+
+@command("whatsmyuri")
+async def cmd_whatsmyuri(ctx: CommandContext) -> dict[str, Any]:
+    return {"you": ctx.conn.peer, "ok": 1.0}
+
+
+@command("getCmdLineOpts")
+async def cmd_get_cmd_line_opts(ctx: CommandContext) -> dict[str, Any]:
+    opts = ctx.node.options
+    return {"argv": ["replset", "node"], "parsed": {"net": {"port": opts.port, "bindIp": opts.bind_ip},
+            "replication": {"replSet": opts.repl_set, "oplogSizeMB": opts.oplog_size_mb},
+            "storage": {"dbPath": opts.dbpath}}, "ok": 1.0}
+
+
+@command("endSessions", "killSessions", "refreshSessions", "startSession", "killAllSessions")
+async def cmd_sessions(ctx: CommandContext) -> dict[str, Any]:
+    if ctx.name == "startSession":
+        return {"id": {"id": Binary(uuid.uuid4().bytes, 4)}, "timeoutMinutes": 30, "ok": 1.0}
+    return {"ok": 1.0}
+
+
+# -- catalog --------------------------------------------------------------------------
+@command("listDatabases", kind="read")
+async def cmd_list_databases(ctx: CommandContext) -> dict[str, Any]:
+    reader = ctx.node.store.reader
+    sizes: dict[str, int] = {"local": 0}
+    for info in reader.collections():
+        sizes[info.db] = sizes.get(info.db, 0) + reader.data_size(info.ns)
+    matcher = compile_filter(ctx.cmd.get("filter") or {})
+    dbs = [{"name": n, "sizeOnDisk": Int64(s), "empty": s == 0} for n, s in sorted(sizes.items())]
+    dbs = [d for d in dbs if matcher.matches(d)]
+    if ctx.cmd.get("nameOnly"):
+        return {"databases": [{"name": d["name"]} for d in dbs], "ok": 1.0}
+    return {"databases": dbs, "totalSize": Int64(sum(sizes.values())),
+            "totalSizeMb": Int64(sum(sizes.values()) // (1024 * 1024)), "ok": 1.0}
+
+
+def _collection_entries(ctx: CommandContext) -> list[dict[str, Any]]:
+    entries = []
+    for info in ctx.node.store.reader.collections(ctx.db):
+        entries.append({"name": info.name, "type": "collection", "options": info.options,
+                        "info": {"readOnly": False, "uuid": info.uuid},
+                        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}})
+    if ctx.db == "local":
+        entries.append({"name": "oplog.rs", "type": "collection",
+                        "options": {"capped": True, "size": ctx.node.options.oplog_size_mb * 1024 * 1024},
+                        "info": {"readOnly": False}})
+        entries.sort(key=lambda e: e["name"])
+    return entries
+
+
+@command("listCollections", kind="read")
+async def cmd_list_collections(ctx: CommandContext) -> dict[str, Any]:
+    query = ctx.cmd.get("filter") or {}
+    matcher = compile_filter(query)
+    entries = [e for e in _collection_entries(ctx) if matcher.matches(e)]
+    if ctx.cmd.get("nameOnly"):
+        entries = [{"name": e["name"], "type": e["type"]} for e in entries]
+    cursor = Cursor(id=0, ns=f"{ctx.db}.$cmd.listCollections", source=iter(entries))
+    batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
+    return _first_batch(ctx, cursor, batch_size, False)
+
+
+@command("listIndexes", kind="read")
+async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
+    ns = f"{ctx.db}.{collection_name(ctx)}"
+    reader = ctx.node.store.reader
+    if reader.collection(ns) is None:
+        raise MongoError(26, f"ns does not exist: {ns}")
+    specs = [i.spec for i in reader.indexes(ns)]
+    cursor = Cursor(id=0, ns=ns, source=iter(specs))
+    batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
+    return _first_batch(ctx, cursor, batch_size, False)
+
+
+def coll_stats_document(ctx: CommandContext, ns: str, spec: Any) -> dict[str, Any]:
+    reader = ctx.node.store.reader
+    if ns == OPLOG_NS:
+        bounds = reader.oplog_bounds()
+        size, count = ctx.node.oplog_size_bytes(), 0 if bounds is None else ctx.node.oplog_count()
+        max_size = ctx.node.options.oplog_size_mb * 1024 * 1024
+    else:
+        size, count, max_size = reader.data_size(ns), reader.count(ns), 0
+    storage: dict[str, Any] = {"size": Int64(size), "count": Int64(count), "storageSize": Int64(size),
+                               "nindexes": len(reader.indexes(ns)) if ns != OPLOG_NS else 0}
+    if max_size:
+        storage.update(capped=True, maxSize=Int64(max_size))
+    return {"ns": ns, "host": ctx.node.options.me, "localTime": datetime.datetime.now(datetime.UTC),
+            "storageStats": storage}
+
+
+# -- DDL ---------------------------------------------------------------------------------
+@command("create", kind="write")
+async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
+    coll = collection_name(ctx)
+    validate_namespace(ctx.db, coll)
+    ns = f"{ctx.db}.{coll}"
+    options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "create"}
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        if env.txn.collection(ns) is not None:
+            raise MongoError(48, f"Collection {ns} already exists.")
+        env.emit(command_entry(ctx.db, {"create": coll, **options}))
+        return {"ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
+@command("drop", kind="write")
+async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
+    coll = collection_name(ctx)
+    ns = f"{ctx.db}.{coll}"
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        info = env.txn.collection(ns)
+        if info is None:
+            raise MongoError(26, "ns not found")
+        n_indexes = len(env.txn.indexes(ns))
+        env.emit(command_entry(ctx.db, {"drop": coll}, info.uuid))
+        return {"nIndexesWas": n_indexes, "ns": ns, "ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
+@command("dropDatabase", kind="write")
+async def cmd_drop_database(ctx: CommandContext) -> dict[str, Any]:
+    if ctx.db in ("local", "admin", "config"):
+        raise MongoError(20, f"Dropping the '{ctx.db}' database is prohibited.")
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        if env.txn.collections(ctx.db):
+            env.emit(command_entry(ctx.db, {"dropDatabase": 1}))
+        return {"dropped": ctx.db, "ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
+def _validate_index_spec(spec: Any) -> dict[str, Any]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("key"), dict) or not spec["key"]:
+        raise MongoError(9, "index specification must have a non-empty 'key' object")
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise MongoError(9, "index specification must have a 'name' string")
+    for field, direction in spec["key"].items():
+        if not (isinstance(direction, (int, float)) and direction != 0) and direction not in (
+                "text", "2dsphere", "2d", "hashed"):
+            raise MongoError(67, f"Values in the index key pattern can't be 0 or invalid: {field}")
+    out = {"v": 2, "key": spec["key"], "name": spec["name"]}
+    out.update({k: v for k, v in spec.items() if k not in ("key", "name", "v", "ns")})
+    if out.get("unique") is False:
+        del out["unique"]
+    return out
+
+
+@command("createIndexes", kind="write")
+async def cmd_create_indexes(ctx: CommandContext) -> dict[str, Any]:
+    coll = collection_name(ctx)
+    ns = f"{ctx.db}.{coll}"
+    raw = ctx.cmd.get("indexes")
+    if not isinstance(raw, list) or not raw:
+        raise MongoError(2, "Must specify at least one index to create")
+    specs = [_validate_index_spec(s) for s in raw]
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        created_collection = env.txn.collection(ns) is None
+        ensure_collection(env, ns)
+        existing = {i.name: i.spec for i in env.txn.indexes(ns)}
+        before = len(existing)
+        for spec in specs:
+            if _index_exists(existing, spec):
+                continue
+            env.emit(command_entry(ctx.db, {"createIndexes": coll, **spec}, env.txn.collection(ns).uuid))
+            existing[spec["name"]] = spec
+        reply: dict[str, Any] = {"numIndexesBefore": before, "numIndexesAfter": len(existing),
+                                 "createdCollectionAutomatically": created_collection,
+                                 "commitQuorum": "votingMembers"}
+        if len(existing) == before:
+            reply["note"] = "all indexes already exist"
+        reply["ok"] = 1.0
+        return reply
+
+    return await run_write(ctx, body)
+
+
+def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> bool:
+    same_name = existing.get(spec["name"])
+    if same_name is not None:
+        if same_name["key"] != spec["key"]:
+            raise MongoError(86, f"An existing index has the same name as the requested index. "
+                                 f"Requested index: {spec}, existing index: {same_name}")
+        if bool(same_name.get("unique")) != bool(spec.get("unique")):
+            raise MongoError(85, f"An existing index has the same name as the requested index but "
+                                 f"different options: {spec['name']}")
+        return True
+    for other in existing.values():
+        if other["key"] == spec["key"] and bool(other.get("unique")) == bool(spec.get("unique")):
+            raise MongoError(85, f"Index already exists with a different name: {other['name']}")
+    return False
+
+
+@command("dropIndexes", "deleteIndexes", kind="write")
+async def cmd_drop_indexes(ctx: CommandContext) -> dict[str, Any]:
+    coll = collection_name(ctx)
+    ns = f"{ctx.db}.{coll}"
+    target = ctx.cmd.get("index")
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        info = env.txn.collection(ns)
+        if info is None:
+            raise MongoError(26, f"ns not found {ns}")
+        indexes = env.txn.indexes(ns)
+        names = _indexes_to_drop(indexes, target)
+        for name in names:
+            env.emit(command_entry(ctx.db, {"dropIndexes": coll, "index": name}, info.uuid))
+        return {"nIndexesWas": len(indexes), "ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
+def _indexes_to_drop(indexes: list[Any], target: Any) -> list[str]:
+    if target == "*":
+        return [i.name for i in indexes if i.name != "_id_"]
+    targets = target if isinstance(target, list) else [target]
+    names = []
+    for t in targets:
+        match = next((i for i in indexes if (i.name == t if isinstance(t, str) else i.spec["key"] == t)), None)
+        if match is None:
+            raise MongoError(27, f"index not found with name [{t}]")
+        if match.name == "_id_":
+            raise MongoError(72, "cannot drop _id index")
+        names.append(match.name)
+    return names
+
+
+# -- replica set ---------------------------------------------------------------------------
+@command("replSetInitiate")
+async def cmd_repl_set_initiate(ctx: CommandContext) -> dict[str, Any]:
+    raw = ctx.cmd.get("replSetInitiate")
+    await ctx.node.initiate(raw if isinstance(raw, dict) else None)
+    return {"ok": 1.0}
+
+
+@command("replSetGetConfig")
+async def cmd_repl_set_get_config(ctx: CommandContext) -> dict[str, Any]:
+    if ctx.node.config is None:
+        raise MongoError(94, "no replset config has been received")
+    return {"config": ctx.node.config.to_document(), "ok": 1.0}
+
+
+@command("replSetGetStatus")
+async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
+    if ctx.node.config is None:
+        raise MongoError(94, "no replset config has been received")
+    return replset_status(ctx.node.status_view()) | {"ok": 1.0}
+
+
+_GENERIC_FIELDS = frozenset({
+    "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "readConcern", "writeConcern",
+    "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors", "autocommit",
+    "startTransaction", "stmtId", "$audit", "$client", "mayBypassWriteBlocking",
+})

@@ -1,0 +1,146 @@
+"""Command dispatch: find the handler, check the member's role, shape errors.
+
+Handlers are registered with a *kind*: `read` (needs PRIMARY, or SECONDARY with a
+non-primary read preference), `write` (needs PRIMARY), or `any`. Every error
+becomes MongoDB's `{ok: 0, errmsg, code, codeName}`; a retryable write that fails
+with a retryable code gets the `RetryableWriteError` label, because drivers with
+wire version >= 9 retry only on the server's label.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oplog.errors import RETRYABLE_CODES, MongoError
+from replset.member import MemberState
+from replset.wire.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
+
+if TYPE_CHECKING:
+    from replset.node import Node
+    from replset.wire.server import Connection
+
+log = logging.getLogger(__name__)
+
+OP_QUERY_COMMANDS = frozenset({"hello", "isMaster", "ismaster"})
+_SECONDARY_OK_FLAG = 4
+_RETRYABLE_WRITE_COMMANDS = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify"})
+
+
+@dataclass(slots=True)
+class CommandContext:
+    node: Node
+    conn: Connection
+    db: str
+    cmd: dict[str, Any]
+    legacy: bool = False
+    secondary_ok: bool = False
+
+    @property
+    def name(self) -> str:
+        return next(iter(self.cmd))
+
+
+Handler = Callable[[CommandContext], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    handler: Handler
+    kind: str  # "read" | "write" | "any"
+
+
+COMMANDS: dict[str, CommandSpec] = {}
+
+
+def command(*names: str, kind: str = "any") -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        for name in names:
+            COMMANDS[name] = CommandSpec(handler, kind)
+        return handler
+
+    return register
+
+
+def _secondary_ok(cmd: dict[str, Any]) -> bool:
+    pref = cmd.get("$readPreference")
+    return isinstance(pref, dict) and pref.get("mode", "primary") != "primary"
+
+
+def check_role(node: Node, kind: str, secondary_ok: bool) -> None:
+    if kind == "write" and not node.is_primary:
+        raise MongoError(10107, "not primary")
+    if kind == "read" and not node.is_primary:
+        if node.state is MemberState.SECONDARY:
+            if not secondary_ok:
+                raise MongoError(13435, "not primary and secondaryOk=false")
+        else:
+            raise MongoError(13436, "node is not in primary or recovering state")
+
+
+class Dispatcher:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        # Import for the registration side effect.
+        from replset.wire import admin, crud  # noqa: F401
+
+    async def handle(self, conn: Connection, request: Request) -> bytes | None:
+        if isinstance(request, OpQueryRequest):
+            return await self._handle_op_query(conn, request)
+        assert isinstance(request, OpMsgRequest)
+        try:
+            cmd = request.command()
+        except Exception as exc:
+            reply = MongoError(9, str(exc)).to_document()
+        else:
+            db = cmd.get("$db")
+            if not isinstance(db, str):
+                reply = MongoError(40571, "OP_MSG requests require a $db argument").to_document()
+            else:
+                reply = await self.run(CommandContext(self.node, conn, db, cmd,
+                                                      secondary_ok=_secondary_ok(cmd)))
+        if request.more_to_come:
+            return None
+        return encode_op_msg(reply, conn.next_request_id(), request.request_id)
+
+    async def _handle_op_query(self, conn: Connection, request: OpQueryRequest) -> bytes:
+        query = request.query
+        if "$query" in query and isinstance(query["$query"], dict):
+            query = query["$query"]
+        name = next(iter(query), "")
+        if not request.collection.endswith(".$cmd") or name not in OP_QUERY_COMMANDS:
+            reply = MongoError(352, "Unsupported OP_QUERY command: " + (name or "<none>")).to_document()
+        else:
+            ctx = CommandContext(self.node, conn, request.collection.split(".", 1)[0], query, legacy=True,
+                                 secondary_ok=bool(request.flags & _SECONDARY_OK_FLAG))
+            reply = await self.run(ctx)
+        return encode_op_reply(reply, conn.next_request_id(), request.request_id)
+
+    async def run(self, ctx: CommandContext) -> dict[str, Any]:
+        if not ctx.cmd:
+            return MongoError(9, "empty command").to_document()
+        spec = COMMANDS.get(ctx.name)
+        if spec is None:
+            return MongoError(59, f"no such command: '{ctx.name}'").to_document()
+        try:
+            check_role(ctx.node, spec.kind, ctx.secondary_ok)
+            reply = await spec.handler(ctx)
+        except MongoError as err:
+            reply = err.to_document()
+            self._label(ctx, reply, err.code)
+        except Exception as exc:
+            log.exception("command %s failed", ctx.name)
+            reply = MongoError(1, f"internal error in {ctx.name}: {exc!r}").to_document()
+        else:
+            wce = reply.get("writeConcernError")
+            if wce is not None:
+                self._label(ctx, reply, wce["code"])
+        return reply
+
+    @staticmethod
+    def _label(ctx: CommandContext, reply: dict[str, Any], code: int) -> None:
+        retryable_write = ctx.name in _RETRYABLE_WRITE_COMMANDS and "txnNumber" in ctx.cmd
+        if retryable_write and "autocommit" not in ctx.cmd and code in RETRYABLE_CODES:
+            reply["errorLabels"] = ["RetryableWriteError"]

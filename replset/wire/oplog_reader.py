@@ -1,0 +1,46 @@
+"""Reading `local.oplog.rs`: natural-order scans in chunks, starting where a
+`{ts: {$gt|$gte: T}}` filter allows, and remembering the last key for tailing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import bson
+from bson.timestamp import Timestamp
+
+from oplog.codec_options import DOC_OPTIONS
+from oplog.optime import ts_key
+
+CHUNK = 1000
+
+
+def oplog_start_key(query: dict[str, Any]) -> int:
+    """The oplog key to scan *after*, derived from the query's `ts` lower bound."""
+    cond = query.get("ts")
+    if isinstance(cond, dict):
+        if isinstance(cond.get("$gt"), Timestamp):
+            return ts_key(cond["$gt"])
+        if isinstance(cond.get("$gte"), Timestamp):
+            return max(ts_key(cond["$gte"]) - 1, 0)
+    elif isinstance(cond, Timestamp):
+        return max(ts_key(cond) - 1, 0)
+    return 0
+
+
+def oplog_source(reader: Any, after_key: int, *, reverse: bool,
+                 state: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+    if reverse:
+        key = (1 << 63) - 1
+        while rows := reader.oplog_before(key, CHUNK):
+            for _key, blob in rows:
+                yield bson.decode(blob, DOC_OPTIONS)
+            key = rows[-1][0]
+        return
+    key = after_key
+    while rows := reader.oplog_after(key, CHUNK):
+        for row_key, blob in rows:
+            if state is not None:
+                state["last"] = row_key
+            yield bson.decode(blob, DOC_OPTIONS)
+        key = rows[-1][0]

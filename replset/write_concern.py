@@ -1,0 +1,95 @@
+"""Write concern: parsing, validation against the config, and satisfaction checks.
+
+Pure. `w: N` counts data-bearing members whose applied (or, with `j`, durable)
+optime has reached the write; `w: "majority"` needs the majority commit point to
+reach it. The caller supplies member positions; nothing here waits or sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oplog.errors import MongoError
+from oplog.optime import OpTime
+from replset.config import ReplSetConfig
+
+MAJORITY = "majority"
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConcern:
+    w: int | str = MAJORITY
+    j: bool | None = None
+    wtimeout_ms: int = 0
+    provenance: str = "implicitDefault"
+
+    @property
+    def unacknowledged(self) -> bool:
+        return self.w == 0 and not self.j
+
+    def to_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"w": self.w}
+        if self.j is not None:
+            doc["j"] = self.j
+        doc["wtimeout"] = self.wtimeout_ms
+        doc["provenance"] = self.provenance
+        return doc
+
+
+def parse_write_concern(raw: Any) -> WriteConcern:
+    if raw is None:
+        return WriteConcern()
+    if not isinstance(raw, Mapping):
+        raise MongoError(14, "writeConcern must be an object")
+    if not raw:
+        return WriteConcern()
+    w = raw.get("w", 1)
+    if isinstance(w, bool) or not isinstance(w, (int, float, str)):
+        raise MongoError(9, "w has to be a number or string")
+    if isinstance(w, float):
+        w = int(w)
+    if isinstance(w, int) and not 0 <= w <= 50:
+        raise MongoError(9, "w has to be a non-negative number and not greater than 50")
+    j = raw.get("j", raw.get("fsync"))
+    wtimeout = raw.get("wtimeout", raw.get("wtimeoutMS", 0)) or 0
+    if not isinstance(wtimeout, (int, float)) or isinstance(wtimeout, bool):
+        raise MongoError(14, "wtimeout must be a number")
+    return WriteConcern(w=w, j=None if j is None else bool(j), wtimeout_ms=int(wtimeout),
+                        provenance="clientSupplied")
+
+
+def check_satisfiable(wc: WriteConcern, config: ReplSetConfig | None) -> MongoError | None:
+    """The writeConcernError to report at once, if the concern can never be met."""
+    if isinstance(wc.w, str) and wc.w != MAJORITY:
+        if config is None or wc.w not in config.settings.get_last_error_modes:
+            return MongoError(79, f"No write concern mode named '{wc.w}' found in replica set configuration",
+                              extra={"errInfo": {"writeConcern": wc.to_document()}})
+    if isinstance(wc.w, int):
+        data_bearing = config.data_bearing_count if config is not None else 1
+        if wc.w > data_bearing:
+            return MongoError(100, "Not enough data-bearing nodes",
+                              extra={"errInfo": {"writeConcern": wc.to_document()}})
+    return None
+
+
+def count_reached(positions: Iterable[OpTime], target: OpTime) -> int:
+    return sum(1 for p in positions if p >= target)
+
+
+def is_satisfied(wc: WriteConcern, target: OpTime, *, applied: Iterable[OpTime],
+                 durable: Iterable[OpTime], commit_point: OpTime) -> bool:
+    """Whether a write at `target` meets `wc`, given every data-bearing member's positions."""
+    if wc.w == MAJORITY:
+        return commit_point >= target
+    if isinstance(wc.w, int):
+        needed = max(wc.w, 1 if wc.j else 0)
+        positions = durable if wc.j else applied
+        return count_reached(positions, target) >= needed
+    return False
+
+
+def timeout_error(wc: WriteConcern) -> MongoError:
+    return MongoError(64, "waiting for replication timed out",
+                      extra={"errInfo": {"wtimeout": True, "writeConcern": wc.to_document()}})

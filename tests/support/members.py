@@ -1,0 +1,112 @@
+"""Start and stop real member processes on loopback for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pymongo import MongoClient
+
+T = TypeVar("T")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition") -> T:
+    """Polls `predicate` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as exc:
+            last_error = exc
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out waiting for {what} (last error: {last_error!r})")
+
+
+@dataclass
+class Member:
+    dbpath: str
+    port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    repl_set: str = "rs0"
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: str = ""
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def uri(self) -> str:
+        return f"mongodb://{self.host}/?replicaSet={self.repl_set}"
+
+    def start(self) -> None:
+        os.makedirs(self.dbpath, exist_ok=True)
+        self.log_path = os.path.join(self.dbpath, "member.log")
+        log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "replset", "node", "--port", str(self.port), "--replSet", self.repl_set,
+               "--dbpath", self.dbpath, "--httpPort", str(self.http_port), *self.extra_args]
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        log.close()
+        wait_for(self._ping, 30, f"member {self.host} to accept connections")
+
+    def direct_client(self, **kwargs: Any) -> MongoClient[dict[str, Any]]:
+        return MongoClient(f"mongodb://{self.host}/?directConnection=true", serverSelectionTimeoutMS=5000,
+                           **kwargs)
+
+    def _ping(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"member exited with {self.process.returncode}: {self.read_log()[-2000:]}")
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            return True
+
+    def initiate(self) -> None:
+        with self.direct_client() as client:
+            client.admin.command("replSetInitiate", {"_id": self.repl_set,
+                                                     "members": [{"_id": 0, "host": self.host}]})
+        self.wait_primary()
+
+    def wait_primary(self) -> None:
+        def is_primary() -> bool:
+            with self.direct_client() as client:
+                return bool(client.admin.command("hello").get("isWritablePrimary"))
+
+        wait_for(is_primary, 30, f"{self.host} to become primary")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def read_log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
