@@ -29,6 +29,7 @@ class LogWriter:
 
     def __init__(self, last: OpTime) -> None:
         self.last = last
+        self.bytes_appended = 0
 
     def write(self, txn: StoreTxn, entry: Mapping[str, Any], *, term: int,
               now: datetime.datetime) -> dict[str, Any]:
@@ -38,6 +39,8 @@ class LogWriter:
         optime = next_optime(self.last, int(now.timestamp()), term)
         stamped = stamp(entry, optime, now)
         apply_entry(txn, stamped, replay=False)
-        txn.append_oplog([(optime.ts_key, bson.encode(stamped))])
+        blob = bson.encode(stamped)
+        txn.append_oplog([(optime.ts_key, blob)])
+        self.bytes_appended += len(blob)
         self.last = optime
         return stamped

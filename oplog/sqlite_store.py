@@ -318,8 +318,20 @@ class StoreTxn(_Reader):
     def truncate_oplog_after(self, key: int) -> int:
         return self._conn.execute("DELETE FROM oplog WHERE ts > ?", (key,)).rowcount
 
-    def trim_oplog_before(self, key: int) -> int:
-        return self._conn.execute("DELETE FROM oplog WHERE ts < ?", (key,)).rowcount
+    def trim_oplog(self, excess_bytes: int, keep_after: int) -> int:
+        """Deletes the oldest entries totalling at least `excess_bytes` (never past
+        `keep_after`); returns the bytes removed."""
+        removed, last_key = 0, None
+        cur = self._conn.execute("SELECT ts, length(entry) FROM oplog WHERE ts < ? ORDER BY ts", (keep_after,))
+        for key, size in cur:
+            removed += size
+            last_key = key
+            if removed >= excess_bytes:
+                break
+        cur.close()
+        if last_key is not None:
+            self._conn.execute("DELETE FROM oplog WHERE ts <= ?", (last_key,))
+        return removed
 
     def set_meta(self, key: str, value: Mapping[str, Any]) -> None:
         self._conn.execute(
@@ -354,16 +366,24 @@ class SQLiteStore:
 
     FILE_NAME = "replset.sqlite3"
 
-    def __init__(self, dbpath: str) -> None:
-        os.makedirs(dbpath, exist_ok=True)
-        self.path = os.path.join(dbpath, self.FILE_NAME)
+    _memory_ids = 0
+
+    def __init__(self, dbpath: str | None) -> None:
+        """Opens `<dbpath>/replset.sqlite3`; `dbpath=None` gives a private in-memory store."""
+        if dbpath is None:
+            SQLiteStore._memory_ids += 1
+            self.path = f"file:replset-mem-{id(self)}-{SQLiteStore._memory_ids}?mode=memory&cache=shared"
+        else:
+            os.makedirs(dbpath, exist_ok=True)
+            self.path = os.path.join(dbpath, self.FILE_NAME)
         self._writer = self._connect()
         self._writer.executescript(_SCHEMA)
         self.reader = _ReadConnection(self._connect())
         self._txn: StoreTxn | None = None
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               uri=self.path.startswith("file:"))
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA cache_size=-65536")

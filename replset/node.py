@@ -85,11 +85,15 @@ class Node:
         self.writer = GroupCommitWriter(self.store, self._on_commit)
         self._connection_ids = 0
         self.shutting_down = False
+        self._oplog_bytes = 0
+        self._trimming = False
+        self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
         self.writer.start()
         self._recover_last_optime()
+        self._oplog_bytes = self.store.reader.oplog_size_bytes()
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:
             self.config = parse_config(raw)
@@ -166,6 +170,29 @@ class Node:
         self.last_committed_optime = self.log.last
         self._oplog_advanced.set()
         self._oplog_advanced = asyncio.Event()
+        self._oplog_bytes += self.log.bytes_appended
+        self.log.bytes_appended = 0
+        self._maybe_trim_oplog()
+
+    def _maybe_trim_oplog(self) -> None:
+        """Capped oplog: once over the limit, trim the oldest entries down to 90% in
+        the background (a request of its own in the group commit)."""
+        if self._trimming or self._oplog_bytes <= self.max_oplog_bytes or self.shutting_down:
+            return
+        self._trimming = True
+        excess = self._oplog_bytes - int(self.max_oplog_bytes * 0.9)
+        keep_after = self.last_committed_optime.ts_key
+
+        async def trim() -> None:
+            try:
+                removed = await self.writer.submit(lambda txn: txn.trim_oplog(excess, keep_after))
+                self._oplog_bytes -= removed
+            except MongoError:
+                log.warning("oplog trim failed", exc_info=True)
+            finally:
+                self._trimming = False
+
+        self._trim_task = asyncio.get_running_loop().create_task(trim())
 
     async def wait_for_oplog(self, after: OpTime, timeout_s: float) -> None:
         """Returns once an entry newer than `after` is committed, or at the timeout."""

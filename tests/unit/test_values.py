@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 
 from bson.decimal128 import Decimal128
@@ -64,5 +65,5 @@ def test_compare_is_antisymmetric_and_keys_agree(a: object, b: object) -> None:
 @given(st.lists(values, max_size=8))
 def test_sort_key_gives_a_consistent_order(items: list[object]) -> None:
     ordered = sorted(items, key=SortKey)
-    for x, y in zip(ordered, ordered[1:]):
+    for x, y in itertools.pairwise(ordered):
         assert compare_values(x, y) <= 0
