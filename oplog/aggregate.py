@@ -659,7 +659,10 @@ def _project_value(node: _Projection, value: Any) -> Any:
     if isinstance(value, dict):
         return _project_fields(node, value)
     if isinstance(value, list):
-        return [_project_value(node, item) for item in value if isinstance(item, (dict, list))]
+        # Scalars in the array are dropped, unless computed fields will replace them
+        # with new documents (MongoDB's {"a.b": <expr>} over {a: [1]} gives {a: [{b: ...}]}).
+        items = (_project_value(node, item) for item in value)
+        return [item for item in items if item is not MISSING or node.has_computed]
     return MISSING
 
 

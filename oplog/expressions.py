@@ -51,12 +51,17 @@ __all__ = [
     "MISSING",
     "Context",
     "NumericSum",
+    "compare",
     "evaluate",
     "evaluate_in",
+    "format_date",
     "is_nullish",
     "is_truthy",
+    "merge_object_into",
+    "sum_numbers",
     "type_name",
     "validate_expression",
+    "walk_path",
 ]
 
 
@@ -455,10 +460,6 @@ def _check_field_path(expr: str) -> None:
 
 # ---------------------------------------------------------------------------
 # Arithmetic
-
-
-def _num_error(code: int, message: str) -> MongoError:
-    return MongoError(code, message)
 
 
 def _date_ms(value: datetime.datetime) -> int:
@@ -1088,7 +1089,7 @@ def _op_filter(name: str, raw: Any, ctx: Context) -> Any:
         return None
     limit = _eval(spec["limit"], ctx) if "limit" in spec else None
     if limit is not None and (not _is_integral(limit, 1, INT32_MAX)):
-        raise MongoError(327391, f"$filter: limit must be a positive integer, found: {limit!r}")
+        raise MongoError(2, f"$filter: limit must be a positive integer, found: {limit!r}")
     var = spec.get("as", "this")
     out = [item for item in array if is_truthy(_eval(spec["cond"], ctx.bind(**{var: item})))]
     return out if limit is None else out[: _to_int(limit)]

@@ -194,9 +194,9 @@ class Node:
 
         self._trim_task = asyncio.get_running_loop().create_task(trim())
 
-    async def wait_for_oplog(self, after: OpTime, timeout_s: float) -> None:
-        """Returns once an entry newer than `after` is committed, or at the timeout."""
-        if self.last_committed_optime > after:
+    async def wait_for_oplog(self, after_ts_key: int, timeout_s: float) -> None:
+        """Returns once an entry newer than `after_ts_key` is committed, or at the timeout."""
+        if self.last_committed_optime.ts_key > after_ts_key:
             return
         event = self._oplog_advanced
         try:

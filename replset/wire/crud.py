@@ -202,7 +202,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     limit = abs(limit)
     matcher = compile_filter(query)
     tailable = bool(cmd.get("tailable"))
-    tail_state: dict[str, int] = {}
+    tail_state: dict[str, int] = {"last": oplog_start_key(query)}
     source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1, tail_state=tail_state)
     docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
@@ -254,8 +254,7 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     batch = cursor.next_batch(batch_size)
     if not batch and cursor.tailable and cursor.await_data:
         max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
-        last = OpTime.from_ts_key(cursor.tail_state.get("last", 0), -1)
-        await ctx.node.wait_for_oplog(last, max_time_ms / 1000)
+        await ctx.node.wait_for_oplog(cursor.tail_state.get("last", 0), max_time_ms / 1000)
         batch = cursor.next_batch(batch_size)
     done = cursor.exhausted and not cursor.tailable and not cursor.pending
     if not done and not cursor.tailable:

@@ -64,7 +64,7 @@ class WireServer:
         self._node.connections_open += 1
         try:
             await self._serve(conn, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         except ProtocolError as exc:
             log.info("closing connection %d from %s: %s", conn.id, conn.peer, exc)

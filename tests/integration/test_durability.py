@@ -61,10 +61,11 @@ def test_retried_write_returns_the_original_result(fresh_member: Member) -> None
         with pytest.raises(Exception) as excinfo:
             db.command(older)
         assert getattr(excinfo.value, "code", None) == 225
-        record = client.config.transactions.find_one({"_id": lsid})
-        assert record["txnNum"] == 5
+        # The driver sends its own session id with the command; the record is keyed by it.
         entry = client.local["oplog.rs"].find_one({"ns": "db.counters", "op": "u"})
-        assert entry["lsid"] == lsid and entry["txnNumber"] == 5
+        assert entry["txnNumber"] == 5 and entry["o"] == {"$set": {"n": 1}}
+        record = client.config.transactions.find_one({"_id": entry["lsid"]})
+        assert record["txnNum"] == 5 and record["reply"]["nModified"] == 1
 
 
 def test_writes_on_an_uninitiated_member_fail_with_not_writable_primary(tmp_path: Any) -> None:
@@ -77,8 +78,10 @@ def test_writes_on_an_uninitiated_member_fail_with_not_writable_primary(tmp_path
             with pytest.raises(Exception) as excinfo:
                 client.db.command({"insert": "c", "documents": [{"_id": 1}], "lsid": {"id": Binary(
                     uuid.uuid4().bytes, 4)}, "txnNumber": Int64(1)})
-            assert getattr(excinfo.value, "code", None) == 10107
-            assert "RetryableWriteError" in excinfo.value.details.get("errorLabels", [])  # type: ignore[attr-defined]
+            details = excinfo.value.details  # type: ignore[attr-defined]
+            assert details["code"] == 10107 and details["codeName"] == "NotWritablePrimary"
+            assert "RetryableWriteError" in details["errorLabels"]
+        with m.direct_client() as client:
             with pytest.raises(Exception) as excinfo:
                 client.admin.command("replSetGetStatus")
             assert getattr(excinfo.value, "code", None) == 94
