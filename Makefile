@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NODES ?= 3
+NODES ?= 1
 PORT ?= 27017
 DIR ?= ./data
 

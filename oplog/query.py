@@ -1490,6 +1490,8 @@ def _native_sort_key(value: Any) -> tuple[Any, ...]:
         return (_BUCKET_VALUE, RANK_NUMBER, -1, 0) if d.is_nan() else (_BUCKET_VALUE, RANK_NUMBER, 0, d)
     if isinstance(value, MinKey):
         return (_BUCKET_MINKEY, 0, 0, 0)
+    if isinstance(value, str):  # bson Code and other str subclasses order as strings
+        return (_BUCKET_VALUE, RANK_STRING, 0, str(value))
     # Within one rank every value gets the same wrapper, so comparisons stay consistent.
     return (_BUCKET_VALUE, type_rank(value), 0, SortKey(value))
 

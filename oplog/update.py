@@ -145,7 +145,9 @@ def apply_update(doc: dict[str, Any], update: Mapping[str, Any], *, now: datetim
     _apply_node(ctx, root, [])
     new_doc = ctx.doc
     if is_upsert_insert:
-        new_doc = _finish_upsert(new_doc)
+        new_doc = _finish_upsert(ctx.doc)
+        if list(new_doc) != list(ctx.doc):  # _id moved first: only a full replacement replays that
+            return _outcome(doc, new_doc, lambda: deep_copy(new_doc))
     return _outcome(doc, new_doc, lambda: _oplog_from_paths(ctx.log, new_doc))
 
 
@@ -168,11 +170,14 @@ def apply_replacement(doc: dict[str, Any], replacement: Mapping[str, Any]) -> Up
 
 
 def upsert_seed(query: Mapping[str, Any]) -> dict[str, Any]:
-    """The document an upsert starts from: the query's equality predicates, by path."""
+    """The document an upsert starts from: the query's equality predicates, by path.
+
+    Paths are added in sorted order, ``_id`` first (where MongoDB's upsert ends up moving it).
+    """
     equalities: dict[str, Any] = {}
     _collect_equalities(query, equalities)
     seed: dict[str, Any] = {}
-    for path in sorted(equalities, key=lambda p: p.encode()):
+    for path in sorted(equalities, key=lambda p: (p != "_id" and not p.startswith("_id."), p.encode())):
         parts = path.split(".")
         loc = resolve(seed, parts)
         create_path(loc.value, parts[loc.found - 1] if loc.found else "", parts[loc.found:],

@@ -394,7 +394,8 @@ DATE_AND_INSERT_CASES = [
     case("set-on-insert-only-noop-on-update", {"_id": 1}, {"$setOnInsert": {"a": 1}}, UNCHANGED),
     case("set-on-insert-nested", {"_id": 1}, {"$setOnInsert": {"a.b": 1}}, {"_id": 1, "a": {"b": 1}},
          is_upsert_insert=True),
-    case("upsert-id-moved-first", {"a": 1}, {"$set": {"_id": 5}}, {"_id": 5, "a": 1}, is_upsert_insert=True),
+    case("upsert-id-moved-first", {"a": 1}, {"$set": {"_id": 5}}, {"_id": 5, "a": 1}, {"_id": 5, "a": 1},
+         is_upsert_insert=True),
     case("upsert-may-set-id-when-seed-has-none", {}, {"$set": {"_id": 7, "b": 1}}, {"_id": 7, "b": 1},
          is_upsert_insert=True),
 ]
@@ -1020,6 +1021,8 @@ SEED_CASES = [
     pytest.param({"$nor": [{"a": 1}]}, {}, id="nor-skipped"),
     pytest.param({"$and": [{"$and": [{"x": 1}]}, {"y": {"$in": [1]}}]}, {"x": 1}, id="nested-and"),
     pytest.param({"b": 1, "a": 2}, {"a": 2, "b": 1}, id="sorted-by-path"),
+    pytest.param({"B": 1, "_id": 2, "a": 3}, {"_id": 2, "B": 1, "a": 3}, id="id-first"),
+    pytest.param({"B": 1, "_id.x": 2}, {"_id": {"x": 2}, "B": 1}, id="embedded-id-first"),
     pytest.param({"a": None}, {"a": None}, id="null"),
     pytest.param({"a": {"$ref": "c", "$id": 1}}, {"a": {"$ref": "c", "$id": 1}}, id="dbref"),
     pytest.param({"$expr": {"$eq": ["$a", 1]}, "$comment": "x"}, {}, id="top-level-operators-skipped"),
