@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A filter is *compiled once* into a tree of small node objects (`compile_filter`);
+A filter is *compiled once* into a tree of small closures (`compile_filter`);
 all validation (unknown operators, malformed arguments, bad regex options) happens
 then, so a `Matcher` can be run over many documents cheaply.
 
@@ -11,7 +11,7 @@ Compilation has two layers, mirroring the MongoDB server's matcher:
 * An operator document such as ``{$gt: 1, $ne: 5}`` is parsed into a tiny
   intermediate form (`_IR`): *single-value predicates* (``x -> bool`` on one BSON
   value, which may be the `MISSING` sentinel), negations and conjunctions.
-* That form is then bound either to a **path** (a `_Leaf` node walks the document
+* That form is then bound either to a **path** (a `_leaf` closure walks the document
   along the dotted path and asks "does any reachable value satisfy the predicate?")
   or, inside a value-form ``$elemMatch``, to a **single element** (no traversal).
 
@@ -49,7 +49,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from bson.binary import Binary
-from bson.decimal128 import Decimal128
+from bson.decimal128 import Decimal128, create_decimal128_context
 from bson.int64 import Int64
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
@@ -101,6 +101,8 @@ MISSING: Any = _Missing()
 
 _ARRAY = (list, tuple)
 _DOC = (dict, Mapping)
+_CONTAINER = (dict, Mapping, list, tuple)
+_DECIMAL128_CONTEXT = create_decimal128_context()
 _PLAIN_NUM = frozenset({int, float, Int64})
 _REGEX_TYPES = (Regex, re.Pattern)
 Pred = Callable[[Any], bool]
@@ -113,10 +115,6 @@ _TRAVERSE_OMIT = 2  # each element only (sort keys)
 
 def _bad(msg: str) -> MongoError:
     return MongoError(2, msg)
-
-
-def _is_doc(value: Any) -> bool:
-    return isinstance(value, _DOC)
 
 
 # ---------------------------------------------------------------------------
@@ -178,7 +176,9 @@ def _iter_array(arr: Any, parts: tuple[str, ...], i: int, mode: int) -> Iterator
                 found = True
                 yield from _iter_array(elem, parts, i + 1, mode)
     if not found:
-        yield MISSING, None  # nothing along the path: the field is missing
+        # Nothing along the path: the field is missing. This gives the server's (8.0+) null
+        # semantics: {"a.b": null} matches {a: []} and {a: [1, 2]} but not {a: [{b: 1}]}.
+        yield MISSING, None
 
 
 def _split(path: str) -> tuple[str, ...]:
@@ -243,6 +243,8 @@ def _eq_pred(v: Any) -> Pred:
         return lambda x: x.__class__ is str and x == v
     if cls is bool:
         return lambda x: x is v
+    if cls is ObjectId:
+        return lambda x: x.__class__ is ObjectId and x == v
     rank = type_rank(v)
     return lambda x: x is not MISSING and type_rank(x) == rank and compare_values(x, v) == 0
 
@@ -413,22 +415,24 @@ def _flag_chars(flags: Any) -> str:
 
 
 def _regex_source(value: Any) -> tuple[str, str]:
-    if isinstance(value, Regex):
-        pattern = value.pattern
-        return (pattern.decode() if isinstance(pattern, bytes) else str(pattern), _flag_chars(value.flags))
+    """``(pattern, options)`` of a bson Regex or compiled Python pattern."""
     pattern = value.pattern
-    return (pattern.decode() if isinstance(pattern, bytes) else pattern, _flag_chars(value.flags))
+    return (pattern.decode() if isinstance(pattern, bytes) else str(pattern), _flag_chars(value.flags))
 
 
 def _translate_pcre(pattern: str) -> str:
-    """Rewrite the few PCRE spellings Python's `re` lacks: ``(?<name>`` and ``\\z``."""
+    """Rewrite the PCRE spellings Python's `re` lacks or reads differently.
+
+    ``(?<name>`` becomes ``(?P<name>``; PCRE's ``\\z`` (very end) is Python's ``\\Z``, and
+    PCRE's ``\\Z`` (end, or before a final newline) becomes ``(?=\\n?\\Z)``.
+    """
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
         ch = pattern[i]
         if ch == "\\" and i + 1 < n:
             nxt = pattern[i + 1]
-            out.append("\\Z" if nxt == "z" else ch + nxt)
+            out.append({"z": "\\Z", "Z": "(?=\\n?\\Z)"}.get(nxt, ch + nxt))
             i += 2
             continue
         if pattern.startswith("(?<", i) and i + 3 < n and pattern[i + 3] not in "=!":
@@ -511,7 +515,7 @@ def _bit_set(x: Any, pos: int) -> bool | None:
         return pos // 8 < len(data) and bool(data[pos // 8] >> (pos % 8) & 1)
     if x.__class__ is bool or not is_number(x):
         return None
-    if x.__class__ is float and (x != x or x != int(x)):
+    if x.__class__ is float and (not math.isfinite(x) or x != int(x)):
         return None
     if isinstance(x, Decimal128) and (not x.to_decimal().is_finite() or x.to_decimal() % 1 != 0):
         return None
@@ -544,44 +548,51 @@ def _bits_pred(op: str, positions: list[int]) -> Pred:
 # ---------------------------------------------------------------------------
 
 
-class _Node:
-    """A compiled predicate over a whole document. `rec` (``[index]`` or None) records
-    the array index that made a path match, for the positional operator."""
-
-    __slots__ = ()
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        raise NotImplementedError
+# A compiled predicate over a whole document. `rec` (``[index]`` or None) records the
+# array index that made a path match, for the positional operator (MongoDB's elemMatchKey).
+MatchFn = Callable[[Any, "list[Any] | None"], bool]
 
 
-class _Leaf(_Node):
+def _leaf(path: str, pred: Pred, mode: int) -> MatchFn:
     """Does any value reachable along `path` satisfy `pred`?"""
+    parts = _split(path)
+    if len(parts) > 1:
 
-    __slots__ = ("mode", "name", "parts", "pred")
+        def match_path(doc: Any, rec: list[Any] | None) -> bool:
+            # Fast walk through plain embedded documents; anything else takes the full walk.
+            value = doc
+            for part in parts:
+                if value.__class__ is not dict:
+                    break
+                value = value.get(part, MISSING)
+            else:
+                if value.__class__ is not list and value.__class__ is not tuple:
+                    return pred(value)
+            if value is MISSING or (value.__class__ is not dict and not isinstance(value, (*_ARRAY, Mapping))):
+                return pred(MISSING)
+            for value, offset in _iter_doc(doc, parts, 0, mode):
+                if pred(value):
+                    if rec is not None and offset is not None:
+                        rec[0] = offset
+                    return True
+            return False
 
-    def __init__(self, path: str, pred: Pred, mode: int) -> None:
-        self.parts = _split(path)
-        self.name = path if len(self.parts) == 1 else None
-        self.pred = pred
-        self.mode = mode
+        return match_path
+    name = path
+    if mode == _NO_TRAVERSE:
+        return lambda doc, rec: pred(doc.get(name, MISSING))
 
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        pred = self.pred
-        if self.name is not None:
-            value = doc.get(self.name, MISSING)
-            if self.mode != _NO_TRAVERSE and isinstance(value, _ARRAY):
-                for k, elem in enumerate(value):
-                    if pred(elem):
-                        if rec is not None:
-                            rec[0] = k
-                        return True
-            return pred(value)
-        for value, offset in _iter_doc(doc, self.parts, 0, self.mode):
-            if pred(value):
-                if rec is not None and offset is not None:
-                    rec[0] = offset
-                return True
-        return False
+    def match_field(doc: Any, rec: list[Any] | None) -> bool:
+        value = doc.get(name, MISSING)
+        if value.__class__ is list or value.__class__ is tuple:
+            for k, elem in enumerate(value):
+                if pred(elem):
+                    if rec is not None:
+                        rec[0] = k
+                    return True
+        return pred(value)
+
+    return match_field
 
 
 class _ElemMatch:
@@ -589,7 +600,7 @@ class _ElemMatch:
 
     __slots__ = ("elem_pred", "sub")
 
-    def __init__(self, sub: _Node | None, elem_pred: Pred | None) -> None:
+    def __init__(self, sub: MatchFn | None, elem_pred: Pred | None) -> None:
         self.sub = sub  # document form: a compiled sub-filter
         self.elem_pred = elem_pred  # value form: a single-value predicate
 
@@ -606,92 +617,64 @@ class _ElemMatch:
         assert sub is not None
         for k, elem in enumerate(arr):
             if isinstance(elem, _DOC):
-                if sub.match(elem, None):
+                if sub(elem, None):
                     return k
-            elif isinstance(elem, _ARRAY) and sub.match({str(i): e for i, e in enumerate(elem)}, None):
-                return k
+            elif isinstance(elem, _ARRAY) and sub({str(i): e for i, e in enumerate(elem)}, None):
+                return k  # an array element is matched as the object {"0": ..., "1": ...}
         return -1
 
 
-class _ElemLeaf(_Node):
-    __slots__ = ("elem", "parts")
+def _elem_leaf(path: str, elem: _ElemMatch) -> MatchFn:
+    parts = _split(path)
+    find = elem.find
 
-    def __init__(self, path: str, elem: _ElemMatch) -> None:
-        self.parts = _split(path)
-        self.elem = elem
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        for value, offset in _iter_doc(doc, self.parts, 0, _NO_TRAVERSE):
-            k = self.elem.find(value)
+    def match(doc: Any, rec: list[Any] | None) -> bool:
+        for value, offset in _iter_doc(doc, parts, 0, _NO_TRAVERSE):
+            k = find(value)
             if k >= 0:
                 if rec is not None:
                     rec[0] = k if offset is None else offset
                 return True
         return False
 
+    return match
 
-class _And(_Node):
-    __slots__ = ("children",)
 
-    def __init__(self, children: list[_Node]) -> None:
-        self.children = children
+def _and(children: list[MatchFn]) -> MatchFn:
+    if len(children) == 1:
+        return children[0]
+    if len(children) == 2:
+        first, second = children
+        return lambda doc, rec: first(doc, rec) and second(doc, rec)
 
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        for child in self.children:
-            if not child.match(doc, rec):
+    def match(doc: Any, rec: list[Any] | None) -> bool:
+        for child in children:
+            if not child(doc, rec):
                 return False
         return True
 
-
-class _Or(_Node):
-    __slots__ = ("children",)
-
-    def __init__(self, children: list[_Node]) -> None:
-        self.children = children
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        return any(child.match(doc, None) for child in self.children)
+    return match
 
 
-class _Nor(_Or):
-    __slots__ = ()
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        return not any(child.match(doc, None) for child in self.children)
+def _or(children: list[MatchFn]) -> MatchFn:
+    # $or, $nor and $not never report an array index (the server passes no details down).
+    return lambda doc, rec: any(child(doc, None) for child in children)
 
 
-class _Not(_Node):
-    __slots__ = ("child",)
-
-    def __init__(self, child: _Node) -> None:
-        self.child = child
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        return not self.child.match(doc, None)
+def _nor(children: list[MatchFn]) -> MatchFn:
+    return lambda doc, rec: not any(child(doc, None) for child in children)
 
 
-class _Const(_Node):
-    __slots__ = ("value",)
-
-    def __init__(self, value: bool) -> None:
-        self.value = value
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        return self.value
+def _not(child: MatchFn) -> MatchFn:
+    return lambda doc, rec: not child(doc, None)
 
 
-class _Expr(_Node):
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def match(self, doc: Any, rec: list[Any] | None) -> bool:
-        return _truthy(self.fn(doc))
+def _const(value: bool) -> MatchFn:
+    return lambda doc, rec: value
 
 
-def _all_of(nodes: list[_Node]) -> _Node:
-    return nodes[0] if len(nodes) == 1 else _And(nodes)
+def _expr(fn: Callable[[Any], Any]) -> MatchFn:
+    return lambda doc, rec: _truthy(fn(doc))
 
 
 # ---------------------------------------------------------------------------
@@ -748,7 +731,7 @@ def _parse_op(op: str, arg: Any) -> _IR:
         return ("not", [("leaf", _eq_pred(arg), _TRAVERSE)])
     if op in _CMP_TESTS:
         if isinstance(arg, _REGEX_TYPES):
-            raise _bad(f"Can't have RegEx as arg to predicate over field '{op}'.")
+            raise _bad(f"Can't have RegEx as arg to {op} predicate.")
         return ("leaf", _cmp_pred(op, arg), _TRAVERSE)
     if op in ("$in", "$nin"):
         leaf = ("leaf", _parse_in(op, arg), _TRAVERSE)
@@ -788,9 +771,6 @@ def _parse_not(arg: Any) -> list[_IR]:
         raise _bad("$not needs a regex or a document")
     if not arg:
         raise _bad("$not cannot be empty")
-    for key in arg:
-        if not str(key).startswith("$"):
-            raise _bad(f"unknown operator: {key}")
     return _parse_ops(arg)
 
 
@@ -893,19 +873,12 @@ def _parse_elem_match(op: str, arg: Any) -> _IR:
     if not isinstance(arg, _DOC):
         raise _bad("$elemMatch needs an Object")
     if _is_operator_doc(arg) and next(iter(arg)) not in _TOP_LEVEL_OPS:
-        for key in arg:
-            if not str(key).startswith("$"):
-                raise _bad(f"unknown operator: {key}")
         return ("elem", _ElemMatch(None, _ir_to_pred(("and", _parse_ops(arg)))))
     return ("elem", _ElemMatch(_parse_filter(arg), None))
 
 
 def _parse_bits(op: str, arg: Any) -> _IR:
     return ("leaf", _bits_pred(op, _bit_positions(op, arg)), _TRAVERSE)
-
-
-def _parse_unsupported(op: str, arg: Any) -> _IR:
-    raise _bad(f"{op} is not supported")
 
 
 _OP_PARSERS: dict[str, Callable[[str, Any], _IR]] = {
@@ -918,7 +891,6 @@ _OP_PARSERS: dict[str, Callable[[str, Any], _IR]] = {
     "$bitsAllClear": _parse_bits,
     "$bitsAnySet": _parse_bits,
     "$bitsAnyClear": _parse_bits,
-    "$where": _parse_unsupported,
 }
 
 
@@ -941,19 +913,19 @@ def _ir_to_pred(ir: _IR) -> Pred:
     return lambda x: all(p(x) for p in preds)
 
 
-def _ir_to_node(path: str, ir: _IR) -> _Node:
+def _ir_to_node(path: str, ir: _IR) -> MatchFn:
     """Bind intermediate form to a document path."""
     kind = ir[0]
     if kind == "leaf":
-        return _Leaf(path, ir[1], ir[2])
+        return _leaf(path, ir[1], ir[2])
     if kind == "elem":
-        return _ElemLeaf(path, ir[1])
+        return _elem_leaf(path, ir[1])
     if kind == "const":
-        return _Const(ir[1])
+        return _const(ir[1])
     children = [_ir_to_node(path, sub) for sub in ir[1]]
     if kind == "not":
-        return _Not(_all_of(children))
-    return _all_of(children)
+        return _not(_and(children))
+    return _and(children)
 
 
 # ---------------------------------------------------------------------------
@@ -961,10 +933,10 @@ def _ir_to_node(path: str, ir: _IR) -> _Node:
 # ---------------------------------------------------------------------------
 
 
-def _parse_filter(filt: Mapping[str, Any]) -> _Node:
+def _parse_filter(filt: Mapping[str, Any]) -> MatchFn:
     if not isinstance(filt, _DOC):
         raise _bad("query filter must be an object")
-    nodes: list[_Node] = []
+    nodes: list[MatchFn] = []
     for key, value in filt.items():
         if not isinstance(key, str):
             raise _bad(f"field names must be strings: {key!r}")
@@ -975,18 +947,18 @@ def _parse_filter(filt: Mapping[str, Any]) -> _Node:
         else:
             nodes.append(_parse_field(key, value))
     if not nodes:
-        return _Const(True)
-    return _all_of(nodes)
+        return _const(True)
+    return _and(nodes)
 
 
-def _parse_field(path: str, value: Any) -> _Node:
+def _parse_field(path: str, value: Any) -> MatchFn:
     if _is_operator_doc(value):
         irs = _parse_ops(value)
-        return _all_of([_ir_to_node(path, ir) for ir in irs])
+        return _and([_ir_to_node(path, ir) for ir in irs])
     return _ir_to_node(path, _value_ir(value))
 
 
-def _parse_top_level(op: str, value: Any) -> _Node | None:
+def _parse_top_level(op: str, value: Any) -> MatchFn | None:
     if op in ("$and", "$or", "$nor"):
         if not isinstance(value, _ARRAY):
             raise _bad(f"{op} must be an array")
@@ -998,16 +970,16 @@ def _parse_top_level(op: str, value: Any) -> _Node | None:
                 raise _bad("$or/$and/$nor entries need to be full objects")
             children.append(_parse_filter(sub))
         if op == "$and":
-            return _all_of(children)
-        return _Or(children) if op == "$or" else _Nor(children)
+            return _and(children)
+        return _or(children) if op == "$or" else _nor(children)
     if op == "$comment":
         return None
     if op == "$expr":
-        return _Expr(_compile_expr(value))
+        return _expr(_compile_expr(value))
     if op in ("$alwaysTrue", "$alwaysFalse"):
         if value != 1:
             raise _bad(f"{op} must be an integer value of 1")
-        return _Const(op == "$alwaysTrue")
+        return _const(op == "$alwaysTrue")
     if op == "$text":
         raise MongoError(27, "text index required for $text query")
     if op in ("$where", "$jsonSchema", "$sampleRate"):
@@ -1029,6 +1001,13 @@ def _first_components(filt: Mapping[str, Any], out: set[str]) -> None:
 
 
 class MatchResult(NamedTuple):
+    """Outcome of `Matcher.match_result`.
+
+    `array_index` is the index of the first array element that made the query match (the
+    server's "elemMatchKey", used by the positional ``$`` update and projection), or None
+    when no array element decided the match.
+    """
+
     matched: bool
     array_index: int | None
 
@@ -1040,19 +1019,19 @@ class Matcher:
 
     def __init__(self, filt: Mapping[str, Any] | None) -> None:
         self.filter = filt
-        self._root = _parse_filter(filt) if filt else _Const(True)
+        self._root: MatchFn = _const(True) if filt is None else _parse_filter(filt)
         fields: set[str] = set()
         if filt:
             _first_components(filt, fields)
         self._fields = frozenset(fields)
 
     def matches(self, doc: Mapping[str, Any]) -> bool:
-        return self._root.match(doc, None)
+        return self._root(doc, None)
 
     def match_result(self, doc: Mapping[str, Any]) -> MatchResult:
         """Whether `doc` matches and, if an array element decided it, that element's index."""
         rec: list[Any] = [None]
-        if self._root.match(doc, rec):
+        if self._root(doc, rec):
             return MatchResult(True, rec[0])
         return MatchResult(False, None)
 
@@ -1070,6 +1049,7 @@ def compile_filter(filt: Mapping[str, Any] | None) -> Matcher:
 
 
 def matches(doc: Mapping[str, Any], filt: Mapping[str, Any] | None) -> bool:
+    """One-off convenience: compile `filt` and test `doc` (compile once for many documents)."""
     return Matcher(filt).matches(doc)
 
 
@@ -1110,7 +1090,7 @@ def _agg_path(value: Any, parts: tuple[str, ...], i: int) -> Any:
         elif isinstance(value, _ARRAY):
             out = []
             for elem in value:
-                if isinstance(elem, (*_DOC, *_ARRAY)):
+                if isinstance(elem, _CONTAINER):
                     got = _agg_path(elem, parts, i)
                     if got is not MISSING:
                         out.append(got)
@@ -1279,14 +1259,15 @@ def _x_if_null(op: str, arg: Any) -> Expr:
     return run
 
 
-def _numeric_result(value: Any, any_float: bool, any_decimal: bool) -> Any:
+def _numeric_result(value: Any, any_float: bool, any_decimal: bool, any_long: bool = False) -> Any:
+    """The result's BSON type as the server widens it: decimal > double > long > int."""
     if any_decimal:
-        return Decimal128(str(value))
+        return Decimal128(_DECIMAL128_CONTEXT.create_decimal(value))
     if any_float:
         return float(value)
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+    if not -(2**63) <= value < 2**63:
         return float(value)
-    return value
+    return Int64(value) if any_long or not -(2**31) <= value < 2**31 else int(value)
 
 
 def _arith(op: str, values: list[Any]) -> Any:
@@ -1311,7 +1292,7 @@ def _arith(op: str, values: list[Any]) -> Any:
         if nums[1] == 0:
             raise MongoError(2, "can't $divide by zero")
         return _numeric_result(nums[0] / nums[1], not any_decimal, any_decimal)
-    return _numeric_result(result, any_float, any_decimal)
+    return _numeric_result(result, any_float, any_decimal, any(isinstance(v, Int64) for v in values))
 
 
 def _x_arith(op: str, arg: Any) -> Expr:
@@ -1540,16 +1521,16 @@ _INCLUSION, _EXCLUSION = "inclusion", "exclusion"
 class _PNode:
     """A level of the projection tree: field name -> spec or sub-level."""
 
-    __slots__ = ("children",)
+    __slots__ = ("children", "computed")
 
     def __init__(self) -> None:
         self.children: dict[str, Any] = {}
+        self.computed = False  # whether any computed field lies below; set by `finalize`
 
-    def has_computed(self) -> bool:
-        return any(
-            isinstance(c, _Computed) or (isinstance(c, _PNode) and c.has_computed())
-            for c in self.children.values()
-        )
+    def finalize(self) -> bool:
+        flags = [c.finalize() if isinstance(c, _PNode) else isinstance(c, _Computed) for c in self.children.values()]
+        self.computed = any(flags)
+        return self.computed
 
 
 class _Slice:
@@ -1801,6 +1782,7 @@ class Projection:
             root.children["_id"] = True
         if self.kind == _EXCLUSION and ctx.id_included:
             root.children.pop("_id", None)
+        root.finalize()
         self.root = root
         self.matcher = matcher
         self.positional_path = ctx.positional_path
@@ -1834,21 +1816,21 @@ def _include(doc: Mapping[str, Any], node: _PNode, root_doc: Any) -> dict[str, A
             out[key] = _include(value, spec, root_doc)
         elif isinstance(value, _ARRAY):
             out[key] = _include_array(value, spec, root_doc)
-        elif spec.has_computed():
+        elif spec.computed:
             out[key] = _include({}, spec, root_doc)
     for key, spec in children.items():
         if isinstance(spec, _Computed):
             result = spec.fn(root_doc)
             if result is not MISSING:
                 out[key] = result
-        elif isinstance(spec, _PNode) and key not in out and spec.has_computed():
+        elif isinstance(spec, _PNode) and key not in out and spec.computed:
             out[key] = _include({}, spec, root_doc)
     return out
 
 
 def _include_array(arr: Any, node: _PNode, root_doc: Any) -> list[Any]:
     out = []
-    computed = node.has_computed()
+    computed = node.computed
     for elem in arr:
         if isinstance(elem, _DOC):
             out.append(_include(elem, node, root_doc))

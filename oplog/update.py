@@ -31,6 +31,12 @@ that to the original document reproduces the new one (existing fields are replac
 in place, created ones are appended in the same sorted order), and applying it again
 changes nothing: the oplog entry describes the result, never the operation.
 
+Replacements (`apply_replacement`) keep the original ``_id`` first and log the whole new
+document. Upserts start from `upsert_seed` (the query's equality fields) and run with
+``is_upsert_insert=True`` ($setOnInsert applies, ``_id`` ends up first). Pipeline-style
+updates (an array of stages) are only shape-checked (`validate_update`), not applied.
+Path walking, the tree classes, numbers and $push live in `oplog.update_paths`.
+
 Pure: no I/O and no clock; the current time is a parameter.
 """
 
@@ -197,15 +203,17 @@ def apply_oplog_update(doc: dict[str, Any], o: Mapping[str, Any]) -> dict[str, A
         return new_doc
     ops = [(op, path, value) for op in ("$set", "$unset")
            if isinstance(o.get(op), Mapping) for path, value in o[op].items()]
-    root = ObjectNode()
     try:
-        for op, path, value in ops:
-            insert_leaf(root, Leaf(op, path, value), path.split("."), None, set())
+        return _apply_oplog_ops(deep_copy(doc), ops)
     except MongoError:
-        return _apply_oplog_sequentially(doc, ops)
-    ctx = _Ctx(doc=deep_copy(doc), now=None, from_oplog=True)
-    _apply_node(ctx, root, [])
-    return ctx.doc
+        # Colliding or otherwise unusable paths (never produced by apply_update): one at a time.
+        current = deep_copy(doc)
+        for op_path_value in ops:
+            try:
+                _apply_oplog_ops(current, [op_path_value])
+            except MongoError:
+                continue
+        return current
 
 
 # -- parsing ------------------------------------------------------------------------
@@ -401,18 +409,13 @@ def _oplog_from_paths(log: list[tuple[str, ...]], new_doc: dict[str, Any]) -> di
     return out
 
 
-def _apply_oplog_sequentially(doc: dict[str, Any], ops: list[tuple[str, str, Any]]) -> dict[str, Any]:
-    """Fallback for a malformed entry whose paths collide: one modifier at a time."""
-    current = deep_copy(doc)
+def _apply_oplog_ops(doc: dict[str, Any], ops: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """Apply $set / $unset leaves to `doc` in place, as replication does (non-viable paths skipped)."""
+    root = ObjectNode()
     for op, path, value in ops:
-        try:
-            root = ObjectNode()
-            insert_leaf(root, Leaf(op, path, value), path.split("."), None, set())
-            ctx = _Ctx(doc=current, now=None, from_oplog=True)
-            _apply_node(ctx, root, [])
-        except MongoError:
-            continue
-    return current
+        insert_leaf(root, Leaf(op, path, value), path.split("."), None, set())
+    _apply_node(_Ctx(doc=doc, now=None, from_oplog=True), root, [])
+    return doc
 
 
 def _finish_upsert(doc: dict[str, Any]) -> dict[str, Any]:
@@ -517,8 +520,7 @@ def _apply_array_node(ctx: _Ctx, node: ArrayNode, path: list[str]) -> None:
     if not isinstance(array, list):
         raise MongoError(2, f"Cannot apply array updates to non-array element {format_element(path[-1], array)}")
     names = sorted(node.children, key=field_name_key)
-    plan = [[name for name in names if name == "" or ctx.filters[name].matches({name: element})]
-            for element in array]
+    plan = [[name for name in names if name == "" or _filter_matches(ctx, name, element)] for element in array]
     start, n_modified = len(ctx.log), 0
     for index, matching in enumerate(plan):
         if not matching:
@@ -533,6 +535,11 @@ def _apply_array_node(ctx: _Ctx, node: ArrayNode, path: list[str]) -> None:
     if n_modified > 1:
         del ctx.log[start:]
         ctx.log.append(tuple(path))
+
+
+def _filter_matches(ctx: _Ctx, identifier: str, element: Any) -> bool:
+    matcher = ctx.filters.get(identifier)
+    return matcher is not None and bool(matcher.matches({identifier: element}))
 
 
 def _apply_leaf(ctx: _Ctx, leaf: Leaf, path: list[str]) -> None:

@@ -67,8 +67,8 @@ def dotted(parts: list[str] | tuple[str, ...]) -> str:
 
 def compare_field_names(a: str, b: str) -> int:
     """MongoDB's ``cmpPathsAndArrayIndexes``: numbers (no leading zero) by value, else bytes."""
-    a_num = bool(a) and a[0].isdigit() and not (a[0] == "0" and len(a) > 1)
-    b_num = bool(b) and b[0].isdigit() and not (b[0] == "0" and len(b) > 1)
+    a_num = bool(a) and "0" <= a[0] <= "9" and not (a[0] == "0" and len(a) > 1)
+    b_num = bool(b) and "0" <= b[0] <= "9" and not (b[0] == "0" and len(b) > 1)
     if a_num and b_num and len(a) != len(b):
         return -1 if len(a) < len(b) else 1
     return (a > b) - (a < b)

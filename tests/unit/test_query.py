@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from bson.binary import Binary
+from bson.code import Code
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.max_key import MaxKey
@@ -879,6 +880,18 @@ DOC_CASES: list[tuple[dict[str, Any], dict[str, Any] | None, bool]] = [
     ({"a": float("inf")}, {"a": {"$mod": [3, 0]}}, False),
     ({"a": [4, 7]}, {"a": {"$mod": [3, 1]}}, True),
     ({"a": True}, {"a": {"$mod": [2, 1]}}, False),
+    # bit tests
+    ({"a": 54}, {"a": {"$bitsAllSet": [1, 2, 4, 5]}}, True),
+    ({"a": 54}, {"a": {"$bitsAllSet": 50}}, True),
+    ({"a": 54}, {"a": {"$bitsAllClear": [0, 3]}}, True),
+    ({"a": 54}, {"a": {"$bitsAnySet": [0, 1]}}, True),
+    ({"a": 54}, {"a": {"$bitsAnyClear": [1, 2]}}, False),
+    ({"a": -1}, {"a": {"$bitsAllSet": [0, 63, 200]}}, True),
+    ({"a": 5.5}, {"a": {"$bitsAnySet": [0]}}, False),
+    ({"a": float("inf")}, {"a": {"$bitsAnySet": [0]}}, False),
+    ({"a": "5"}, {"a": {"$bitsAnySet": [0]}}, False),
+    ({"a": Binary(b"\x20")}, {"a": {"$bitsAllSet": Binary(b"\x20")}}, True),
+    ({"a": Binary(b"\x20")}, {"a": {"$bitsAnySet": [5, 20]}}, True),
     # $regex
     ({"a": "abc"}, {"a": {"$regex": "b"}}, True),
     ({"a": "abc"}, {"a": {"$regex": "^b"}}, False),
@@ -898,6 +911,12 @@ DOC_CASES: list[tuple[dict[str, Any], dict[str, Any] | None, bool]] = [
     ({"a": "x"}, {"a": {"$regex": re.compile("X", re.I)}}, True),
     ({"a": "a(b"}, {"a": {"$regex": r"a\(b"}}, True),
     ({"a": "2024-01-05"}, {"a": {"$regex": r"^\d{4}-\d{2}"}}, True),
+    ({"a": "ab\n"}, {"a": {"$regex": r"b\Z"}}, True),
+    ({"a": "ab\n"}, {"a": {"$regex": r"b\z"}}, False),
+    ({"a": "ab\n"}, {"a": {"$regex": "b$"}}, True),
+    ({"a": "a\\z"}, {"a": {"$regex": r"a\\z"}}, True),
+    ({"a": "xyzzy"}, {"a": {"$regex": r"(?<first>x)(?=y)"}}, True),
+    ({"a": "ab"}, {"a": {"$regex": r"(?<!x)b"}}, True),
     # $not
     ({"a": 5}, {"a": {"$not": {"$gt": 3}}}, False),
     ({"a": 2}, {"a": {"$not": {"$gt": 3}}}, True),
@@ -1134,6 +1153,21 @@ def test_expr_runtime_errors() -> None:
     assert info.value.code == 40081
 
 
+def test_non_mapping_filters_are_rejected_and_none_matches_all() -> None:
+    for bad in ([], "", 5, [{"a": 1}]):
+        with pytest.raises(MongoError) as info:
+            compile_filter(bad)  # type: ignore[arg-type]
+        assert info.value.code == 2
+    assert compile_filter(None).match_result({"a": [1]}) == MatchResult(True, None)
+
+
+def test_tests_field_reports_top_level_paths() -> None:
+    matcher = compile_filter({"a.b": 1, "$or": [{"c": 1}, {"$and": [{"d.e": {"$gt": 1}}]}], "$comment": "x"})
+    assert all(matcher.tests_field(f) for f in ("a", "c", "d"))
+    assert not matcher.tests_field("b")
+    assert not matcher.tests_field("$comment")
+
+
 def test_matcher_is_reusable_and_regex_options_compile_once() -> None:
     matcher = compile_filter({"a": {"$regex": "^x", "$options": "i"}, "b": {"$in": [1, 2]}})
     docs = [{"a": "X1", "b": 1}, {"a": "y", "b": 1}, {"a": "xx", "b": 3}, {"a": ["z", "x"], "b": [0, 2]}]
@@ -1289,6 +1323,11 @@ SORT_CASES: list[tuple[list[dict[str, Any]], dict[str, Any] | None, list[Any]]] 
     # 1.0 / Int64 directions
     ([{"_id": 1, "a": 2}, {"_id": 2, "a": 1}], {"a": 1.0}, [2, 1]),
     ([{"_id": 1, "a": 1}, {"_id": 2, "a": 2}], {"a": Int64(-1)}, [2, 1]),
+    # bson Code sorts with strings; Decimal128 with the other numbers
+    ([{"_id": 1, "v": Code("b")}, {"_id": 2, "v": "a"}, {"_id": 3, "v": "c"}], {"v": 1}, [2, 1, 3]),
+    ([{"_id": 1, "v": Decimal128("NaN")}, {"_id": 2, "v": Decimal128("-Infinity")}, {"_id": 3, "v": 0}], {"v": 1}, [1, 2, 3]),
+    ([{"_id": 1, "v": DATE2}, {"_id": 2, "v": DATE1.replace(tzinfo=datetime.UTC)}], {"v": 1}, [2, 1]),
+    ([{"_id": 1, "v": [MinKey(), 5]}, {"_id": 2, "v": None}], {"v": 1}, [1, 2]),
 ]
 
 
@@ -1706,10 +1745,7 @@ def test_match_result_agrees_with_matches(doc: dict[str, Any], f: dict[str, Any]
         assert result.array_index is None
 
 
-SORT_DOCS = st.lists(
-    st.fixed_dictionaries({}, optional={"a": VALUES, "b": SCALARS}).map(lambda d: d),
-    max_size=8,
-)
+SORT_DOCS = st.lists(st.fixed_dictionaries({}, optional={"a": VALUES, "b": SCALARS}), max_size=8)
 
 
 def _min_or_max(value: Any, direction: int) -> Any:

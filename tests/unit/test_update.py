@@ -1187,3 +1187,24 @@ def test_property_validate_agrees_with_apply(doc: dict[str, Any], update: dict[s
         with pytest.raises(MongoError) as info:
             apply_update(doc, update, now=NOW, match_index=0)
         assert info.value.code == exc.code
+
+
+def test_outcome_does_not_share_values_with_the_update() -> None:
+    update = {"$set": {"a": {"b": [1]}}, "$push": {"c": {"$each": [{"d": 1}]}}}
+    out = apply_update({"_id": 1}, update, now=NOW)
+    out.document["a"]["b"].append(2)
+    out.document["c"][0]["d"] = 2
+    assert update == {"$set": {"a": {"b": [1]}}, "$push": {"c": {"$each": [{"d": 1}]}}}
+    assert out.oplog_update == {"$set": {"a": {"b": [1]}, "c": [{"d": 1}]}}
+
+
+def test_outcome_is_frozen() -> None:
+    out = apply_update({"_id": 1}, {"$set": {"a": 1}}, now=NOW)
+    with pytest.raises(AttributeError):
+        out.modified = False  # type: ignore[misc]
+
+
+def test_pipeline_updates_are_rejected_by_apply_update() -> None:
+    with pytest.raises(MongoError) as info:
+        apply_update({"_id": 1}, [{"$set": {"a": 1}}], now=NOW)  # type: ignore[arg-type]
+    assert info.value.code == 2
