@@ -6,7 +6,7 @@ NODES ?= 1
 PORT ?= 27017
 DIR ?= ./data
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.member
+	$(BIN)/python -m bench.oplog
+
+soak: $(STAMP)
+	$(BIN)/pytest -m soak -s
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -9,6 +9,7 @@ from typing import Any
 
 import bson
 import pytest
+from bson.int64 import Int64
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
@@ -109,3 +110,24 @@ def test_more_to_come_gets_no_reply(member: Member) -> None:
         sock.sendall(unacked)
         reply = _roundtrip(sock, encode_op_msg_request({"count": "mtc", "$db": "t"}, 2))
         assert reply["n"] == 1  # the first reply on the socket answers the count
+
+
+def test_awaitable_hello_waits_for_a_change(member: Member) -> None:
+    """A hello with topologyVersion waits (drivers would spin otherwise)."""
+    import time
+
+    with socket.create_connection(("127.0.0.1", member.port), timeout=10) as sock:
+        first = _roundtrip(sock, encode_op_msg_request({"hello": 1, "$db": "admin"}, 1))
+        topology = first["topologyVersion"]
+        started = time.perf_counter()
+        again = _roundtrip(sock, encode_op_msg_request(
+            {"hello": 1, "topologyVersion": topology, "maxAwaitTimeMS": 400, "$db": "admin"}, 2, flags=1 << 16))
+        assert time.perf_counter() - started >= 0.35
+        assert again["topologyVersion"] == topology
+        stale = {"processId": bson.ObjectId(), "counter": Int64(0)}
+        started = time.perf_counter()
+        _roundtrip(sock, encode_op_msg_request(
+            {"hello": 1, "topologyVersion": stale, "maxAwaitTimeMS": 5000, "$db": "admin"}, 3))
+        assert time.perf_counter() - started < 1.0  # another process id: answer at once
+        reply = _roundtrip(sock, encode_op_msg_request({"hello": 1, "maxAwaitTimeMS": 10, "$db": "admin"}, 4))
+        assert reply["code"] == 31368

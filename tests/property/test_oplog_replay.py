@@ -96,7 +96,7 @@ def _replay(entries: list[dict[str, Any]], plan: list[tuple[int, int]]) -> SQLit
     return store
 
 
-SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
