@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -17,3 +18,23 @@ def member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Member]:
         yield m
     finally:
         m.stop()
+
+
+@pytest.fixture()
+def start_member(tmp_path: Any) -> Iterator[Callable[..., Member]]:
+    """Starts members of the test's own (initiated unless told otherwise); stops them all afterwards."""
+    started: list[Member] = []
+
+    def start(*extra_args: str, initiate: bool = True) -> Member:
+        m = Member(dbpath=str(tmp_path / f"db{len(started)}"), extra_args=list(extra_args))
+        started.append(m)
+        m.start()
+        if initiate:
+            m.initiate()
+        return m
+
+    try:
+        yield start
+    finally:
+        for m in started:
+            m.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from bson.binary import Binary
@@ -15,14 +15,8 @@ from tests.support.members import Member
 
 
 @pytest.fixture()
-def fresh_member(tmp_path: Any) -> Any:
-    m = Member(dbpath=str(tmp_path / "db"))
-    m.start()
-    try:
-        m.initiate()
-        yield m
-    finally:
-        m.stop()
+def fresh_member(start_member: Callable[..., Member]) -> Member:
+    return start_member()
 
 
 def test_kill_9_after_j_true_ack_keeps_the_data(fresh_member: Member) -> None:
@@ -68,22 +62,19 @@ def test_retried_write_returns_the_original_result(fresh_member: Member) -> None
         assert record["txnNum"] == 5 and record["reply"]["nModified"] == 1
 
 
-def test_writes_on_an_uninitiated_member_fail_with_not_writable_primary(tmp_path: Any) -> None:
-    m = Member(dbpath=str(tmp_path / "db"))
-    m.start()
-    try:
-        with m.direct_client() as client:
-            hello = client.admin.command("hello")
-            assert hello["isWritablePrimary"] is False and hello["isreplicaset"] is True
-            with pytest.raises(Exception) as excinfo:
-                client.db.command({"insert": "c", "documents": [{"_id": 1}], "lsid": {"id": Binary(
-                    uuid.uuid4().bytes, 4)}, "txnNumber": Int64(1)})
-            details = excinfo.value.details  # type: ignore[attr-defined]
-            assert details["code"] == 10107 and details["codeName"] == "NotWritablePrimary"
-            assert "RetryableWriteError" in details["errorLabels"]
-        with m.direct_client() as client:
-            with pytest.raises(Exception) as excinfo:
-                client.admin.command("replSetGetStatus")
-            assert getattr(excinfo.value, "code", None) == 94
-    finally:
-        m.stop()
+def test_writes_on_an_uninitiated_member_fail_with_not_writable_primary(
+        start_member: Callable[..., Member]) -> None:
+    m = start_member(initiate=False)
+    with m.direct_client() as client:
+        hello = client.admin.command("hello")
+        assert hello["isWritablePrimary"] is False and hello["isreplicaset"] is True
+        with pytest.raises(Exception) as excinfo:
+            client.db.command({"insert": "c", "documents": [{"_id": 1}], "lsid": {"id": Binary(
+                uuid.uuid4().bytes, 4)}, "txnNumber": Int64(1)})
+        details = excinfo.value.details  # type: ignore[attr-defined]
+        assert details["code"] == 10107 and details["codeName"] == "NotWritablePrimary"
+        assert "RetryableWriteError" in details["errorLabels"]
+    with m.direct_client() as client:
+        with pytest.raises(Exception) as excinfo:
+            client.admin.command("replSetGetStatus")
+        assert getattr(excinfo.value, "code", None) == 94

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pymongo
@@ -70,14 +71,8 @@ def _rss_kb(pid: int) -> int:
 
 
 @pytest.fixture()
-def small_oplog_member(tmp_path: Any) -> Any:
-    m = Member(dbpath=str(tmp_path / "db"), extra_args=["--oplogSizeMB", "1"])
-    m.start()
-    try:
-        m.initiate()
-        yield m
-    finally:
-        m.stop()
+def small_oplog_member(start_member: Callable[..., Member]) -> Member:
+    return start_member("--oplogSizeMB", "1")
 
 
 def test_capped_oplog_keeps_the_newest_entries_and_flat_memory(small_oplog_member: Member) -> None:
