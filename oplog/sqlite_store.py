@@ -157,11 +157,33 @@ class _Reader:
 
 
 class StoreTxn(_Reader):
-    """Write operations inside the writer's open transaction."""
+    """Write operations inside the writer's open transaction.
+
+    Catalog lookups (collection and index metadata) are cached for the life of the
+    transaction: a group-commit batch asks for the same few namespaces thousands of
+    times. Any DDL, and any rollback to a savepoint, clears the cache.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._savepoints = 0
+        self._collections: dict[str, CollectionInfo | None] = {}
+        self._indexes: dict[str, list[IndexInfo]] = {}
+
+    def _catalog_changed(self) -> None:
+        self._collections.clear()
+        self._indexes.clear()
+
+    def collection(self, ns: str) -> CollectionInfo | None:
+        if ns not in self._collections:
+            self._collections[ns] = super().collection(ns)
+        return self._collections[ns]
+
+    def indexes(self, ns: str) -> list[IndexInfo]:
+        cached = self._indexes.get(ns)
+        if cached is None:
+            cached = self._indexes[ns] = super().indexes(ns)
+        return cached
 
     # -- savepoints: one client statement or command is all-or-nothing ---------
     def savepoint(self) -> str:
@@ -176,6 +198,7 @@ class StoreTxn(_Reader):
     def rollback_to(self, name: str) -> None:
         self._conn.execute(f"ROLLBACK TO {name}")
         self._conn.execute(f"RELEASE {name}")
+        self._catalog_changed()
 
     # -- collections and indexes ----------------------------------------------
     def create_collection(self, ns: str, options: Mapping[str, Any] | None = None,
@@ -183,6 +206,7 @@ class StoreTxn(_Reader):
         existing = self.collection(ns)
         if existing is not None:
             return existing
+        self._catalog_changed()
         ui = coll_uuid if coll_uuid is not None else Binary(uuid.uuid4().bytes, 4)
         cur = self._conn.execute(
             "INSERT INTO collections(ns, uuid, options) VALUES (?, ?, ?)",
@@ -200,6 +224,7 @@ class StoreTxn(_Reader):
 
     def drop_collection(self, ns: str) -> int | None:
         """Drops a collection; returns the number of indexes it had, or None if absent."""
+        self._catalog_changed()
         info = self.collection(ns)
         if info is None:
             return None
@@ -212,11 +237,13 @@ class StoreTxn(_Reader):
         return len(indexes)
 
     def rename_collection(self, source: str, target: str) -> None:
+        self._catalog_changed()
         self._conn.execute("UPDATE collections SET ns=? WHERE ns=?", (target, source))
         self._conn.execute("UPDATE indexes SET ns=? WHERE ns=?", (target, source))
 
     def create_index(self, ns: str, spec: Mapping[str, Any]) -> bool:
         """Adds an index (building unique keys from existing documents); False if it exists."""
+        self._catalog_changed()
         name = spec["name"]
         if self._conn.execute("SELECT 1 FROM indexes WHERE ns=? AND name=?", (ns, name)).fetchone():
             return False
@@ -233,6 +260,7 @@ class StoreTxn(_Reader):
         return True
 
     def drop_index(self, ns: str, name: str) -> bool:
+        self._catalog_changed()
         index = next((i for i in self.indexes(ns) if i.name == name), None)
         if index is None:
             return False
