@@ -145,7 +145,8 @@ def _ui(env: WriteEnv, ns: str) -> Any:
 
 
 # -- matching documents ------------------------------------------------------------
-def _id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
+def id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
+    """(True, value) when the query pins `_id` to one value, so a lookup replaces a scan."""
     if "_id" not in query:
         return False, None
     value = query["_id"]
@@ -162,7 +163,7 @@ def _id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
 def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher,
                        sort: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """Documents of `ns` matching `query` (by `_id` lookup when the query pins `_id`)."""
-    exact, id_value = _id_equality(query)
+    exact, id_value = id_equality(query)
     if exact:
         doc = txn.get(ns, id_value)
         candidates: Any = [] if doc is None else [doc]

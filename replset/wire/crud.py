@@ -21,6 +21,7 @@ from oplog.writes import (
     WriteResult,
     delete_documents,
     find_and_modify,
+    id_equality,
     insert_documents,
     update_documents,
 )
@@ -167,6 +168,10 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
     reader = ctx.node.store.reader
     if ns == "local.oplog.rs":
         return oplog_source(reader, oplog_start_key(query), reverse=reverse, state=tail_state)
+    exact, id_value = id_equality(query)
+    if exact:
+        doc = reader.get(ns, id_value)
+        return iter([] if doc is None else [doc])
     docs = reader.scan(ns)
     return reversed(list(docs)) if reverse else docs
 
@@ -304,7 +309,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         results = run_pipeline(docs, pipeline, now=ctx.node.hello_view(0).now)
     else:
         validate_pipeline(pipeline)
-        source = collection_source(ctx, ns, {})
+        first = pipeline[0] if pipeline else {}
+        source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {})
         results = run_pipeline(source, pipeline, now=ctx.node.hello_view(0).now)
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
     cursor = Cursor(id=0, ns=ns, source=iter(results))
