@@ -16,7 +16,8 @@ CORE_MODULES = [
     "oplog/values.py", "oplog/query.py", "oplog/update.py", "oplog/aggregate.py", "oplog/expressions.py",
     "oplog/optime.py", "oplog/entry.py", "oplog/index_keys.py", "oplog/errors.py",
     "replset/config.py", "replset/member.py", "replset/hello.py", "replset/status.py",
-    "replset/write_concern.py", "replset/wire/codec.py",
+    "replset/write_concern.py", "replset/wire/codec.py", "replset/quorum.py", "replset/election.py",
+    "sync/sync_source.py", "sync/ping_stats.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "aiohttp", "sqlite3", "threading", "subprocess",
              "oplog.sqlite_store", "replset.node", "replset.wire.server", "replset.http"}

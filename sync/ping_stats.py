@@ -1,0 +1,46 @@
+"""PingStats: the smoothed heartbeat round-trip time to one member.
+
+Theory of operation
+-------------------
+Every heartbeat reply gives one round-trip sample. Like MongoDB's `PingStats`,
+the first sample is taken as is and later ones are blended in with an
+exponentially weighted moving average:
+
+    value = ALPHA * sample + (1 - ALPHA) * value        (ALPHA = 0.2, i.e. (4 * value + sample) / 5)
+
+so one slow reply moves the estimate by a fifth of the difference and a
+persistent change is followed within a handful of heartbeats. A failed
+heartbeat does not change the estimate; it bumps `failures`, which the next
+success resets to 0 (the caller decides when enough failures mean DOWN).
+
+The value is immutable: `record` and `record_failure` return a new PingStats,
+so a topology snapshot can hold them without copying. Pure: no clocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALPHA = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class PingStats:
+    """Smoothed RTT (`value_ms`, None until the first success), sample count and consecutive failures."""
+
+    value_ms: float | None = None
+    samples: int = 0
+    failures: int = 0
+
+    def record(self, rtt_ms: float) -> PingStats:
+        """Blend in one successful round trip; resets `failures`."""
+        if not math.isfinite(rtt_ms) or rtt_ms < 0:
+            raise ValueError(f"round-trip time must be a finite non-negative number, got {rtt_ms!r}")
+        rtt = float(rtt_ms)
+        value = rtt if self.value_ms is None else ALPHA * rtt + (1.0 - ALPHA) * self.value_ms
+        return PingStats(value_ms=value, samples=self.samples + 1, failures=0)
+
+    def record_failure(self) -> PingStats:
+        """Count one failed heartbeat; the smoothed value is kept."""
+        return PingStats(value_ms=self.value_ms, samples=self.samples, failures=self.failures + 1)
