@@ -190,7 +190,7 @@ def _remove_nested(doc: Doc, parts: list[str]) -> Doc:
 def _build_match(spec: Any, env: _Env) -> Transform:
     if not isinstance(spec, dict):
         raise MongoError(15959, "the match filter must be an expression in an object")
-    matcher = compile_filter(spec)
+    matcher = compile_filter(spec, now=env.now)
 
     def run(stream: Stream) -> Stream:
         return (doc for doc in stream if matcher.matches(doc))

@@ -20,7 +20,12 @@ An expression is plain BSON data interpreted recursively by `_eval`:
 most operators treat both alike ("nullish"). Operators are either *eager* (their
 arguments are evaluated first; arity comes from the table and is checked both when a
 pipeline is parsed, by `validate_expression`, and when it runs) or *lazy* (they get the
-raw argument and evaluate only what they need: ``$cond``, ``$and``, ``$let``, ``$map``…).
+raw argument and evaluate only what they need: ``$cond``, ``$and``, ``$let``, ``$map``…;
+their named-argument documents are described by `_Args`). `validate_expression` is
+the parse-time pass: operator names, arities, argument documents, field paths and
+variable scope (``$$x`` must be built in or bound by an enclosing ``$let``/``$map``…),
+so callers (pipelines, ``$expr``, find projections) validate once and then `evaluate`
+per document.
 
 Numbers follow MongoDB's widening: int32 -> int64 -> double -> decimal128, and integer
 results that overflow int64 become doubles. A Python int outside the int32 range, or a
@@ -41,6 +46,7 @@ from typing import Any, NamedTuple
 
 from bson.decimal128 import Decimal128, create_decimal128_context
 from bson.int64 import Int64
+from bson.min_key import MinKey
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
@@ -56,6 +62,7 @@ __all__ = [
     "evaluate_in",
     "format_date",
     "is_nullish",
+    "is_operator",
     "is_truthy",
     "merge_object_into",
     "sum_numbers",
@@ -155,9 +162,12 @@ def _null_if_missing(value: Any) -> Any:
 
 
 def compare(a: Any, b: Any) -> int:
-    """Like `compare_values`, with missing ordered below every other value."""
+    """Like `compare_values`, with missing just below null (but above MinKey), as the server's EOO."""
     if a is MISSING or b is MISSING:
-        return (a is not MISSING) - (b is not MISSING)
+        if a is b:
+            return 0
+        missing_first = not isinstance(b if a is MISSING else a, MinKey)
+        return -1 if (a is MISSING) == missing_first else 1
     return compare_values(a, b)
 
 
@@ -359,11 +369,20 @@ def _walk_array(array: list[Any], parts: list[str]) -> list[Any]:
     return out
 
 
+class _Args(NamedTuple):
+    """A lazy operator's named-argument document: allowed and required keys, error codes."""
+
+    allowed: tuple[str, ...]
+    required: tuple[str, ...]
+    codes: tuple[int, int]  # (not an object / unknown key, missing key)
+
+
 class _Op(NamedTuple):
     fn: Callable[[str, Any, Context], Any]
     nmin: int
     nmax: int | None
     lazy: bool
+    args: _Args | None = None
 
 
 _OPERATORS: dict[str, _Op] = {}
@@ -380,15 +399,21 @@ def _eager(*names: str, nmin: int = 0, nmax: int | None = None) -> Callable[[Any
     return register
 
 
-def _lazy(*names: str) -> Callable[[Any], Any]:
-    """Register an operator that receives its raw, unevaluated argument."""
+def _lazy(*names: str, args: _Args | None = None) -> Callable[[Any], Any]:
+    """Register an operator that receives its raw, unevaluated argument (a named-argument
+    document described by `args`, if given: `_object_args` checks it)."""
 
     def register(fn: Callable[[str, Any, Context], Any]) -> Any:
         for name in names:
-            _OPERATORS[name] = _Op(fn, 0, None, True)
+            _OPERATORS[name] = _Op(fn, 0, None, True, args)
         return fn
 
     return register
+
+
+def is_operator(name: str) -> bool:
+    """Whether `name` (such as ``"$add"``) is an expression operator this module implements."""
+    return name in _OPERATORS
 
 
 def _lookup_operator(expr: dict[str, Any]) -> tuple[str, _Op]:
@@ -426,28 +451,70 @@ def _eval_operator(expr: dict[str, Any], ctx: Context) -> Any:
     return op.fn(name, [_eval(arg, ctx) for arg in args], ctx)
 
 
-def validate_expression(expr: Any) -> None:
-    """Parse-time checks: operator names, eager arities and field-path syntax."""
+_BUILTIN_VARIABLES = frozenset({"ROOT", "CURRENT", "NOW", "REMOVE"})
+
+
+def validate_expression(expr: Any, variables: Iterable[str] = ()) -> None:
+    """Parse-time checks: operator names, arities, named-argument documents, field-path
+    syntax and variable references (`variables` are names bound around `expr`)."""
+    _validate(expr, _BUILTIN_VARIABLES.union(variables))
+
+
+def _validate(expr: Any, scope: frozenset[str]) -> None:
     if isinstance(expr, str):
         if expr.startswith("$"):
             _check_field_path(expr)
+            name = expr[2:].partition(".")[0]
+            if expr.startswith("$$") and name not in scope:
+                raise MongoError(17276, f"Use of undefined variable: {name}")
     elif isinstance(expr, list):
         for item in expr:
-            validate_expression(item)
+            _validate(item, scope)
     elif isinstance(expr, dict):
         if expr and next(iter(expr)).startswith("$"):
             name, op = _lookup_operator(expr)
-            if name == "$literal":
-                return
             raw = expr[name]
-            if not op.lazy:
+            if op.lazy:
+                _validate_lazy(name, op, raw, scope)
+            else:
                 _check_arity(name, op, len(raw) if isinstance(raw, list) else 1)
-            validate_expression(raw)
+                _validate(raw, scope)
             return
         for key, sub in expr.items():
-            if key.startswith("$") or "." in key:
-                raise MongoError(16412, f"FieldPath field names may not contain '.' or start with '$': {key}")
-            validate_expression(sub)
+            _check_field_name(key)
+            _validate(sub, scope)
+
+
+def _validate_lazy(name: str, op: _Op, raw: Any, scope: frozenset[str]) -> None:
+    if name == "$literal":
+        return
+    if op.args is None or (name == "$cond" and isinstance(raw, list)):
+        if name == "$cond":
+            _cond_args(name, raw)
+        _validate(raw, scope)
+        return
+    spec = _object_args(name, raw)
+    inner = scope
+    if name == "$let":
+        bound = _let_vars(spec)
+        _validate(list(bound.values()), scope)
+        inner = scope.union(bound)
+    elif name in ("$map", "$filter"):
+        inner = scope | {_as_variable(name, spec)}
+    elif name == "$reduce":
+        inner = scope | {"this", "value"}
+    elif name == "$switch":
+        _switch_branches(spec)
+    for key, sub in spec.items():
+        if not (name == "$let" and key == "vars"):
+            _validate(sub, inner if key in ("in", "cond") else scope)
+
+
+def _check_field_name(key: str) -> None:
+    if key.startswith("$"):
+        raise MongoError(16410, f"FieldPath field names may not start with '$': {key}")
+    if "." in key:
+        raise MongoError(16412, f"FieldPath field names may not contain '.': {key}")
 
 
 def _check_field_path(expr: str) -> None:
@@ -735,8 +802,11 @@ def _op_not(name: str, vals: list[Any], ctx: Context) -> Any:
     return not is_truthy(vals[0])
 
 
-def _object_args(name: str, raw: Any, allowed: tuple[str, ...], required: tuple[str, ...], codes: tuple[int, int]) -> dict[str, Any]:
-    """Check an operator's named-argument document (unknown code, missing code)."""
+def _object_args(name: str, raw: Any) -> dict[str, Any]:
+    """Check an operator's named-argument document against its registered `_Args`."""
+    args = _OPERATORS[name].args
+    assert args is not None
+    allowed, required, codes = args
     if not isinstance(raw, dict):
         raise MongoError(codes[0], f"{name} requires an object as an argument, found: {type_name(raw)}")
     for key in raw:
@@ -748,15 +818,19 @@ def _object_args(name: str, raw: Any, allowed: tuple[str, ...], required: tuple[
     return raw
 
 
-@_lazy("$cond")
-def _op_cond(name: str, raw: Any, ctx: Context) -> Any:
+def _cond_args(name: str, raw: Any) -> tuple[Any, Any, Any]:
     if isinstance(raw, list):
         if len(raw) != 3:
             raise MongoError(16020, f"Expression $cond takes exactly 3 arguments. {len(raw)} were passed in.")
         cond, then, other = raw
-    else:
-        spec = _object_args(name, raw, ("if", "then", "else"), ("if", "then", "else"), (17083, 17080))
-        cond, then, other = spec["if"], spec["then"], spec["else"]
+        return cond, then, other
+    spec = _object_args(name, raw)
+    return spec["if"], spec["then"], spec["else"]
+
+
+@_lazy("$cond", args=_Args(("if", "then", "else"), ("if", "then", "else"), (17083, 17080)))
+def _op_cond(name: str, raw: Any, ctx: Context) -> Any:
+    cond, then, other = _cond_args(name, raw)
     return _eval(then if is_truthy(_eval(cond, ctx)) else other, ctx)
 
 
@@ -768,15 +842,20 @@ def _op_if_null(name: str, vals: list[Any], ctx: Context) -> Any:
     return vals[-1]
 
 
-@_lazy("$switch")
-def _op_switch(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("branches", "default"), ("branches",), (40061, 40068))
+def _switch_branches(spec: dict[str, Any]) -> list[dict[str, Any]]:
     branches = spec["branches"]
     if not isinstance(branches, list):
         raise MongoError(40061, f"$switch expected an array for 'branches', found: {type_name(branches)}")
     for branch in branches:
         if not isinstance(branch, dict) or "case" not in branch or "then" not in branch:
             raise MongoError(40064, "$switch requires each branch have a 'case' and 'then' expression")
+    return branches
+
+
+@_lazy("$switch", args=_Args(("branches", "default"), ("branches",), (40061, 40068)))
+def _op_switch(name: str, raw: Any, ctx: Context) -> Any:
+    spec = _object_args(name, raw)
+    for branch in _switch_branches(spec):
         if is_truthy(_eval(branch["case"], ctx)):
             return _eval(branch["then"], ctx)
     if "default" not in spec:
@@ -791,12 +870,17 @@ def _op_literal(name: str, raw: Any, ctx: Context) -> Any:
     return raw
 
 
-@_lazy("$let")
+def _let_vars(spec: dict[str, Any]) -> dict[str, Any]:
+    bound = spec["vars"]
+    if not isinstance(bound, dict):
+        raise MongoError(10065, f"invalid parameter: expected an object (vars), found: {type_name(bound)}")
+    return bound
+
+
+@_lazy("$let", args=_Args(("vars", "in"), ("vars", "in"), (16875, 16876)))
 def _op_let(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("vars", "in"), ("vars", "in"), (16875, 16876))
-    if not isinstance(spec["vars"], dict):
-        raise MongoError(10065, f"invalid parameter: expected an object (vars), found: {type_name(spec['vars'])}")
-    values = {var: _eval(expr, ctx) for var, expr in spec["vars"].items()}
+    spec = _object_args(name, raw)
+    values = {var: _eval(expr, ctx) for var, expr in _let_vars(spec).items()}
     return _eval(spec["in"], ctx.bind(**values))
 
 
@@ -925,9 +1009,9 @@ def _op_strcasecmp(name: str, vals: list[Any], ctx: Context) -> Any:
 _WHITESPACE = "\0 \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 
-@_lazy("$trim", "$ltrim", "$rtrim")
+@_lazy("$trim", "$ltrim", "$rtrim", args=_Args(("input", "chars"), ("input",), (50694, 50695)))
 def _op_trim(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("input", "chars"), ("input",), (50694, 50695))
+    spec = _object_args(name, raw)
     text = _eval(spec["input"], ctx)
     chars = _eval(spec["chars"], ctx) if "chars" in spec else _WHITESPACE
     if is_nullish(text) or is_nullish(chars):
@@ -1071,33 +1155,40 @@ def _array_input(name: str, value: Any, code: int) -> list[Any] | None:
     return value
 
 
-@_lazy("$map")
+def _as_variable(name: str, spec: dict[str, Any]) -> str:
+    var = spec.get("as", "this")
+    if not isinstance(var, str) or not var:
+        raise MongoError(16866, f"{name}: 'as' must be a non-empty variable name, found: {var!r}")
+    return var
+
+
+@_lazy("$map", args=_Args(("input", "as", "in"), ("input", "in"), (16879, 16880)))
 def _op_map(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("input", "as", "in"), ("input", "in"), (16879, 16880))
+    spec = _object_args(name, raw)
     array = _array_input(name, _eval(spec["input"], ctx), 16883)
     if array is None:
         return None
-    var = spec.get("as", "this")
+    var = _as_variable(name, spec)
     return [_null_if_missing(_eval(spec["in"], ctx.bind(**{var: item}))) for item in array]
 
 
-@_lazy("$filter")
+@_lazy("$filter", args=_Args(("input", "as", "cond", "limit"), ("input", "cond"), (28647, 28648)))
 def _op_filter(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("input", "as", "cond", "limit"), ("input", "cond"), (28647, 28648))
+    spec = _object_args(name, raw)
     array = _array_input(name, _eval(spec["input"], ctx), 28651)
     if array is None:
         return None
     limit = _eval(spec["limit"], ctx) if "limit" in spec else None
     if limit is not None and (not _is_integral(limit, 1, INT32_MAX)):
         raise MongoError(2, f"$filter: limit must be a positive integer, found: {limit!r}")
-    var = spec.get("as", "this")
+    var = _as_variable(name, spec)
     out = [item for item in array if is_truthy(_eval(spec["cond"], ctx.bind(**{var: item})))]
     return out if limit is None else out[: _to_int(limit)]
 
 
-@_lazy("$reduce")
+@_lazy("$reduce", args=_Args(("input", "initialValue", "in"), ("input", "initialValue", "in"), (40076, 40077)))
 def _op_reduce(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("input", "initialValue", "in"), ("input", "initialValue", "in"), (40076, 40077))
+    spec = _object_args(name, raw)
     array = _eval(spec["input"], ctx)
     if is_nullish(array):
         return None
@@ -1370,9 +1461,9 @@ def _format_date(local: datetime.datetime, fmt: str, offset: int) -> str:
     return "".join(out)
 
 
-@_lazy("$dateToString")
+@_lazy("$dateToString", args=_Args(("date", "format", "timezone", "onNull"), ("date",), (18534, 18628)))
 def _op_date_to_string(name: str, raw: Any, ctx: Context) -> Any:
-    spec = _object_args(name, raw, ("date", "format", "timezone", "onNull"), ("date",), (18534, 18628))
+    spec = _object_args(name, raw)
     found = _date_input(name, {k: spec[k] for k in ("date", "timezone") if k in spec}, ctx)
     if found is None:
         return _eval(spec["onNull"], ctx) if "onNull" in spec else None

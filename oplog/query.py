@@ -20,7 +20,8 @@ documents are entered, arrays met *before* the end of the path are traversed
 element by element (documents inside are searched for the rest of the path; a
 numeric component also selects the element at that index), and an array *at* the
 end of the path yields each element and then the array itself (so ``{a: 1}`` and
-``{a: [1, 2]}`` both work). A path that reaches nothing yields `MISSING`, which
+``{a: [1, 2]}`` both work). A path that reaches nothing yields `MISSING` (the
+sentinel `oplog.expressions` uses too), which
 equality to ``null`` (and ``$exists: false``) matches. Each yielded value carries
 the index of the outermost array traversed; the first one that satisfies the query
 is the ``array_index`` reported by `Matcher.match_result` for the positional ``$``.
@@ -33,15 +34,19 @@ except ``MinKey``/``MaxKey`` bounds and ``null`` which also cover missing fields
 `sort_documents` orders by MongoDB sort keys (arrays sort by their smallest element
 ascending and largest descending, missing sorts as ``null``, an empty array below
 ``null``). `apply_projection` implements find() projections: inclusion/exclusion
-trees, ``$slice``, ``$elemMatch``, positional ``field.$`` and computed fields
-(literals, ``"$path"`` references and a small set of aggregation expressions, which
-are also what ``$expr`` evaluates).
+trees, ``$slice``, ``$elemMatch``, positional ``field.$`` and computed fields.
+
+Aggregation expressions (``$expr`` and computed projection fields) belong to
+`oplog.expressions`: they are validated there when the filter or projection is
+compiled and evaluated per document. ``$$NOW`` is the ``now`` given to
+`compile_filter`/`compile_projection` (the Unix epoch when none is given).
 
 Pure: no I/O, no clocks, no randomness.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -49,7 +54,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from bson.binary import Binary
-from bson.decimal128 import Decimal128, create_decimal128_context
+from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
@@ -57,6 +62,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 
 from oplog.errors import MongoError
+from oplog.expressions import MISSING, evaluate, is_operator, is_truthy, type_name, validate_expression
 from oplog.values import (
     RANK_NULL,
     RANK_NUMBER,
@@ -85,24 +91,10 @@ __all__ = [
 ]
 
 
-class _Missing:
-    """The value of a path that reaches nothing (MongoDB's EOO element)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-MISSING: Any = _Missing()
-
 _ARRAY = (list, tuple)
 _DOC = (dict, Mapping)
 _CONTAINER = (dict, Mapping, list, tuple)
-_DECIMAL128_CONTEXT = create_decimal128_context()
+_EPOCH = datetime.datetime(1970, 1, 1)  # $$NOW when the caller gives no time
 _PLAIN_NUM = frozenset({int, float, Int64})
 _REGEX_TYPES = (Regex, re.Pattern)
 Pred = Callable[[Any], bool]
@@ -673,8 +665,8 @@ def _const(value: bool) -> MatchFn:
     return lambda doc, rec: value
 
 
-def _expr(fn: Callable[[Any], Any]) -> MatchFn:
-    return lambda doc, rec: _truthy(fn(doc))
+def _expr(expr: Any, now: datetime.datetime) -> MatchFn:
+    return lambda doc, rec: is_truthy(evaluate(expr, doc, now=now))
 
 
 # ---------------------------------------------------------------------------
@@ -738,7 +730,7 @@ def _parse_op(op: str, arg: Any) -> _IR:
         return leaf if op == "$in" else ("not", [leaf])
     if op == "$exists":
         exists = ("leaf", _exists_pred, _TRAVERSE)
-        return exists if _truthy(arg) else ("not", [exists])
+        return exists if is_truthy(arg) else ("not", [exists])
     if op == "$not":
         return ("not", _parse_not(arg))
     parser = _OP_PARSERS.get(op)
@@ -874,7 +866,7 @@ def _parse_elem_match(op: str, arg: Any) -> _IR:
         raise _bad("$elemMatch needs an Object")
     if _is_operator_doc(arg) and next(iter(arg)) not in _TOP_LEVEL_OPS:
         return ("elem", _ElemMatch(None, _ir_to_pred(("and", _parse_ops(arg)))))
-    return ("elem", _ElemMatch(_parse_filter(arg), None))
+    return ("elem", _ElemMatch(_parse_filter(arg, None), None))
 
 
 def _parse_bits(op: str, arg: Any) -> _IR:
@@ -933,7 +925,9 @@ def _ir_to_node(path: str, ir: _IR) -> MatchFn:
 # ---------------------------------------------------------------------------
 
 
-def _parse_filter(filt: Mapping[str, Any]) -> MatchFn:
+def _parse_filter(filt: Mapping[str, Any], now: datetime.datetime | None) -> MatchFn:
+    """Compile a filter document; `now` is $$NOW for ``$expr``, None where ``$expr`` is not
+    allowed (inside ``$elemMatch``, as on the server)."""
     if not isinstance(filt, _DOC):
         raise _bad("query filter must be an object")
     nodes: list[MatchFn] = []
@@ -941,7 +935,7 @@ def _parse_filter(filt: Mapping[str, Any]) -> MatchFn:
         if not isinstance(key, str):
             raise _bad(f"field names must be strings: {key!r}")
         if key.startswith("$"):
-            node = _parse_top_level(key, value)
+            node = _parse_top_level(key, value, now)
             if node is not None:
                 nodes.append(node)
         else:
@@ -958,7 +952,7 @@ def _parse_field(path: str, value: Any) -> MatchFn:
     return _ir_to_node(path, _value_ir(value))
 
 
-def _parse_top_level(op: str, value: Any) -> MatchFn | None:
+def _parse_top_level(op: str, value: Any, now: datetime.datetime | None) -> MatchFn | None:
     if op in ("$and", "$or", "$nor"):
         if not isinstance(value, _ARRAY):
             raise _bad(f"{op} must be an array")
@@ -968,14 +962,17 @@ def _parse_top_level(op: str, value: Any) -> MatchFn | None:
         for sub in value:
             if not isinstance(sub, _DOC):
                 raise _bad("$or/$and/$nor entries need to be full objects")
-            children.append(_parse_filter(sub))
+            children.append(_parse_filter(sub, now))
         if op == "$and":
             return _and(children)
         return _or(children) if op == "$or" else _nor(children)
     if op == "$comment":
         return None
     if op == "$expr":
-        return _expr(_compile_expr(value))
+        if now is None:
+            raise _bad("$expr can only be applied to the top-level document")
+        validate_expression(value)
+        return _expr(value, now)
     if op in ("$alwaysTrue", "$alwaysFalse"):
         if value != 1:
             raise _bad(f"{op} must be an integer value of 1")
@@ -1017,9 +1014,9 @@ class Matcher:
 
     __slots__ = ("_fields", "_root", "filter")
 
-    def __init__(self, filt: Mapping[str, Any] | None) -> None:
+    def __init__(self, filt: Mapping[str, Any] | None, *, now: datetime.datetime | None = None) -> None:
         self.filter = filt
-        self._root: MatchFn = _const(True) if filt is None else _parse_filter(filt)
+        self._root: MatchFn = _const(True) if filt is None else _parse_filter(filt, _EPOCH if now is None else now)
         fields: set[str] = set()
         if filt:
             _first_components(filt, fields)
@@ -1043,366 +1040,16 @@ class Matcher:
         return f"Matcher({self.filter!r})"
 
 
-def compile_filter(filt: Mapping[str, Any] | None) -> Matcher:
-    """Validate and compile a query filter; None or ``{}`` matches every document."""
-    return Matcher(filt)
+def compile_filter(filt: Mapping[str, Any] | None, *, now: datetime.datetime | None = None) -> Matcher:
+    """Validate and compile a query filter; None or ``{}`` matches every document.
+
+    `now` is ``$$NOW`` inside ``$expr`` (the Unix epoch when None)."""
+    return Matcher(filt, now=now)
 
 
 def matches(doc: Mapping[str, Any], filt: Mapping[str, Any] | None) -> bool:
     """One-off convenience: compile `filt` and test `doc` (compile once for many documents)."""
     return Matcher(filt).matches(doc)
-
-
-# ---------------------------------------------------------------------------
-# Aggregation expressions (for $expr and computed projection fields)
-# ---------------------------------------------------------------------------
-
-Expr = Callable[[Any], Any]
-_TYPE_NAMES = {code: name for name, code in TYPE_ALIASES.items()}
-
-
-def _truthy(value: Any) -> bool:
-    """Aggregation truthiness: false, null, missing and zero are false; all else is true."""
-    if value is None or value is MISSING or value is False:
-        return False
-    if is_number(value) and value.__class__ is not bool:
-        if isinstance(value, Decimal128):
-            return value.to_decimal() != 0
-        return bool(value != 0)
-    return True
-
-
-def _type_name(value: Any) -> str:
-    if value is MISSING:
-        return "missing"
-    try:
-        return _TYPE_NAMES.get(bson_type_code(value), "object")
-    except TypeError:
-        return "object"
-
-
-def _agg_path(value: Any, parts: tuple[str, ...], i: int) -> Any:
-    """Aggregation field-path semantics: arrays map over their elements, dropping misses."""
-    while i < len(parts):
-        if isinstance(value, _DOC):
-            value = value.get(parts[i], MISSING)
-            i += 1
-        elif isinstance(value, _ARRAY):
-            out = []
-            for elem in value:
-                if isinstance(elem, _CONTAINER):
-                    got = _agg_path(elem, parts, i)
-                    if got is not MISSING:
-                        out.append(got)
-            return out
-        else:
-            return MISSING
-    return value
-
-
-def _agg_compare(a: Any, b: Any) -> int:
-    """Aggregation comparison: like BSON order, with missing just below null."""
-    if a is MISSING or b is MISSING:
-        if a is b:
-            return 0
-        other = b if a is MISSING else a
-        below = isinstance(other, MinKey)
-        sign = 1 if below else -1
-        return sign if a is MISSING else -sign
-    return compare_values(a, b)
-
-
-def _compile_field_ref(spec: str) -> Expr:
-    if spec.startswith("$$"):
-        name, _, rest = spec[2:].partition(".")
-        if name not in ("ROOT", "CURRENT"):
-            raise MongoError(17276, f"Use of undefined variable: {name}")
-        if not rest:
-            return lambda doc: doc
-        parts = _split(rest)
-        return lambda doc: _agg_path(doc, parts, 0)
-    if spec == "$":
-        raise MongoError(16872, "'$' by itself is not a valid FieldPath")
-    parts = _split(spec[1:])
-    if any(p == "" for p in parts):
-        raise MongoError(15998, "FieldPath field names may not be empty strings.")
-    return lambda doc: _agg_path(doc, parts, 0)
-
-
-def _compile_expr(spec: Any) -> Expr:
-    """Compile an aggregation expression into ``doc -> value`` (MISSING if absent)."""
-    if isinstance(spec, str) and spec.startswith("$"):
-        return _compile_field_ref(spec)
-    if isinstance(spec, _ARRAY):
-        items = [_compile_expr(s) for s in spec]
-        return lambda doc: [_null_if_missing(f(doc)) for f in items]
-    if isinstance(spec, _DOC):
-        if spec and str(next(iter(spec))).startswith("$"):
-            return _compile_operator(spec)
-        return _compile_object(spec)
-    return lambda doc: spec
-
-
-def _null_if_missing(value: Any) -> Any:
-    return None if value is MISSING else value
-
-
-def _compile_object(spec: Mapping[str, Any]) -> Expr:
-    fields = []
-    for key, sub in spec.items():
-        if key.startswith("$") or "." in key:
-            raise MongoError(16412 if "." in key else 16410, f"Invalid field name in expression object: {key}")
-        fields.append((key, _compile_expr(sub)))
-
-    def build(doc: Any) -> Any:
-        out = {}
-        for key, fn in fields:
-            value = fn(doc)
-            if value is not MISSING:
-                out[key] = value
-        return out
-
-    return build
-
-
-def _compile_operator(spec: Mapping[str, Any]) -> Expr:
-    if len(spec) != 1:
-        raise MongoError(
-            15983,
-            f"an expression specification must contain exactly one field, the name of the expression. "
-            f"Found {len(spec)} fields",
-        )
-    op, arg = next(iter(spec.items()))
-    if op == "$literal":
-        return lambda doc: arg
-    builder = _EXPR_OPS.get(op)
-    if builder is None:
-        raise MongoError(168, f"Unrecognized expression '{op}'")
-    return builder(op, arg)
-
-
-def _args(op: str, arg: Any, count: int | None = None, at_least: int = 0) -> list[Expr]:
-    items = list(arg) if isinstance(arg, _ARRAY) else [arg]
-    if count is not None and len(items) != count:
-        raise MongoError(16020, f"Expression {op} takes exactly {count} arguments. {len(items)} were passed in.")
-    if len(items) < at_least:
-        raise MongoError(16020, f"Expression {op} takes at least {at_least} arguments.")
-    return [_compile_expr(item) for item in items]
-
-
-_AGG_CMP: dict[str, Callable[[int], Any]] = {
-    "$eq": lambda c: c == 0,
-    "$ne": lambda c: c != 0,
-    "$gt": lambda c: c > 0,
-    "$gte": lambda c: c >= 0,
-    "$lt": lambda c: c < 0,
-    "$lte": lambda c: c <= 0,
-    "$cmp": lambda c: c,
-}
-
-
-def _x_compare(op: str, arg: Any) -> Expr:
-    a, b = _args(op, arg, 2)
-    test = _AGG_CMP[op]
-    return lambda doc: test(_agg_compare(a(doc), b(doc)))
-
-
-def _x_logic(op: str, arg: Any) -> Expr:
-    items = _args(op, arg)
-    if op == "$and":
-        return lambda doc: all(_truthy(f(doc)) for f in items)
-    if op == "$or":
-        return lambda doc: any(_truthy(f(doc)) for f in items)
-    if len(items) != 1:
-        raise MongoError(16020, f"Expression $not takes exactly 1 arguments. {len(items)} were passed in.")
-    inner = items[0]
-    return lambda doc: not _truthy(inner(doc))
-
-
-def _x_in(op: str, arg: Any) -> Expr:
-    needle, haystack = _args(op, arg, 2)
-
-    def run(doc: Any) -> bool:
-        arr = haystack(doc)
-        if not isinstance(arr, _ARRAY):
-            raise MongoError(40081, f"$in requires an array as a second argument, found: {_type_name(arr)}")
-        value = needle(doc)
-        return any(_agg_compare(value, item) == 0 for item in arr)
-
-    return run
-
-
-def _x_size(op: str, arg: Any) -> Expr:
-    (inner,) = _args(op, arg, 1)
-
-    def run(doc: Any) -> int:
-        value = inner(doc)
-        if not isinstance(value, _ARRAY):
-            raise MongoError(
-                17124, f"The argument to $size must be an array. Type of argument is: {_type_name(value)}"
-            )
-        return len(value)
-
-    return run
-
-
-def _x_if_null(op: str, arg: Any) -> Expr:
-    items = _args(op, arg, at_least=2)
-
-    def run(doc: Any) -> Any:
-        for fn in items[:-1]:
-            value = fn(doc)
-            if value is not None and value is not MISSING:
-                return value
-        return items[-1](doc)
-
-    return run
-
-
-def _numeric_result(value: Any, any_float: bool, any_decimal: bool, any_long: bool = False) -> Any:
-    """The result's BSON type as the server widens it: decimal > double > long > int."""
-    if any_decimal:
-        return Decimal128(_DECIMAL128_CONTEXT.create_decimal(value))
-    if any_float:
-        return float(value)
-    if not -(2**63) <= value < 2**63:
-        return float(value)
-    return Int64(value) if any_long or not -(2**31) <= value < 2**31 else int(value)
-
-
-def _arith(op: str, values: list[Any]) -> Any:
-    """Apply +, -, * or / to numbers; null/missing operands give null."""
-    if any(v is None or v is MISSING for v in values):
-        return None
-    for v in values:
-        if not is_number(v) or v.__class__ is bool:
-            raise MongoError(16554, f"{op} only supports numeric types, not {_type_name(v)}")
-    any_decimal = any(isinstance(v, Decimal128) for v in values)
-    any_float = any(v.__class__ is float for v in values)
-    nums = [v.to_decimal() if isinstance(v, Decimal128) else (Decimal(v) if any_decimal else v) for v in values]
-    if op == "$add":
-        result = sum(nums[1:], nums[0]) if nums else 0
-    elif op == "$multiply":
-        result = 1
-        for n in nums:
-            result = result * n
-    elif op == "$subtract":
-        result = nums[0] - nums[1]
-    else:
-        if nums[1] == 0:
-            raise MongoError(2, "can't $divide by zero")
-        return _numeric_result(nums[0] / nums[1], not any_decimal, any_decimal)
-    return _numeric_result(result, any_float, any_decimal, any(isinstance(v, Int64) for v in values))
-
-
-def _x_arith(op: str, arg: Any) -> Expr:
-    count = 2 if op in ("$subtract", "$divide") else None
-    items = _args(op, arg, count)
-    return lambda doc: _arith(op, [f(doc) for f in items])
-
-
-def _x_abs(op: str, arg: Any) -> Expr:
-    (inner,) = _args(op, arg, 1)
-
-    def run(doc: Any) -> Any:
-        value = inner(doc)
-        if value is None or value is MISSING:
-            return None
-        if not is_number(value) or value.__class__ is bool:
-            raise MongoError(28765, f"$abs only supports numeric types, not {_type_name(value)}")
-        if isinstance(value, Decimal128):
-            return Decimal128(abs(value.to_decimal()))
-        return abs(value)
-
-    return run
-
-
-def _x_concat(op: str, arg: Any) -> Expr:
-    items = _args(op, arg)
-
-    def run(doc: Any) -> Any:
-        parts = [f(doc) for f in items]
-        if any(p is None or p is MISSING for p in parts):
-            return None
-        for p in parts:
-            if not isinstance(p, str):
-                raise MongoError(16702, f"$concat only supports strings, not {_type_name(p)}")
-        return "".join(parts)
-
-    return run
-
-
-def _x_case(op: str, arg: Any) -> Expr:
-    (inner,) = _args(op, arg, 1)
-
-    def run(doc: Any) -> str:
-        value = inner(doc)
-        text = "" if value is None or value is MISSING else str(value)
-        return text.lower() if op == "$toLower" else text.upper()
-
-    return run
-
-
-def _x_cond(op: str, arg: Any) -> Expr:
-    if isinstance(arg, _DOC):
-        if set(arg) != {"if", "then", "else"}:
-            raise MongoError(17080, "Missing 'if', 'then' or 'else' parameter to $cond")
-        cond, then, other = (_compile_expr(arg[k]) for k in ("if", "then", "else"))
-    else:
-        cond, then, other = _args(op, arg, 3)
-    return lambda doc: then(doc) if _truthy(cond(doc)) else other(doc)
-
-
-def _x_type(op: str, arg: Any) -> Expr:
-    (inner,) = _args(op, arg, 1)
-    return lambda doc: _type_name(inner(doc))
-
-
-def _x_is_array(op: str, arg: Any) -> Expr:
-    (inner,) = _args(op, arg, 1)
-    return lambda doc: isinstance(inner(doc), _ARRAY)
-
-
-def _x_elem_at(op: str, arg: Any) -> Expr:
-    arr_fn, idx_fn = _args(op, arg, 2)
-
-    def run(doc: Any) -> Any:
-        arr, idx = arr_fn(doc), idx_fn(doc)
-        if arr is None or arr is MISSING or idx is None or idx is MISSING:
-            return None
-        if not isinstance(arr, _ARRAY):
-            raise MongoError(28689, f"$arrayElemAt's first argument must be an array, but is {_type_name(arr)}")
-        i = _truncate_to_long(idx) if is_number(idx) else None
-        if i is None:
-            raise MongoError(28690, f"$arrayElemAt's second argument must be a numeric value, but is {_type_name(idx)}")
-        if -len(arr) <= i < len(arr):
-            return arr[i]
-        return MISSING
-
-    return run
-
-
-_EXPR_OPS: dict[str, Callable[[str, Any], Expr]] = {
-    **dict.fromkeys(_AGG_CMP, _x_compare),
-    "$and": _x_logic,
-    "$or": _x_logic,
-    "$not": _x_logic,
-    "$in": _x_in,
-    "$size": _x_size,
-    "$ifNull": _x_if_null,
-    "$add": _x_arith,
-    "$subtract": _x_arith,
-    "$multiply": _x_arith,
-    "$divide": _x_arith,
-    "$abs": _x_abs,
-    "$concat": _x_concat,
-    "$toLower": _x_case,
-    "$toUpper": _x_case,
-    "$cond": _x_cond,
-    "$type": _x_type,
-    "$isArray": _x_is_array,
-    "$arrayElemAt": _x_elem_at,
-}
 
 
 # ---------------------------------------------------------------------------
@@ -1562,10 +1209,17 @@ class _ElemProj:
 
 
 class _Computed:
-    __slots__ = ("fn",)
+    """A computed field: a validated aggregation expression, evaluated per document."""
 
-    def __init__(self, fn: Expr) -> None:
-        self.fn = fn
+    __slots__ = ("expr", "now")
+
+    def __init__(self, expr: Any, now: datetime.datetime) -> None:
+        validate_expression(expr)
+        self.expr = expr
+        self.now = now
+
+    def value(self, root_doc: Any) -> Any:
+        return evaluate(self.expr, root_doc, now=self.now)
 
 
 class _Meta:
@@ -1578,8 +1232,9 @@ class _Meta:
 class _PCtx:
     """Parse state, as in the server's projection parser."""
 
-    def __init__(self, matcher: Matcher | None) -> None:
+    def __init__(self, matcher: Matcher | None, now: datetime.datetime) -> None:
         self.matcher = matcher
+        self.now = now
         self.type: str | None = None
         self.id_specified = self.id_included = self.id_excluded = False
         self.has_positional = self.has_elem_match = self.has_slice = self.has_meta = False
@@ -1626,7 +1281,7 @@ def _parse_pelem(ctx: _PCtx, key: str, value: Any, parent: _PNode, prefix: tuple
             raise MongoError(31271, "positional projection cannot be used with an expression or sub object")
         _parse_psub(ctx, key, value, parent, prefix)
     elif isinstance(value, bool) or is_number(value):
-        if _truthy(value):
+        if is_truthy(value):
             _parse_inclusion(ctx, key, parent, prefix, pos)
         else:
             _parse_exclusion(ctx, key, parent, prefix)
@@ -1635,7 +1290,8 @@ def _parse_pelem(ctx: _PCtx, key: str, value: Any, parent: _PNode, prefix: tuple
             raise MongoError(31308, "positional projection cannot be used with a literal")
         if ctx.type == _EXCLUSION:
             raise MongoError(31310, f"Cannot use an expression {key}: {_shell_repr(value)} in an exclusion projection")
-        _add_at_path(parent, _check_field_path(key), _Computed(_compile_expr(value)))
+        parts = _check_field_path(key)
+        _add_at_path(parent, parts, _Computed(value, ctx.now))
         ctx.type = _INCLUSION
 
 
@@ -1660,7 +1316,7 @@ def _parse_pexpr(
         return True
     if name == "$elemMatch":
         if not isinstance(arg, _DOC):
-            raise MongoError(31274, f"elemMatch: Invalid argument, object required, but got {_type_name(arg)}")
+            raise MongoError(31274, f"elemMatch: Invalid argument, object required, but got {type_name(arg)}")
         if ctx.has_positional:
             raise MongoError(31255, "Cannot specify positional operator and $elemMatch.")
         if len(parts) != 1 or prefix:
@@ -1669,15 +1325,15 @@ def _parse_pexpr(
         ctx.has_elem_match = True
         return True
     is_meta = name == "$meta"
-    if not is_meta and name not in _EXPR_OPS and name != "$literal":
-        return False
+    if not is_meta and not is_operator(name):
+        return False  # the caller raises 31325 (the server's projection code, not 168)
     if ctx.type == _EXCLUSION and not is_meta:
         raise MongoError(31252, "Cannot use expression other than $meta in exclusion projection")
     if is_meta:
         _add_at_path(parent, parts, _Meta(arg))
         ctx.has_meta = True
     else:
-        _add_at_path(parent, parts, _Computed(_compile_operator(obj)))
+        _add_at_path(parent, parts, _Computed(obj, ctx.now))
         ctx.type = _INCLUSION
     return True
 
@@ -1690,9 +1346,9 @@ def _parse_slice(arg: Any) -> _Slice:
             raise MongoError(31272, "$slice array argument should be of form [skip, limit]")
         skip, limit = arg
         if not is_number(skip) or skip.__class__ is bool:
-            raise MongoError(31257, f"$slice expects the skip argument to be a number, got {_type_name(skip)}")
+            raise MongoError(31257, f"$slice expects the skip argument to be a number, got {type_name(skip)}")
         if not is_number(limit) or limit.__class__ is bool:
-            raise MongoError(31258, f"$slice expects the limit argument to be a number, got {_type_name(limit)}")
+            raise MongoError(31258, f"$slice expects the limit argument to be a number, got {type_name(limit)}")
         if _clamp_int(limit) <= 0:
             raise MongoError(31259, f"$slice limit must be positive, got {_clamp_int(limit)}")
         return _Slice(_clamp_int(skip), _clamp_int(limit))
@@ -1769,10 +1425,12 @@ class Projection:
 
     __slots__ = ("elem_fields", "kind", "matcher", "positional_path", "root")
 
-    def __init__(self, spec: Mapping[str, Any], matcher: Matcher | None = None) -> None:
+    def __init__(
+        self, spec: Mapping[str, Any], matcher: Matcher | None = None, *, now: datetime.datetime | None = None
+    ) -> None:
         if not isinstance(spec, _DOC):
             raise _bad("projection must be an object")
-        ctx = _PCtx(matcher)
+        ctx = _PCtx(matcher, _EPOCH if now is None else now)
         root = _PNode()
         for key, value in spec.items():
             ctx.id_specified |= key == "_id" or key.startswith("_id.")
@@ -1820,7 +1478,7 @@ def _include(doc: Mapping[str, Any], node: _PNode, root_doc: Any) -> dict[str, A
             out[key] = _include({}, spec, root_doc)
     for key, spec in children.items():
         if isinstance(spec, _Computed):
-            result = spec.fn(root_doc)
+            result = spec.value(root_doc)
             if result is not MISSING:
                 out[key] = result
         elif isinstance(spec, _PNode) and key not in out and spec.computed:
@@ -1914,9 +1572,13 @@ def _apply_elem_match(pre: Any, out: dict[str, Any], field: str, spec: _ElemProj
     out[field] = value
 
 
-def compile_projection(projection: Mapping[str, Any], *, matcher: Matcher | None = None) -> Projection:
-    """Parse and validate a find() projection once, for projecting many documents."""
-    return Projection(projection, matcher)
+def compile_projection(
+    projection: Mapping[str, Any], *, matcher: Matcher | None = None, now: datetime.datetime | None = None
+) -> Projection:
+    """Parse and validate a find() projection once, for projecting many documents.
+
+    `now` is ``$$NOW`` in computed fields (the Unix epoch when None)."""
+    return Projection(projection, matcher, now=now)
 
 
 def validate_projection(projection: Mapping[str, Any] | None, *, matcher: Matcher | None = None) -> None:

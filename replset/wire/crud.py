@@ -14,7 +14,14 @@ from bson.int64 import Int64
 from oplog.aggregate import run_pipeline, validate_pipeline
 from oplog.errors import MongoError
 from oplog.optime import OpTime
-from oplog.query import Matcher, apply_projection, compile_filter, sort_documents, validate_projection
+from oplog.query import (
+    Matcher,
+    apply_projection,
+    compile_filter,
+    compile_projection,
+    sort_documents,
+    validate_projection,
+)
 from oplog.values import canonical_key
 from oplog.writes import (
     WriteEnv,
@@ -186,7 +193,8 @@ def _query_pipeline(source: Iterator[dict[str, Any]], matcher: Matcher, cmd: dic
         if next(docs, None) is None:
             break
     if projection:
-        return (apply_projection(d, projection, matcher=matcher) for d in docs)
+        compiled = compile_projection(projection, matcher=matcher)
+        return (compiled.apply(d) for d in docs)
     return docs
 
 

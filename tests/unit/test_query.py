@@ -998,6 +998,15 @@ DOC_CASES: list[tuple[dict[str, Any], dict[str, Any] | None, bool]] = [
     ({"a": -3}, {"$expr": {"$eq": [{"$abs": "$a"}, 3]}}, True),
     ({"a": 5, "b": 3}, {"$expr": {"$eq": [{"$cmp": ["$a", "$b"]}, 1]}}, True),
     ({"a": [1]}, {"$expr": {"$isArray": "$a"}}, True),
+    # $expr runs oplog.expressions, so the whole expression language is available
+    ({"a": 7}, {"$expr": {"$eq": [{"$switch": {"branches": [{"case": {"$gt": ["$a", 5]}, "then": "big"}], "default": "small"}}, "big"]}}, True),
+    ({"a": 7}, {"$expr": {"$eq": [{"$toString": "$a"}, "7"]}}, True),
+    ({"a": 2}, {"$expr": {"$let": {"vars": {"double": {"$multiply": ["$a", 2]}}, "in": {"$eq": ["$$double", 4]}}}}, True),
+    ({"a": [1, 5, 9]}, {"$expr": {"$eq": [{"$size": {"$filter": {"input": "$a", "cond": {"$gt": ["$$this", 2]}}}}, 2]}}, True),
+    ({"a": [1, 2]}, {"$expr": {"$eq": [{"$map": {"input": "$a", "as": "x", "in": {"$add": ["$$x", 1]}}}, [2, 3]]}}, True),
+    ({"a": "x"}, {"$expr": {"$eq": [{"$strLenCP": "$a"}, 1]}}, True),
+    ({}, {"$expr": {"$gt": ["$a", MinKey()]}}, True),  # missing sorts above MinKey, as on the server
+    ({"a": [[{"b": 1}]]}, {"$expr": {"$eq": ["$a.b", []]}}, True),  # paths skip nested arrays
 ]
 
 
@@ -1114,6 +1123,16 @@ ERROR_CASES: list[tuple[Any, int]] = [
     ({"$expr": {"$eq": 1, "$ne": 2}}, 15983),
     ({"$expr": "$$nope"}, 17276),
     ({"$expr": {"$and": [{"$gt": ["$a", 1]}], "x": 1}}, 15983),
+    ({"$expr": {"$let": {"vars": {"x": 1}, "in": "$$y"}}}, 17276),
+    ({"$expr": {"$eq": [{"$map": {"input": [1], "in": 1}}, "$$this"]}}, 17276),
+    ({"$expr": {"$cond": {"if": True, "then": 1}}}, 17080),
+    ({"$expr": {"$cond": [True, 1]}}, 16020),
+    ({"$expr": {"$switch": {"branches": [{"case": True}]}}}, 40064),
+    ({"$expr": {"$eq": [{"a": 1, "$b": 2}, 1]}}, 16410),
+    ({"$expr": {"$eq": [{"a.b": 1}, 1]}}, 16412),
+    ({"$expr": {"$eq": ["$a..b", 1]}}, 15998),
+    ({"a": {"$elemMatch": {"$expr": {"$eq": ["$b", 1]}}}}, 2),
+    ({"a": {"$elemMatch": {"$or": [{"$expr": True}]}}}, 2),
     ({"a": {"$elemMatch": {"b": {"$foo": 1}}}}, 2),
     ({"$or": [{"a": {"$bad": 1}}]}, 2),
     (["a"], 2),
@@ -1151,6 +1170,23 @@ def test_expr_runtime_errors() -> None:
     with pytest.raises(MongoError) as info:
         compile_filter({"$expr": {"$in": [1, "$a"]}}).matches({})
     assert info.value.code == 40081
+
+
+def test_expr_is_validated_once_at_compile_time() -> None:
+    # An invalid branch fails when the filter is compiled, even if it would never run.
+    with pytest.raises(MongoError) as info:
+        compile_filter({"$expr": {"$cond": [True, 1, {"$nope": 1}]}})
+    assert info.value.code == 168
+    matcher = compile_filter({"$expr": {"$gt": ["$a", 1]}})
+    assert [matcher.matches({"a": a}) for a in (0, 1, 2, 3)] == [False, False, True, True]
+
+
+def test_expr_now_is_the_compile_time_argument() -> None:
+    filt = {"$expr": {"$lt": ["$t", "$$NOW"]}}
+    doc = {"t": DATE1}
+    assert not compile_filter(filt).matches(doc)  # without `now`, $$NOW is the Unix epoch
+    assert compile_filter(filt, now=DATE2).matches(doc)
+    assert compile_filter({"$or": [{"$expr": {"$eq": ["$$NOW", DATE2]}}]}, now=DATE2).matches({})
 
 
 def test_non_mapping_filters_are_rejected_and_none_matches_all() -> None:
@@ -1491,6 +1527,9 @@ PROJECTION_CASES: list[tuple[dict[str, Any], dict[str, Any] | None, dict[str, An
     (JOURNAL, {"_id": 0, "none": None}, None, {"none": None}),
     (JOURNAL, {"_id": 0, "size.area": {"$multiply": ["$size.h", "$size.w"]}}, None, {"size": {"area": 294}}),
     ({"_id": 1}, {"_id": 0, "a.b": "x"}, None, {"a": {"b": "x"}}),
+    (JOURNAL, {"_id": 0, "qty": {"$toString": {"$first": "$instock.qty"}}}, None, {"qty": "5"}),
+    (JOURNAL, {"_id": 0, "dims": {"$concat": [{"$toString": "$size.h"}, "x", {"$toString": "$size.w"}]}}, None, {"dims": "14x21"}),
+    (JOURNAL, {"_id": 0, "gone": "$$REMOVE", "kind": {"$switch": {"branches": [], "default": "k"}}}, None, {"kind": "k"}),
     # $slice
     (POST, {"comments": {"$slice": 1}}, None, {**POST, "comments": [{"comment": "0. true"}]}),
     (POST, {"comments": {"$slice": -1}}, None, {**POST, "comments": [{"comment": "1. croissants aren't bagels."}]}),
@@ -1604,6 +1643,11 @@ PROJECTION_ERRORS: list[tuple[dict[str, Any], dict[str, Any] | None, int]] = [
     ({"a..b": 1}, None, 15998),
     ({"$a": 1}, None, 16410),
     ({"a": {"$eq": [1]}}, None, 16020),
+    ({"a": {"$add": [{"$foo": 1}]}}, None, 168),  # 31325 is only for the outermost operator
+    ({"a": "$$nope"}, None, 17276),
+    ({"a": {"$let": {"vars": {"x": 1}, "in": "$$y"}}}, None, 17276),
+    ({"a": {"$cond": {"if": 1}}}, None, 17080),
+    ({"a": {"b": {"$foo": 1}}}, None, 31325),
 ]
 
 
@@ -1613,6 +1657,11 @@ def test_projection_errors(projection: dict[str, Any], filt: dict[str, Any] | No
     with pytest.raises(MongoError) as info:
         validate_projection(projection, matcher=matcher)
     assert info.value.code == code
+
+
+def test_projection_now_is_the_compile_time_argument() -> None:
+    assert compile_projection({"_id": 0, "t": "$$NOW"}).apply({"_id": 1}) == {"t": datetime.datetime(1970, 1, 1)}
+    assert compile_projection({"_id": 0, "t": "$$NOW"}, now=DATE2).apply({"_id": 1}) == {"t": DATE2}
 
 
 def test_projection_error_messages() -> None:
