@@ -9,9 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from replset.node import NodeOptions
+
+T = TypeVar("T")
 
 
 def _node_parser(sub: Any) -> None:
@@ -63,7 +66,9 @@ def _spawn(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
 
 
-def _wait_until(predicate: Any, timeout_s: float, what: str) -> Any:
+def wait_until(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
+               interval_s: float = 0.02) -> T:
+    """Polls `predicate` (errors count as "not yet") until it is truthy or the deadline passes."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -73,8 +78,8 @@ def _wait_until(predicate: Any, timeout_s: float, what: str) -> Any:
                 return result
         except Exception as exc:  # the member may still be starting
             last_error = exc
-        time.sleep(0.1)
-    raise SystemExit(f"timed out waiting for {what}: {last_error}")
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out waiting for {what} (last error: {last_error!r})")
 
 
 def _client(host: str) -> Any:
@@ -87,7 +92,7 @@ def _initiate_if_needed(hosts: list[str], repl_set: str) -> None:
     from pymongo.errors import OperationFailure
 
     with _client(hosts[0]) as client:
-        _wait_until(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
+        wait_until(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
         try:
             client.admin.command("replSetGetConfig")
             return
@@ -114,7 +119,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         _initiate_if_needed(hosts, args.repl_set)
         with _client(hosts[0]) as client:
-            _wait_until(lambda: any(m["stateStr"] == "PRIMARY" for m in
+            wait_until(lambda: any(m["stateStr"] == "PRIMARY" for m in
                                     client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
         print(f"replica set {args.repl_set} is up")
         print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}")
@@ -127,6 +132,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                     print(f"member on port {port} exited with code {child.returncode}", flush=True)
                     stopping = True
             time.sleep(0.2)
+    except TimeoutError as exc:
+        print(f"replset up: {exc}", file=sys.stderr)
+        return 1
     finally:
         _stop_children(children)
     return 0

@@ -7,12 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pymongo import MongoClient
+
+from replset.cli import wait_until
 
 T = TypeVar("T")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,19 +24,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition") -> T:
-    """Polls `predicate` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except Exception as exc:
-            last_error = exc
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out waiting for {what} (last error: {last_error!r})")
+wait_for = wait_until
 
 
 @dataclass
