@@ -34,7 +34,6 @@ from oplog.update import (
 )
 
 MAX_BSON_SIZE = 16 * 1024 * 1024
-_RESERVED_DBS = ("admin", "local", "config")
 
 
 @dataclass(slots=True)

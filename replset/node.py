@@ -65,6 +65,23 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+class Pulse:
+    """Wakes every current waiter when fired; later waiters wait for the next firing."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+
 class Node:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
@@ -80,8 +97,8 @@ class Node:
         self.last_committed_wall = datetime.datetime.fromtimestamp(0, datetime.UTC)
         self.topology_process_id = ObjectId()
         self.topology_counter = 0
-        self._state_changed = asyncio.Event()
-        self._oplog_advanced = asyncio.Event()
+        self._state_changed = Pulse()
+        self._oplog_advanced = Pulse()
         self.writer = GroupCommitWriter(self.store, self._on_commit)
         self._connection_ids = 0
         self.shutting_down = False
@@ -153,23 +170,16 @@ class Node:
 
     def _notify_state_change(self) -> None:
         self.topology_counter += 1
-        self._state_changed.set()
-        self._state_changed = asyncio.Event()
+        self._state_changed.fire()
 
     async def wait_for_state_change(self, counter: int, timeout_s: float) -> None:
         """Returns when the topology counter moves past `counter` or the timeout ends."""
-        if self.topology_counter != counter:
-            return
-        event = self._state_changed
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        if self.topology_counter == counter:
+            await self._state_changed.wait(timeout_s)
 
     def _on_commit(self) -> None:
         self.last_committed_optime = self.log.last
-        self._oplog_advanced.set()
-        self._oplog_advanced = asyncio.Event()
+        self._oplog_advanced.fire()
         self._oplog_bytes += self.log.bytes_appended
         self.log.bytes_appended = 0
         self._maybe_trim_oplog()
@@ -196,13 +206,8 @@ class Node:
 
     async def wait_for_oplog(self, after_ts_key: int, timeout_s: float) -> None:
         """Returns once an entry newer than `after_ts_key` is committed, or at the timeout."""
-        if self.last_committed_optime.ts_key > after_ts_key:
-            return
-        event = self._oplog_advanced
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        if self.last_committed_optime.ts_key <= after_ts_key:
+            await self._oplog_advanced.wait(timeout_s)
 
     def hello_view(self, connection_id: int) -> HelloView:
         last = self.last_committed_optime

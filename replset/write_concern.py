@@ -1,18 +1,17 @@
 """Write concern: parsing, validation against the config, and satisfaction checks.
 
-Pure. `w: N` counts data-bearing members whose applied (or, with `j`, durable)
-optime has reached the write; `w: "majority"` needs the majority commit point to
-reach it. The caller supplies member positions; nothing here waits or sleeps.
+Pure. Counting which members have reached a write lives in `replset.quorum`
+(`write_concern_satisfied`); this module parses the concern and rejects the ones
+that can never be met. Nothing here waits or sleeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from oplog.errors import MongoError
-from oplog.optime import OpTime
 from replset.config import ReplSetConfig
 
 MAJORITY = "majority"
@@ -72,22 +71,6 @@ def check_satisfiable(wc: WriteConcern, config: ReplSetConfig | None) -> MongoEr
             return MongoError(100, "Not enough data-bearing nodes",
                               extra={"errInfo": {"writeConcern": wc.to_document()}})
     return None
-
-
-def count_reached(positions: Iterable[OpTime], target: OpTime) -> int:
-    return sum(1 for p in positions if p >= target)
-
-
-def is_satisfied(wc: WriteConcern, target: OpTime, *, applied: Iterable[OpTime],
-                 durable: Iterable[OpTime], commit_point: OpTime) -> bool:
-    """Whether a write at `target` meets `wc`, given every data-bearing member's positions."""
-    if wc.w == MAJORITY:
-        return commit_point >= target
-    if isinstance(wc.w, int):
-        needed = max(wc.w, 1 if wc.j else 0)
-        positions = durable if wc.j else applied
-        return count_reached(positions, target) >= needed
-    return False
 
 
 def timeout_error(wc: WriteConcern) -> MongoError:

@@ -33,6 +33,7 @@ from oplog.writes import (
     update_documents,
 )
 from replset.cursors import Cursor, cursor_reply
+from replset.node import utcnow
 from replset.wire import sessions
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import oplog_source, oplog_start_key
@@ -101,30 +102,32 @@ def _result_reply(result: WriteResult, *, update: bool = False) -> dict[str, Any
     return reply
 
 
+BatchWrite = Callable[[WriteEnv, str, list[Any], bool], WriteResult]
+
+
+async def _batch_write(ctx: CommandContext, field: str, perform: BatchWrite) -> dict[str, Any]:
+    ns = f"{ctx.db}.{collection_name(ctx)}"
+    statements = _array_arg(ctx, field)
+    ordered = bool(ctx.cmd.get("ordered", True))
+    is_update = field == "updates"
+    return await run_write(
+        ctx, lambda env: _result_reply(perform(env, ns, statements, ordered), update=is_update)
+    )
+
+
 @command("insert", kind="write")
 async def cmd_insert(ctx: CommandContext) -> dict[str, Any]:
-    ns = f"{ctx.db}.{collection_name(ctx)}"
-    docs = _array_arg(ctx, "documents")
-    ordered = bool(ctx.cmd.get("ordered", True))
-    return await run_write(ctx, lambda env: _result_reply(insert_documents(env, ns, docs, ordered)))
+    return await _batch_write(ctx, "documents", insert_documents)
 
 
 @command("update", kind="write")
 async def cmd_update(ctx: CommandContext) -> dict[str, Any]:
-    ns = f"{ctx.db}.{collection_name(ctx)}"
-    updates = _array_arg(ctx, "updates")
-    ordered = bool(ctx.cmd.get("ordered", True))
-    return await run_write(
-        ctx, lambda env: _result_reply(update_documents(env, ns, updates, ordered), update=True)
-    )
+    return await _batch_write(ctx, "updates", update_documents)
 
 
 @command("delete", kind="write")
 async def cmd_delete(ctx: CommandContext) -> dict[str, Any]:
-    ns = f"{ctx.db}.{collection_name(ctx)}"
-    deletes = _array_arg(ctx, "deletes")
-    ordered = bool(ctx.cmd.get("ordered", True))
-    return await run_write(ctx, lambda env: _result_reply(delete_documents(env, ns, deletes, ordered)))
+    return await _batch_write(ctx, "deletes", delete_documents)
 
 
 @command("findAndModify", "findandmodify", kind="write")
@@ -314,12 +317,12 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         docs: Any = iter([coll_stats_document(ctx, ns, pipeline[0]["$collStats"])])
         pipeline = pipeline[1:]
         validate_pipeline(pipeline)
-        results = run_pipeline(docs, pipeline, now=ctx.node.hello_view(0).now)
+        results = run_pipeline(docs, pipeline, now=utcnow())
     else:
         validate_pipeline(pipeline)
         first = pipeline[0] if pipeline else {}
         source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {})
-        results = run_pipeline(source, pipeline, now=ctx.node.hello_view(0).now)
+        results = run_pipeline(source, pipeline, now=utcnow())
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
     cursor = Cursor(id=0, ns=ns, source=iter(results))
     return _first_batch(ctx, cursor, batch_size, False)

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pymongo
 import pytest
 from pymongo import CursorType, MongoClient
 
@@ -99,6 +98,3 @@ def test_capped_oplog_keeps_the_newest_entries_and_flat_memory(small_oplog_membe
     # 30,000 entries passed through a 1 MB oplog: memory did not grow with them.
     assert rss[-1] - rss[1] < 30_000, rss
 
-
-def test_pymongo_version_is_supported() -> None:
-    assert pymongo.version_tuple >= (4, 10)

@@ -12,7 +12,8 @@ from oplog.optime import OpTime, next_optime
 from replset.config import parse_config
 from replset.hello import HelloView, build_hello, election_id
 from replset.member import IllegalTransition, MemberState, check_transition
-from replset.write_concern import WriteConcern, check_satisfiable, is_satisfied, parse_write_concern
+from replset.quorum import write_concern_satisfied
+from replset.write_concern import WriteConcern, check_satisfiable, parse_write_concern
 
 THREE = {"_id": "rs0", "members": [{"_id": i, "host": f"127.0.0.1:{27017 + i}"} for i in range(3)]}
 
@@ -65,12 +66,17 @@ def test_write_concern_parsing_and_satisfiability() -> None:
 def test_w_n_counts_members_at_or_past_the_write() -> None:
     t = OpTime(10, 1, 1)
     behind, ahead = OpTime(9, 5, 1), OpTime(10, 2, 1)
-    applied = [ahead, t, behind]
-    assert is_satisfied(WriteConcern(w=2), t, applied=applied, durable=[], commit_point=behind)
-    assert not is_satisfied(WriteConcern(w=3), t, applied=applied, durable=[], commit_point=behind)
-    assert not is_satisfied(WriteConcern(w=1, j=True), t, applied=applied, durable=[behind],
-                            commit_point=behind)
-    assert is_satisfied(WriteConcern(w="majority"), t, applied=[], durable=[], commit_point=ahead)
+    config = parse_config(THREE)
+    applied = {0: ahead, 1: t, 2: behind}
+
+    def ok(wc: WriteConcern, durable: dict[int, OpTime], commit_point: OpTime) -> bool:
+        return write_concern_satisfied(wc, t, config=config, applied=applied, durable=durable,
+                                       commit_point=commit_point)
+
+    assert ok(WriteConcern(w=2), {}, behind)
+    assert not ok(WriteConcern(w=3), {}, behind)
+    assert not ok(WriteConcern(w=1, j=True), {0: behind}, behind)
+    assert ok(WriteConcern(w="majority"), {}, ahead)
 
 
 def test_optimes_strictly_increase_even_if_the_clock_goes_back() -> None:
