@@ -1,9 +1,11 @@
 """OpTime: the position of an entry in the replicated log, `(ts, term)`.
 
 `ts` is a BSON Timestamp (seconds, increment) that strictly increases on one
-primary; `t` is the election term. Comparison is by `ts` first, like MongoDB
-(terms only break ties between equal timestamps). Pure: the caller passes the
-wall-clock seconds in.
+primary; `t` is the election term. Comparison is by term first, then `ts`, like
+MongoDB's `OpTime::operator<`: that is Raft's "more up-to-date log" order, so a
+deposed primary's later timestamps in an older term never outrank the new
+primary's entries. Within one log both grow together. Pure: the caller passes
+the wall-clock seconds in.
 """
 
 from __future__ import annotations
@@ -15,11 +17,26 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class OpTime:
     secs: int
     inc: int
     term: int
+
+    def _order(self) -> tuple[int, int, int]:
+        return (self.term, self.secs, self.inc)
+
+    def __lt__(self, other: OpTime) -> bool:
+        return self._order() < other._order()
+
+    def __le__(self, other: OpTime) -> bool:
+        return self._order() <= other._order()
+
+    def __gt__(self, other: OpTime) -> bool:
+        return self._order() > other._order()
+
+    def __ge__(self, other: OpTime) -> bool:
+        return self._order() >= other._order()
 
     @property
     def ts(self) -> Timestamp:

@@ -1,11 +1,17 @@
 """The member runtime: wires storage, the log writer, cursors and replication state
 to the event loop. A shell: it owns clocks, tasks and the database file; the
-decisions it needs come from the pure modules (config, hello, write concern).
+decisions it needs come from the pure modules (config, hello, election, quorum),
+and the replication coordinator (`replset.replication`) runs heartbeats,
+elections, the sync pipeline and write-concern waiting.
 
-Lifecycle: `start()` opens the store, recovers the last optime and the config, and
-resumes as PRIMARY of a one-member set (a new term) or waits for `replSetInitiate`.
+Lifecycle: `start()` opens the store, recovers the last optime, the term, the
+last vote and the config, and resumes as SECONDARY (a one-voter set elects
+itself at once) or waits for `replSetInitiate` or a heartbeat carrying a config.
 Writes go through `submit_write` (group commit); waiters for new oplog entries and
 for state changes are woken by events, never by polling timers.
+
+    STARTUP --config--> SECONDARY <--election / stepdown--> PRIMARY
+    STARTUP | SECONDARY | PRIMARY --config without us--> REMOVED --config with us--> SECONDARY
 """
 
 from __future__ import annotations
@@ -32,11 +38,17 @@ from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
 from replset.config import ReplSetConfig, parse_config
 from replset.cursors import CursorRegistry
+from replset.election import LastVote
+from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
 from replset.hello import HelloView
 from replset.member import MemberState, check_transition
-from replset.status import MemberView, StatusView
-from replset.write_concern import WriteConcern, check_satisfiable
+from replset.messages import HeartbeatRequest, heartbeat_request
+from replset.peer import PeerClient, PeerError
+from replset.pulse import Pulse
+from replset.replication import Replication
+from replset.status import StatusView
+from replset.write_concern import WriteConcern
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -65,23 +77,6 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Pulse:
-    """Wakes every current waiter when fired; later waiters wait for the next firing."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait(self, timeout_s: float) -> None:
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
-        except TimeoutError:
-            pass
-
-
 class Node:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
@@ -105,6 +100,9 @@ class Node:
         self._oplog_bytes = 0
         self._trimming = False
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
+        self.last_vote: LastVote | None = None
+        self.failpoints = FailPoints()
+        self.repl = Replication(self)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -114,17 +112,23 @@ class Node:
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:
             self.config = parse_config(raw)
-            await self._resume_as_single_member()
+            if self.config.member_by_host(self.options.me) is None:
+                self.set_state(MemberState.REMOVED)
+                return
+            self.set_state(MemberState.SECONDARY)
+            self.repl.start()
 
     async def stop(self) -> None:
         self.shutting_down = True
-        self._notify_state_change()
+        self.notify_state_change()
+        await self.repl.stop()
         await self.writer.stop()
         self.store.close()
 
     def _recover_last_optime(self) -> None:
         bounds = self.store.reader.oplog_bounds()
         if bounds is None:
+            self._recover_election_meta()
             return
         blob = self.store.reader.oplog_entry(bounds[1])
         assert blob is not None
@@ -133,8 +137,17 @@ class Node:
         self.log = LogWriter(last)
         self.last_committed_optime = last
         self.last_committed_wall = entry.get("wall", self.last_committed_wall)
+        self._recover_election_meta()
+        self.term = max(self.term, last.term)
+
+    def _recover_election_meta(self) -> None:
         election = self.store.reader.meta(ELECTION_META)
-        self.term = max(int(election["term"]) if election else 0, last.term)
+        if not election:
+            return
+        self.term = max(self.term, int(election.get("term", 0)))
+        vote = election.get("lastVote")
+        if isinstance(vote, dict):
+            self.last_vote = LastVote(int(vote["term"]), int(vote["candidateIndex"]))
 
     def next_connection_id(self) -> int:
         self._connection_ids += 1
@@ -159,16 +172,27 @@ class Node:
 
     @property
     def primary_host(self) -> str | None:
-        return self.options.me if self.is_primary else None
+        if self.is_primary:
+            return self.options.me
+        topology, config = self.repl.topology, self.config
+        if topology is None or config is None:
+            return None
+        primary_id = topology.primary_id(self.state, self.term)
+        member = config.member_by_id(primary_id) if primary_id is not None else None
+        return member.host if member is not None else None
 
-    def _set_state(self, new: MemberState) -> None:
+    def set_state(self, new: MemberState) -> None:
         check_transition(self.state, new)
         if new is not self.state:
             log.info("member state %s -> %s", self.state.name, new.name)
             self.state = new
-            self._notify_state_change()
+            self.notify_state_change()
 
-    def _notify_state_change(self) -> None:
+    @staticmethod
+    def now() -> datetime.datetime:
+        return utcnow()
+
+    def notify_state_change(self) -> None:
         self.topology_counter += 1
         self._state_changed.fire()
 
@@ -182,6 +206,7 @@ class Node:
         self._oplog_advanced.fire()
         self._oplog_bytes += self.log.bytes_appended
         self.log.bytes_appended = 0
+        self.repl.on_local_commit()
         self._maybe_trim_oplog()
 
     def _maybe_trim_oplog(self) -> None:
@@ -212,10 +237,11 @@ class Node:
     def hello_view(self, connection_id: int) -> HelloView:
         last = self.last_committed_optime
         wall = self._optime_date(last)
+        majority = self.majority_commit_point
         return HelloView(
             me=self.options.me, set_name=self.options.repl_set, config=self.config, state=self.state,
             term=self.term, primary=self.primary_host, last_write=last, last_write_date=wall,
-            majority_write=self.majority_commit_point, majority_write_date=wall,
+            majority_write=majority, majority_write_date=self._optime_date(majority),
             topology_process_id=self.topology_process_id, topology_counter=self.topology_counter,
             connection_id=connection_id, now=utcnow(),
         )
@@ -226,8 +252,7 @@ class Node:
 
     @property
     def majority_commit_point(self) -> OpTime:
-        # A one-member set commits on its own durable write.
-        return self.last_committed_optime
+        return self.repl.commit_point
 
     # -- writes ---------------------------------------------------------------------
     async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True) -> T:
@@ -242,15 +267,11 @@ class Node:
         return await self.writer.submit(run)
 
     def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
-        return check_satisfiable(wc, self.config)
+        return self.repl.write_concern_error(wc)
 
     async def wait_for_write_concern(self, wc: WriteConcern, optime: OpTime) -> MongoError | None:
-        """Waits until the write at `optime` satisfies `wc`; returns a writeConcernError or None.
-
-        A one-member set satisfies every satisfiable concern once the group commit
-        (which fsyncs) has returned.
-        """
-        return self.write_concern_error(wc)
+        """Waits until the write at `optime` satisfies `wc`; returns a writeConcernError or None."""
+        return await self.repl.wait_for_write_concern(wc, optime)
 
     # -- replica-set configuration ----------------------------------------------------
     async def initiate(self, raw: dict[str, Any] | None) -> None:
@@ -266,8 +287,9 @@ class Node:
         if config.member_by_host(self.options.me) is None:
             raise MongoError(93, f"No host described in new configuration with {{version: {config.version}, "
                                  f"term: {config.term}}} for replica set {config.name} maps to this node")
-        if len(config.members) > 1:
-            raise MongoError(93, "this member supports one-member replica sets only")
+        await self._check_initiate_quorum(config)
+        if self.config is not None:
+            raise MongoError(23, "already initialized")
         doc = config.to_document()
 
         def write(env: WriteEnv) -> None:
@@ -277,47 +299,80 @@ class Node:
 
         await self.submit_write(write, require_primary=False)
         self.config = config
-        await self._become_primary(1)
+        self.set_state(MemberState.SECONDARY)
+        self.repl.start(initiator=True)
 
-    async def _resume_as_single_member(self) -> None:
-        assert self.config is not None
-        if self.config.member_by_host(self.options.me) is None:
-            self._set_state(MemberState.REMOVED)
-            return
-        await self._become_primary(self.term + 1)
+    async def _check_initiate_quorum(self, config: ReplSetConfig) -> None:
+        """Every other member must answer, uninitiated and in the same set, before we commit to a config."""
+        others = [m for m in config.members if m.host != self.options.me]
+        req = HeartbeatRequest(config.name, -2, -1, "", -1, 0)  # no sender: they need not fetch anything yet
 
-    async def _become_primary(self, new_term: int) -> None:
+        async def probe(host: str) -> str | None:
+            client = PeerClient(host, latency_ms=self.failpoints.latency_ms)
+            try:
+                reply = await client.command(heartbeat_request(req), timeout_s=5.0)
+            except PeerError as exc:
+                return f"{host} failed with {exc}"
+            finally:
+                client.close()
+            if reply.get("ok") or reply.get("code") != 94:
+                return f"{host} is already initialized or in another set ({reply.get('errmsg', 'ok')})"
+            return None
+
+        problems = [p for p in await asyncio.gather(*(probe(m.host) for m in others)) if p]
+        if problems:
+            raise MongoError(74, "replSetInitiate quorum check failed because not all proposed set members "
+                                 "responded affirmatively: " + "; ".join(problems))
+
+    async def store_config(self, config: ReplSetConfig) -> None:
+        doc = config.to_document()
+
         def write(env: WriteEnv) -> None:
-            env.txn.set_meta(ELECTION_META, {"term": new_term, "votedFor": self.options.me})
-            env.term = new_term
+            if env.txn.get(CONFIG_NS, config.name) is None:
+                env.txn.insert(CONFIG_NS, doc)
+            else:
+                env.txn.replace(CONFIG_NS, doc)
+
+        await self.submit_write(write, require_primary=False)
+
+    async def persist_term(self, term: int, last_vote: LastVote | None) -> None:
+        """Durably records the term and the last vote (fsynced before anyone is told)."""
+        meta: dict[str, Any] = {"term": term}
+        if last_vote is not None:
+            meta["lastVote"] = {"term": last_vote.term, "candidateIndex": last_vote.candidate_id}
+        await self.writer.submit(lambda txn: txn.set_meta(ELECTION_META, meta))
+        self.term = max(self.term, term)
+        self.last_vote = last_vote
+
+    async def become_primary(self, term: int) -> None:
+        """Writes the "new primary" no-op in `term` and starts accepting writes."""
+        def write(env: WriteEnv) -> None:
+            if self.term != term or self.state is not MemberState.SECONDARY:
+                raise MongoError(189, f"term changed to {self.term} before becoming primary in {term}")
+            env.term = term
             env.emit(noop_entry("new primary"))
 
         await self.submit_write(write, require_primary=False)
-        self.term = new_term
-        self._set_state(MemberState.PRIMARY)
+        if self.term != term:
+            raise MongoError(189, f"term changed to {self.term} before becoming primary in {term}")
+        self.set_state(MemberState.PRIMARY)
 
     def status_view(self) -> StatusView:
         assert self.config is not None
-        me = self.config.member_by_host(self.options.me)
         last = self.last_committed_optime
-        members = tuple(
-            MemberView(
-                id=m.id, name=m.host, is_self=m is me, health=m is me,
-                state=self.state if m is me else MemberState.DOWN, optime=last if m is me else NULL_OPTIME,
-                durable_optime=last if m is me else NULL_OPTIME, uptime_s=int(self.uptime_s()),
-                config_version=self.config.version, config_term=self.config.term,
-            )
-            for m in self.config.members
-        )
         voters = self.config.voters
+        repl = self.repl
+        source = repl.sync_source_host
+        source_member = self.config.member_by_host(source) if source else None
         return StatusView(
             set_name=self.config.name, now=utcnow(), state=self.state, term=self.term,
-            sync_source_host="", sync_source_id=-1,
+            sync_source_host=source, sync_source_id=source_member.id if source_member else -1,
             heartbeat_interval_ms=self.config.settings.heartbeat_interval_ms,
             majority_vote_count=self.config.majority_vote_count,
             write_majority_count=self.config.write_majority_count, voting_members=len(voters),
             writable_voting_members=sum(1 for m in voters if m.data_bearing),
-            commit_point=self.majority_commit_point, applied=last, durable=last, members=members,
+            commit_point=self.majority_commit_point, applied=last, durable=last,
+            members=repl.member_views(), extra=repl.status_extra(),
         )
 
     def uptime_s(self) -> float:

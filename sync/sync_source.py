@@ -13,7 +13,7 @@ other member: state, health, last applied optime, smoothed ping) and asks:
   3. Chaining disallowed: the primary, if it is up (healthy and PRIMARY/SECONDARY), else None.
   4. Otherwise the closest *candidate*. A member is a candidate when it is healthy and
      PRIMARY/SECONDARY, not us, not an arbiter, builds indexes if we do, has applied past our
-     last fetched optime, is not more than `max_sync_source_lag_secs` behind the primary
+     last fetched optime (the primary may be level with it), is not more than `max_sync_source_lag_secs` behind the primary
      (only when a healthy primary is known), and is not on the deny list. The first pass also
      requires a voter if we vote, not hidden, and not more delayed than us; when the first
      pass is empty a second pass drops those three. The closest candidate has the lowest
@@ -171,6 +171,12 @@ def _is_too_stale(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
     return oldest is not None and member.last_applied.secs < oldest.secs
 
 
+def _level_primary(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
+    """The primary level with us still qualifies: a caught-up member tails it for the next write.
+    (Two level secondaries may not pick each other, which could form a cycle that never advances.)"""
+    return member.id == inputs.primary_id and member.last_applied == inputs.self_last_fetched
+
+
 def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | None:
     """Why `member` can never be a candidate (both passes), or None if it can."""
     checks: tuple[tuple[bool, str], ...] = (
@@ -179,7 +185,8 @@ def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | Non
         (member.state not in (MemberState.PRIMARY, MemberState.SECONDARY), f"is {member.state.name}"),
         (member.arbiter, "is an arbiter"),
         (inputs.self_build_indexes and not member.build_indexes, "does not build indexes"),
-        (member.last_applied <= inputs.self_last_fetched, "is not ahead of our last fetched optime"),
+        (member.last_applied <= inputs.self_last_fetched and not _level_primary(inputs, member),
+         "is not ahead of our last fetched optime"),
         (_is_too_stale(inputs, member),
          f"is more than {inputs.max_sync_source_lag_secs} s behind the primary"),
         (_denied(inputs, member), "is deny-listed"),

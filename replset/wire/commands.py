@@ -84,7 +84,7 @@ class Dispatcher:
     def __init__(self, node: Node) -> None:
         self.node = node
         # Import for the registration side effect.
-        from replset.wire import admin, crud  # noqa: F401
+        from replset.wire import admin, crud, repl_commands  # noqa: F401
 
     async def handle(self, conn: Connection, request: Request) -> bytes | None:
         if isinstance(request, OpQueryRequest):

@@ -228,7 +228,10 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
             raise MongoError(2, "tailable cursor requested on non capped collection")
         cursor.refill = _tail_refill(ctx, tail_state, matcher, projection)
         cursor.tail_state = tail_state
-    return _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    reply = _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    if ns == "local.oplog.rs":
+        reply["$replData"] = ctx.node.repl.metadata_document()
+    return reply
 
 
 def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher,
@@ -281,7 +284,10 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             cursor.pending.append(nxt)
     if done:
         registry.kill(cursor.id)
-    return cursor_reply(0 if done else cursor.id, ns, batch, first=False)
+    reply = cursor_reply(0 if done else cursor.id, ns, batch, first=False)
+    if ns == "local.oplog.rs":
+        reply["$replData"] = ctx.node.repl.metadata_document()
+    return reply
 
 
 @command("killCursors")

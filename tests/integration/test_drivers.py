@@ -14,8 +14,9 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
 
-from replset.wire.codec import HEADER, decode_reply, encode_op_msg_request
+from replset.wire.codec import HEADER, encode_op_msg_request
 from tests.support.members import Member
+from tests.support.wire import roundtrip
 
 
 async def test_motor_crud(member: Member) -> None:
@@ -53,31 +54,14 @@ async def test_async_mongo_client_concurrent_writes(member: Member) -> None:
         await client.close()
 
 
-def _roundtrip(sock: socket.socket, data: bytes) -> dict[str, Any]:
-    sock.sendall(data)
-    header = _recv_exact(sock, 16)
-    (length,) = struct.unpack_from("<i", header)
-    return decode_reply(header + _recv_exact(sock, length - 16))[1]
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
-
-
 def test_legacy_op_query_handshake(member: Member) -> None:
     query = bson.encode({"isMaster": 1, "helloOk": True, "client": {"driver": {"name": "nodejs"}}})
     body = struct.pack("<i", 0) + b"admin.$cmd\x00" + struct.pack("<ii", 0, -1) + query
     with socket.create_connection(("127.0.0.1", member.port), timeout=5) as sock:
-        reply = _roundtrip(sock, HEADER.pack(16 + len(body), 3, 0, 2004) + body)
+        reply = roundtrip(sock, HEADER.pack(16 + len(body), 3, 0, 2004) + body)
         assert reply["ismaster"] is True and reply["helloOk"] is True and reply["setName"] == "rs0"
         # The same connection then speaks OP_MSG.
-        reply = _roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4))
+        reply = roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4))
         assert reply == {"ok": 1.0}
 
 
@@ -89,18 +73,18 @@ def test_malformed_bytes_close_only_that_connection(member: Member) -> None:
         bad.sendall(struct.pack("<i", 100_000_000))
         assert bad.recv(100) == b""
     with socket.create_connection(("127.0.0.1", member.port), timeout=5) as good:
-        assert _roundtrip(good, encode_op_msg_request({"ping": 1, "$db": "admin"}, 1)) == {"ok": 1.0}
+        assert roundtrip(good, encode_op_msg_request({"ping": 1, "$db": "admin"}, 1)) == {"ok": 1.0}
 
 
 def test_unknown_command_and_missing_db_keep_the_connection(member: Member) -> None:
     with socket.create_connection(("127.0.0.1", member.port), timeout=5) as sock:
-        reply = _roundtrip(sock, encode_op_msg_request({"frobnicate": 1, "$db": "admin"}, 1))
+        reply = roundtrip(sock, encode_op_msg_request({"frobnicate": 1, "$db": "admin"}, 1))
         assert (reply["ok"], reply["code"], reply["codeName"]) == (0.0, 59, "CommandNotFound")
-        reply = _roundtrip(sock, encode_op_msg_request({"ping": 1}, 2))
+        reply = roundtrip(sock, encode_op_msg_request({"ping": 1}, 2))
         assert reply["ok"] == 0.0
-        reply = _roundtrip(sock, encode_op_msg_request({"insert": "c", "documents": "x", "$db": "t"}, 3))
+        reply = roundtrip(sock, encode_op_msg_request({"insert": "c", "documents": "x", "$db": "t"}, 3))
         assert reply["ok"] == 0.0 and reply["code"] == 9
-        assert _roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4)) == {"ok": 1.0}
+        assert roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4)) == {"ok": 1.0}
 
 
 def test_more_to_come_gets_no_reply(member: Member) -> None:
@@ -108,7 +92,7 @@ def test_more_to_come_gets_no_reply(member: Member) -> None:
         unacked = encode_op_msg_request(
             {"insert": "mtc", "documents": [{"_id": 1}], "writeConcern": {"w": 0}, "$db": "t"}, 1, flags=2)
         sock.sendall(unacked)
-        reply = _roundtrip(sock, encode_op_msg_request({"count": "mtc", "$db": "t"}, 2))
+        reply = roundtrip(sock, encode_op_msg_request({"count": "mtc", "$db": "t"}, 2))
         assert reply["n"] == 1  # the first reply on the socket answers the count
 
 
@@ -117,17 +101,17 @@ def test_awaitable_hello_waits_for_a_change(member: Member) -> None:
     import time
 
     with socket.create_connection(("127.0.0.1", member.port), timeout=10) as sock:
-        first = _roundtrip(sock, encode_op_msg_request({"hello": 1, "$db": "admin"}, 1))
+        first = roundtrip(sock, encode_op_msg_request({"hello": 1, "$db": "admin"}, 1))
         topology = first["topologyVersion"]
         started = time.perf_counter()
-        again = _roundtrip(sock, encode_op_msg_request(
+        again = roundtrip(sock, encode_op_msg_request(
             {"hello": 1, "topologyVersion": topology, "maxAwaitTimeMS": 400, "$db": "admin"}, 2, flags=1 << 16))
         assert time.perf_counter() - started >= 0.35
         assert again["topologyVersion"] == topology
         stale = {"processId": bson.ObjectId(), "counter": Int64(0)}
         started = time.perf_counter()
-        _roundtrip(sock, encode_op_msg_request(
+        roundtrip(sock, encode_op_msg_request(
             {"hello": 1, "topologyVersion": stale, "maxAwaitTimeMS": 5000, "$db": "admin"}, 3))
         assert time.perf_counter() - started < 1.0  # another process id: answer at once
-        reply = _roundtrip(sock, encode_op_msg_request({"hello": 1, "maxAwaitTimeMS": 10, "$db": "admin"}, 4))
+        reply = roundtrip(sock, encode_op_msg_request({"hello": 1, "maxAwaitTimeMS": 10, "$db": "admin"}, 4))
         assert reply["code"] == 31368

@@ -56,8 +56,8 @@ class Member:
         wait_for(self._ping, 30, f"member {self.host} to accept connections")
 
     def direct_client(self, **kwargs: Any) -> MongoClient[dict[str, Any]]:
-        return MongoClient(f"mongodb://{self.host}/?directConnection=true", serverSelectionTimeoutMS=5000,
-                           **kwargs)
+        kwargs.setdefault("serverSelectionTimeoutMS", 5000)
+        return MongoClient(f"mongodb://{self.host}/?directConnection=true", **kwargs)
 
     def _ping(self) -> bool:
         if self.process is not None and self.process.poll() is not None:

@@ -50,7 +50,7 @@ def ask(**changes: Any) -> VoteRequest:
         (ask(config_version=1), {}, "candidate's config with {version: 1, term: 3} is older"),
         (ask(config_term=2, config_version=9), {}, "candidate's config with {version: 9, term: 2} is older"),
         (ask(last_applied=OpTime(100, 4, 3)), {}, "candidate's data is staler than mine"),
-        (ask(last_applied=OpTime(99, 9, 9)), {}, "candidate's data is staler than mine"),
+        (ask(last_applied=OpTime(101, 9, 2)), {}, "candidate's data is staler than mine"),
         (REQ, {"last_vote": LastVote(4, 2)}, "already voted for another candidate (2) this term (4)"),
         (REQ, {"last_vote": LastVote(4, 2), "my_term": 4}, "already voted for another candidate (2)"),
         (REQ, {"i_am_arbiter": True, "healthy_primary_priority_ge_candidate": True},

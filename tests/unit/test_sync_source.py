@@ -88,6 +88,12 @@ def test_member_behind_us_is_not_a_source() -> None:
     assert ineligibility(inputs(behind), behind) == f"{S1} is not ahead of our last fetched optime"
 
 
+def test_caught_up_member_tails_the_primary_but_not_a_level_secondary() -> None:
+    level = inputs(primary(ping=20.0, applied=50), member(1, S1, 1.0, applied=50))
+    assert choose_sync_source(level) == P
+    assert choose_sync_source(inputs(member(1, S1, 1.0, applied=50))) is None
+
+
 def test_too_stale_member_excluded() -> None:
     # The primary is at 100 s; S1 at 69 s is 31 s behind (> 30), S3 at 70 s is exactly 30 s behind.
     rs = inputs(primary(ping=20.0, applied=100), member(1, S1, 1.0, applied=69), member(3, S3, 2.0, applied=70))
@@ -348,7 +354,8 @@ def naive_passes(inp: SyncSourceInputs) -> tuple[list[MemberSnapshot], list[Memb
             continue
         if inp.self_build_indexes and not m.build_indexes:
             continue
-        if not m.last_applied > inp.self_last_fetched:
+        level_primary = m.id == inp.primary_id and m.last_applied == inp.self_last_fetched
+        if not m.last_applied > inp.self_last_fetched and not level_primary:
             continue
         if prim is not None and prim.healthy and m.last_applied.secs + inp.max_sync_source_lag_secs < \
                 prim.last_applied.secs:

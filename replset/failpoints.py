@@ -1,0 +1,76 @@
+"""Test-only fault hooks, set with `configureFailPoint` when the member runs with
+`--enableTestCommands` (as mongod does).
+
+Supported fail points:
+
+* `peerLatency` — `data: {host: "h:p", delayMs: N}` (or `hosts: [...]`): every
+  request this member sends to that peer (heartbeats, oplog fetches, position
+  reports, votes) waits N ms first. Tests build sync chains by ping with it.
+* `stopReplProducer` — the oplog fetcher stops fetching (MongoDB's name), so this
+  member stops advancing until the fail point is turned off.
+
+Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks). Pure state;
+`changed` is a counter the runtime may watch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oplog.errors import MongoError
+
+KNOWN = frozenset({"peerLatency", "stopReplProducer"})
+
+
+@dataclass(slots=True)
+class FailPoint:
+    times: int | None  # None: always on
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class FailPoints:
+    def __init__(self) -> None:
+        self._active: dict[str, FailPoint] = {}
+        self.changed = 0
+
+    def configure(self, name: str, mode: Any, data: Any) -> int:
+        """Sets a fail point; returns how many times it was entered before (always 0 here)."""
+        if name not in KNOWN:
+            raise MongoError(2, f"unknown fail point: {name}")
+        if data is not None and not isinstance(data, Mapping):
+            raise MongoError(2, "fail point data must be an object")
+        if mode == "off":
+            self._active.pop(name, None)
+        elif mode == "alwaysOn":
+            self._active[name] = FailPoint(None, dict(data or {}))
+        elif isinstance(mode, Mapping) and isinstance(mode.get("times"), int) and mode["times"] > 0:
+            self._active[name] = FailPoint(int(mode["times"]), dict(data or {}))
+        else:
+            raise MongoError(2, f"bad fail point mode {mode!r}")
+        self.changed += 1
+        return 0
+
+    def check(self, name: str) -> FailPoint | None:
+        """The fail point if it fires now (a `times` fail point counts down)."""
+        point = self._active.get(name)
+        if point is None:
+            return None
+        if point.times is not None:
+            point.times -= 1
+            if point.times <= 0:
+                del self._active[name]
+        return point
+
+    def is_on(self, name: str) -> bool:
+        return name in self._active
+
+    def latency_ms(self, host: str) -> float:
+        point = self._active.get("peerLatency")
+        if point is None:
+            return 0.0
+        hosts = point.data.get("hosts") or [point.data.get("host")]
+        if host.lower() not in {str(h).lower() for h in hosts}:
+            return 0.0
+        return float(point.data.get("delayMs", 0))

@@ -1,0 +1,222 @@
+"""The documents members exchange: heartbeats, votes, position reports, fetcher metadata.
+
+Pure. Builders take values and return the BSON-ready document; parsers take a
+reply or request document and return a frozen value (raising `MongoError(9)` on
+a malformed one, so a bad peer gets FailedToParse and never crashes a member).
+Field names are MongoDB's (`replSetHeartbeat`, `replSetRequestVotes`,
+`replSetUpdatePosition`, `$replData`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bson.int64 import Int64
+
+from oplog.errors import MongoError
+from oplog.optime import NULL_OPTIME, OpTime
+from replset.election import VoteRequest, VoteResponse
+from replset.member import MemberState
+
+
+def _optime(raw: Any) -> OpTime:
+    if not isinstance(raw, Mapping) or "ts" not in raw:
+        return NULL_OPTIME
+    try:
+        return OpTime.from_document(dict(raw))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise MongoError(9, f"bad optime {raw!r}") from exc
+
+
+def _wall(optime: OpTime) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(max(optime.secs, 0), datetime.UTC)
+
+
+def _int(doc: Mapping[str, Any], field: str, default: int) -> int:
+    value = doc.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MongoError(9, f"field {field!r} must be a number")
+    return int(value)
+
+
+# -- heartbeats ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    set_name: str
+    config_version: int
+    config_term: int
+    sender_host: str
+    sender_id: int
+    term: int
+
+
+def heartbeat_request(req: HeartbeatRequest) -> dict[str, Any]:
+    return {"replSetHeartbeat": req.set_name, "configVersion": req.config_version,
+            "configTerm": req.config_term, "hbv": 1, "from": req.sender_host, "fromId": req.sender_id,
+            "term": Int64(req.term), "$db": "admin"}
+
+
+def parse_heartbeat_request(cmd: Mapping[str, Any]) -> HeartbeatRequest:
+    name = cmd.get("replSetHeartbeat")
+    if not isinstance(name, str):
+        raise MongoError(9, "replSetHeartbeat needs the set name")
+    sender = cmd.get("from", "")
+    return HeartbeatRequest(set_name=name, config_version=_int(cmd, "configVersion", -2),
+                            config_term=_int(cmd, "configTerm", -1),
+                            sender_host=sender if isinstance(sender, str) else "",
+                            sender_id=_int(cmd, "fromId", -1), term=_int(cmd, "term", -1))
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    set_name: str
+    state: MemberState
+    term: int
+    applied: OpTime
+    durable: OpTime
+    config_version: int
+    config_term: int
+    sync_source: str
+    commit_point: OpTime
+    primary_id: int
+    election_date: datetime.datetime | None = None
+    config: Mapping[str, Any] | None = None
+
+
+def heartbeat_reply(reply: HeartbeatReply) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "ok": 1.0, "set": reply.set_name, "state": int(reply.state), "term": Int64(reply.term),
+        "opTime": reply.applied.to_document(), "wallTime": _wall(reply.applied),
+        "durableOpTime": reply.durable.to_document(), "durableWallTime": _wall(reply.durable),
+        "v": reply.config_version, "configVersion": reply.config_version, "configTerm": reply.config_term,
+        "syncingTo": reply.sync_source, "primaryId": reply.primary_id,
+        "$replData": {"term": Int64(reply.term),
+                      "lastOpCommitted": {"opTime": reply.commit_point.to_document(),
+                                          "wallTime": _wall(reply.commit_point)},
+                      "configVersion": reply.config_version, "configTerm": reply.config_term,
+                      "primaryIndex": reply.primary_id},
+    }
+    if reply.election_date is not None:
+        doc["electionDate"] = reply.election_date
+    if reply.config is not None:
+        doc["config"] = dict(reply.config)
+    return doc
+
+
+def parse_heartbeat_reply(doc: Mapping[str, Any]) -> HeartbeatReply:
+    try:
+        state = MemberState(_int(doc, "state", int(MemberState.UNKNOWN)))
+    except ValueError as exc:
+        raise MongoError(9, f"bad member state {doc.get('state')!r}") from exc
+    repl_data = doc.get("$replData")
+    committed = repl_data.get("lastOpCommitted") if isinstance(repl_data, Mapping) else None
+    config = doc.get("config")
+    election_date = doc.get("electionDate")
+    return HeartbeatReply(
+        set_name=str(doc.get("set", "")), state=state, term=_int(doc, "term", -1),
+        applied=_optime(doc.get("opTime")), durable=_optime(doc.get("durableOpTime")),
+        config_version=_int(doc, "configVersion", _int(doc, "v", -2)), config_term=_int(doc, "configTerm", -1),
+        sync_source=str(doc.get("syncingTo", "")),
+        commit_point=_optime(committed.get("opTime")) if isinstance(committed, Mapping) else NULL_OPTIME,
+        primary_id=_int(doc, "primaryId", -1),
+        election_date=election_date if isinstance(election_date, datetime.datetime) else None,
+        config=config if isinstance(config, Mapping) else None,
+    )
+
+
+# -- votes ----------------------------------------------------------------------------------------
+
+
+def vote_request(req: VoteRequest) -> dict[str, Any]:
+    return {"replSetRequestVotes": 1, "setName": req.set_name, "dryRun": req.dry_run,
+            "term": Int64(req.term), "candidateIndex": req.candidate_id, "configVersion": req.config_version,
+            "configTerm": req.config_term, "lastAppliedOpTime": req.last_applied.to_document(),
+            "$db": "admin"}
+
+
+def parse_vote_request(cmd: Mapping[str, Any]) -> VoteRequest:
+    name = cmd.get("setName")
+    if not isinstance(name, str):
+        raise MongoError(9, "replSetRequestVotes needs setName")
+    return VoteRequest(set_name=name, dry_run=bool(cmd.get("dryRun", False)), term=_int(cmd, "term", -1),
+                       candidate_id=_int(cmd, "candidateIndex", -1),
+                       config_version=_int(cmd, "configVersion", -2), config_term=_int(cmd, "configTerm", -1),
+                       last_applied=_optime(cmd.get("lastAppliedOpTime")))
+
+
+def vote_reply(resp: VoteResponse) -> dict[str, Any]:
+    return {"term": Int64(resp.term), "voteGranted": resp.vote_granted, "reason": resp.reason, "ok": 1.0}
+
+
+def parse_vote_reply(doc: Mapping[str, Any]) -> VoteResponse:
+    return VoteResponse(term=_int(doc, "term", -1), vote_granted=bool(doc.get("voteGranted", False)),
+                        reason=str(doc.get("reason", "")))
+
+
+# -- positions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPosition:
+    member_id: int
+    applied: OpTime
+    durable: OpTime
+    config_version: int
+
+
+def update_position_command(positions: Iterable[MemberPosition], term: int) -> dict[str, Any]:
+    return {"replSetUpdatePosition": 1, "optimes": [
+        {"appliedOpTime": p.applied.to_document(), "appliedWallTime": _wall(p.applied),
+         "durableOpTime": p.durable.to_document(), "durableWallTime": _wall(p.durable),
+         "memberId": p.member_id, "cfgver": p.config_version}
+        for p in positions
+    ], "$replData": {"term": Int64(term)}, "$db": "admin"}
+
+
+def parse_update_position(cmd: Mapping[str, Any]) -> tuple[list[MemberPosition], int]:
+    optimes = cmd.get("optimes")
+    if not isinstance(optimes, list):
+        raise MongoError(9, "replSetUpdatePosition needs an optimes array")
+    positions = []
+    for raw in optimes:
+        if not isinstance(raw, Mapping):
+            raise MongoError(9, "each replSetUpdatePosition entry must be an object")
+        positions.append(MemberPosition(member_id=_int(raw, "memberId", -1),
+                                        applied=_optime(raw.get("appliedOpTime")),
+                                        durable=_optime(raw.get("durableOpTime")),
+                                        config_version=_int(raw, "cfgver", -1)))
+    repl_data = cmd.get("$replData")
+    term = _int(repl_data, "term", -1) if isinstance(repl_data, Mapping) else -1
+    return positions, term
+
+
+# -- fetcher metadata -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplMetadata:
+    term: int
+    commit_point: OpTime
+    primary_id: int
+
+
+def repl_metadata(meta: ReplMetadata, config_version: int, config_term: int) -> dict[str, Any]:
+    return {"term": Int64(meta.term),
+            "lastOpCommitted": {"opTime": meta.commit_point.to_document(), "wallTime": _wall(meta.commit_point)},
+            "configVersion": config_version, "configTerm": config_term, "primaryIndex": meta.primary_id}
+
+
+def parse_repl_metadata(doc: Mapping[str, Any]) -> ReplMetadata | None:
+    raw = doc.get("$replData")
+    if not isinstance(raw, Mapping):
+        return None
+    committed = raw.get("lastOpCommitted")
+    return ReplMetadata(term=_int(raw, "term", -1),
+                        commit_point=_optime(committed.get("opTime")) if isinstance(committed, Mapping)
+                        else NULL_OPTIME,
+                        primary_id=_int(raw, "primaryIndex", -1))

@@ -1,0 +1,79 @@
+"""A member's connection to another member: one OP_MSG command at a time, over asyncio streams.
+
+A shell. Members talk to each other with the wire protocol the drivers use, so
+heartbeats, votes, oplog fetching and position reports are ordinary commands.
+Each user of a peer (heartbeats, the fetcher, the position reporter) owns its
+own `PeerClient`, so a long awaitData `getMore` never delays a heartbeat. A
+failed or timed-out command closes the connection (the reply stream can no
+longer be trusted) and raises `PeerError`; the next command reconnects.
+
+`latency_ms(host)` is the test-only extra delay before each request to `host`
+(the `peerLatency` fail point), which is how tests build sync chains by ping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from replset.wire.codec import HEADER, MAX_MESSAGE_SIZE, decode_reply, encode_op_msg_request
+
+CONNECT_TIMEOUT_S = 2.0
+_request_ids = itertools.count(1)
+
+
+class PeerError(Exception):
+    """The peer could not be reached, did not answer in time, or broke the protocol."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+class PeerClient:
+    def __init__(self, host: str, *, latency_ms: Callable[[str], float] | None = None) -> None:
+        self.host = host
+        self._latency_ms = latency_ms
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+
+    async def command(self, body: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        """Runs one command; returns the reply document (which may have ok: 0)."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._round_trip(body), timeout_s)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error, ValueError) as exc:
+                self.close()
+                refused = isinstance(exc, ConnectionRefusedError)
+                raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}", refused=refused) from exc
+
+    async def _round_trip(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        delay = self._latency_ms(self.host) if self._latency_ms is not None else 0.0
+        if delay > 0:
+            await asyncio.sleep(delay / 1000)
+        if self._writer is None:
+            host, port = self.host.rsplit(":", 1)
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        assert self._reader is not None
+        request_id = next(_request_ids) & 0x7FFFFFFF
+        self._writer.write(encode_op_msg_request(body, request_id))
+        await self._writer.drain()
+        header = await self._reader.readexactly(HEADER.size)
+        length = HEADER.unpack(header)[0]
+        if not HEADER.size <= length <= MAX_MESSAGE_SIZE:
+            raise ValueError(f"bad reply length {length}")
+        frame = header + await self._reader.readexactly(length - HEADER.size)
+        response_to, reply = decode_reply(frame)
+        if response_to != request_id:
+            raise ValueError(f"reply to request {response_to}, expected {request_id}")
+        return reply
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

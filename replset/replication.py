@@ -1,0 +1,835 @@
+"""The replication coordinator: heartbeats, elections, position reports, write-concern waiters.
+
+A shell around the pure cores. It owns the asyncio tasks and the peer
+connections; every decision comes from `topology` (cluster view), `election`
+(votes, tally, timeouts), `sync.sync_source` (which member to pull from) and
+`quorum` (commit point, write concern).
+
+    heartbeat task per member --reply--> Topology --> adopt term / step down /
+        reset election timer / priority takeover / switch sync source
+    election timer --timeout--> dry run --> real election (term + 1, vote fsynced)
+        --> drain the applier --> "new primary" no-op --> PRIMARY
+    applier commit --> report positions to the sync source (and relay the
+        positions of members downstream) --> the primary advances the commit
+        point --> write-concern waiters wake
+
+Ordering contracts: a vote and a term are fsynced before the reply that grants
+or announces them; a position is reported only after the batch is durable; a
+primary that learns of a higher term stops accepting writes before anything
+else happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import math
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from oplog.errors import MongoError
+from oplog.optime import NULL_OPTIME, OpTime
+from replset.config import ReplSetConfig, parse_config
+from replset.election import (
+    ElectionTally,
+    LastVote,
+    VoteRequest,
+    decide_vote,
+    election_timeout_ms,
+    priority_takeover_delay_ms,
+)
+from replset.member import MemberState
+from replset.messages import (
+    HeartbeatReply,
+    HeartbeatRequest,
+    ReplMetadata,
+    heartbeat_reply,
+    heartbeat_request,
+    parse_heartbeat_reply,
+    parse_heartbeat_request,
+    parse_update_position,
+    parse_vote_reply,
+    parse_vote_request,
+    repl_metadata,
+    update_position_command,
+    vote_reply,
+    vote_request,
+)
+from replset.peer import PeerClient, PeerError
+from replset.pulse import Pulse
+from replset.quorum import majority_commit_point, write_concern_satisfied
+from replset.status import MemberView
+from replset.topology import Topology
+from replset.write_concern import WriteConcern, check_satisfiable, timeout_error
+from sync.sync_source import active_denylist, explain_sync_source, should_change_sync_source
+from sync.worker import SyncWorker
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+log = logging.getLogger(__name__)
+
+MAX_WAITERS = 100_000
+PRIORITY_TAKEOVER_FRESHNESS_SECS = 2
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Replication:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.topology: Topology | None = None
+        self.rng = random.Random()
+        self.topology_changed = Pulse()
+        self.worker: SyncWorker | None = None
+        self.commit_point = NULL_OPTIME
+        self.forced_sync_source: str | None = None
+        self.frozen_until_ms = 0
+        self.election_date: datetime.datetime | None = None
+        self.last_election_reason = ""
+        self._learned_commit_point = NULL_OPTIME
+        self._heartbeats: dict[str, asyncio.Task[None]] = {}
+        self._heartbeat_now = Pulse()
+        self._timer_reset = Pulse()
+        self._election_deadline_ms = math.inf
+        self._takeover_deadline_ms: float = math.inf
+        self._electing = False
+        self._initiator = False
+        self._report_needed = asyncio.Event()
+        self._positions_moved = Pulse()
+        self._denylist: dict[str, int] = {}
+        self._waiters: list[tuple[WriteConcern, OpTime, asyncio.Future[MongoError | None]]] = []
+        self._vote_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._config_fetches: set[str] = set()
+
+    # -- settings -------------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> ReplSetConfig:
+        assert self.node.config is not None
+        return self.node.config
+
+    @property
+    def self_id(self) -> int:
+        assert self.topology is not None
+        return self.topology.self_id
+
+    @property
+    def election_timeout_base_ms(self) -> int:
+        return self.config.settings.election_timeout_ms if self.node.config else 10_000
+
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        return float(self.config.settings.heartbeat_timeout_secs) if self.node.config else 10.0
+
+    @property
+    def await_data_ms(self) -> int:
+        return max(100, min(5000, self.election_timeout_base_ms // 2))
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self, *, initiator: bool = False) -> None:
+        """Begins replication under `node.config`, which must name this member."""
+        config = self.config
+        me = config.member_by_host(self.node.options.me)
+        assert me is not None
+        self.topology = Topology(config, me.id, now_ms())
+        self._initiator = initiator
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._election_timer_loop(), name="election-timer"),
+                       loop.create_task(self._reporter_loop(), name="position-reporter")]
+        self._sync_heartbeat_tasks()
+        self._reset_election_timer()
+        if len(config.voters) == 1 and me.votes:
+            self._election_deadline_ms = now_ms()  # a one-voter set elects itself at once
+        self._start_worker()
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *self._heartbeats.values()]:
+            task.cancel()
+        for task in [*self._tasks, *self._heartbeats.values()]:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks, self._heartbeats = [], {}
+        await self._stop_worker(drain=False)
+        self._fail_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
+
+    def _start_worker(self) -> None:
+        if self.worker is None and self.node.state is MemberState.SECONDARY:
+            self.worker = SyncWorker(self.node)
+            self.worker.start()
+
+    async def _stop_worker(self, *, drain: bool) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            await worker.stop(drain=drain)
+
+    # -- configs --------------------------------------------------------------------------------------
+
+    def _sync_heartbeat_tasks(self) -> None:
+        others = {m.host for m in self.config.members if m.host != self.node.options.me}
+        for host in list(self._heartbeats):
+            if host not in others:
+                self._heartbeats.pop(host).cancel()
+        loop = asyncio.get_running_loop()
+        for host in others - set(self._heartbeats):
+            self._heartbeats[host] = loop.create_task(self._heartbeat_loop(host), name=f"heartbeat-{host}")
+
+    async def install_config(self, config: ReplSetConfig) -> None:
+        """Adopts a newer config (from a heartbeat or a reconfig): persist, then act on it."""
+        node = self.node
+        current = node.config
+        if current is not None and (config.term, config.version) <= (current.term, current.version):
+            return
+        await node.store_config(config)
+        node.config = config
+        me = config.member_by_host(node.options.me)
+        log.info("installed config version %d term %d", config.version, config.term)
+        if me is None:
+            await self._stop_worker(drain=False)
+            if node.state is MemberState.PRIMARY:
+                self.step_down_now("removed from the config")
+            node.set_state(MemberState.REMOVED)
+            self._sync_heartbeat_tasks()
+            return
+        if node.state in (MemberState.STARTUP, MemberState.REMOVED):
+            node.set_state(MemberState.SECONDARY)
+        if self.topology is None:
+            self.start()
+        else:
+            self.topology.reconfigure(config, me.id)
+            self._sync_heartbeat_tasks()
+            self._start_worker()
+            if node.is_primary and not me.electable:
+                self.step_down_now("no longer electable in the new config")
+        node.notify_state_change()
+        self._heartbeat_now.fire()
+
+    def schedule_config_fetch(self, host: str) -> None:
+        """An uninitiated member was heartbeated by `host`: ask it for its config."""
+        if host in self._config_fetches or not host:
+            return
+        self._config_fetches.add(host)
+
+        async def fetch() -> None:
+            client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+            try:
+                req = HeartbeatRequest(self.node.options.repl_set, -2, -1, self.node.options.me, -1, self.node.term)
+                reply = await client.command(heartbeat_request(req), timeout_s=5.0)
+                raw = reply.get("config")
+                if reply.get("ok") and isinstance(raw, dict):
+                    config = parse_config(raw)
+                    if config.name == self.node.options.repl_set:
+                        await self.install_config(config)
+            except (PeerError, MongoError) as exc:
+                log.info("could not fetch the config from %s: %s", host, exc)
+            finally:
+                client.close()
+                self._config_fetches.discard(host)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(fetch()))
+
+    # -- heartbeats -----------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self, host: str) -> None:
+        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+        try:
+            while True:
+                try:
+                    await self._heartbeat_once(client)
+                except Exception:  # a bug here must not silently stop heartbeats to this member
+                    log.exception("heartbeat to %s failed", host)
+                await self._heartbeat_now.wait(self.config.settings.heartbeat_interval_ms / 1000)
+        finally:
+            client.close()
+
+    def _member_id(self, host: str) -> int | None:
+        member = self.config.member_by_host(host)
+        return member.id if member is not None else None
+
+    async def _heartbeat_once(self, client: PeerClient) -> None:
+        node, topology = self.node, self.topology
+        member_id = self._member_id(client.host)
+        if topology is None or member_id is None:
+            return
+        config = self.config
+        req = HeartbeatRequest(config.name, config.version, config.term, node.options.me, self.self_id, node.term)
+        started = time.monotonic()
+        try:
+            raw = await client.command(heartbeat_request(req), timeout_s=self.heartbeat_timeout_s)
+            if not raw.get("ok"):
+                raise PeerError(str(raw.get("errmsg", "heartbeat failed")))
+            reply = parse_heartbeat_reply(raw)
+            if reply.set_name != config.name:
+                raise PeerError(f"member is in replica set {reply.set_name!r}, not {config.name!r}")
+        except (PeerError, MongoError) as exc:
+            refused = isinstance(exc, PeerError) and exc.refused
+            if topology.on_heartbeat_failure(member_id, now_ms(), refused=refused, message=str(exc)):
+                log.info("member %s is now DOWN: %s", client.host, exc)
+                self._on_topology_change()
+            self._check_primary_liveness()
+            return
+        rtt_ms = (time.monotonic() - started) * 1000
+        await self._on_heartbeat_reply(member_id, reply, rtt_ms)
+
+    async def _on_heartbeat_reply(self, member_id: int, reply: HeartbeatReply, rtt_ms: float) -> None:
+        node, topology = self.node, self.topology
+        assert topology is not None
+        outcome = topology.on_heartbeat_reply(member_id, reply, rtt_ms, now_ms(), node.term)
+        if outcome.newer_config and reply.config is not None:
+            await self.install_config(parse_config(reply.config))
+        if outcome.newer_term is not None:
+            await self.update_term(outcome.newer_term, f"a heartbeat from member {member_id}")
+        if outcome.primary_seen and not node.is_primary:
+            self._reset_election_timer()
+        if not node.is_primary:
+            self._learn_commit_point(reply.commit_point)
+        self._maybe_priority_takeover(member_id, reply)
+        self._maybe_elect_after_initiate()
+        self._on_topology_change()
+        self._check_primary_liveness()
+
+    def on_heartbeat_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        req = parse_heartbeat_request(cmd)
+        node = self.node
+        config = node.config
+        if config is None or self.topology is None:
+            if req.set_name == node.options.repl_set:
+                self.schedule_config_fetch(req.sender_host)
+            raise MongoError(94, "no replset config has been received")
+        if req.set_name != config.name:
+            raise MongoError(185, f"Our set name of {config.name} does not match name {req.set_name} "
+                                  f"reported by remote node")
+        self.topology.on_heartbeat_request(req.sender_id, now_ms(), req.config_version, req.config_term)
+        self._maybe_elect_after_initiate()
+        if req.term > node.term:
+            self._spawn(self.update_term(req.term, f"a heartbeat request from {req.sender_host}"))
+        sender = self.topology.members.get(req.sender_id)
+        if (req.config_term, req.config_version) > (config.term, config.version) or (
+                sender is not None and req.term > sender.term):
+            # Our next heartbeat to them brings the newer config, or their new state after an election.
+            self._heartbeat_now.fire()
+        requester_older = (req.config_term, req.config_version) < (config.term, config.version)
+        primary_id = self.topology.primary_id(node.state, node.term)
+        return heartbeat_reply(HeartbeatReply(
+            set_name=config.name, state=node.state, term=node.term, applied=node.last_committed_optime,
+            durable=node.last_committed_optime, config_version=config.version, config_term=config.term,
+            sync_source=self.sync_source_host, commit_point=self.commit_point,
+            primary_id=-1 if primary_id is None else primary_id,
+            election_date=self.election_date if node.is_primary else None,
+            config=config.to_document() if requester_older else None,
+        ))
+
+    def _on_topology_change(self) -> None:
+        self.topology_changed.fire()
+        self._maybe_change_sync_source()
+
+    def _check_primary_liveness(self) -> None:
+        node, topology = self.node, self.topology
+        if not node.is_primary or topology is None or len(self.config.voters) <= 1:
+            return
+        if not topology.sees_majority(now_ms(), self.election_timeout_base_ms):
+            self.step_down_now("can't see a majority of the set's voting members")
+
+    # -- terms and votes ----------------------------------------------------------------------------
+
+    async def update_term(self, term: int, why: str) -> None:
+        """Adopts a higher term: a primary stops accepting writes first, then the term is persisted."""
+        if term <= self.node.term:
+            return
+        if self.node.is_primary:
+            self.step_down_now(f"saw term {term} in {why}")
+        async with self._vote_lock:
+            if term > self.node.term:
+                await self.node.persist_term(term, self.node.last_vote)
+        self._reset_election_timer()
+
+    async def on_vote_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        req = parse_vote_request(cmd)
+        node, topology = self.node, self.topology
+        config = node.config
+        if config is None or topology is None:
+            raise MongoError(94, "no replset config has been received")
+        async with self._vote_lock:
+            me = config.member_by_id(self.self_id)
+            candidate = config.member_by_id(req.candidate_id)
+            primary_id = topology.primary_id(node.state, node.term)
+            primary = config.member_by_id(primary_id) if primary_id is not None else None
+            healthy_primary_ge = (primary is not None and candidate is not None and primary.id != candidate.id
+                                  and primary.priority >= candidate.priority)
+            response, vote = decide_vote(
+                req, set_name=config.name, my_term=node.term, my_last_applied=node.last_committed_optime,
+                config_version=config.version, config_term=config.term, last_vote=node.last_vote,
+                i_am_arbiter=me is not None and me.arbiter_only,
+                healthy_primary_priority_ge_candidate=healthy_primary_ge)
+            if response.term > node.term and node.is_primary:
+                self.step_down_now(f"a vote request for term {response.term}")
+            if response.term > node.term or vote is not None:
+                await node.persist_term(response.term, vote if vote is not None else node.last_vote)
+        if vote is not None:
+            self._reset_election_timer()
+            log.info("voted for member %d in term %d", req.candidate_id, req.term)
+        return vote_reply(response)
+
+    # -- elections ------------------------------------------------------------------------------------
+
+    def _reset_election_timer(self) -> None:
+        self._election_deadline_ms = now_ms() + election_timeout_ms(self.election_timeout_base_ms, self.rng)
+        self._timer_reset.fire()
+
+    def call_election_now(self) -> None:
+        self._election_deadline_ms = now_ms()
+        self._timer_reset.fire()
+
+    async def _election_timer_loop(self) -> None:
+        while True:
+            now = now_ms()
+            deadline = min(self._election_deadline_ms, self._takeover_deadline_ms)
+            if now < deadline:
+                await self._timer_reset.wait(min((deadline - now) / 1000, 3600.0))
+                continue
+            takeover = self._takeover_deadline_ms <= now
+            self._takeover_deadline_ms = math.inf
+            self._reset_election_timer()
+            if self._electable(now):
+                try:
+                    await self.run_election("priorityTakeover" if takeover else "electionTimeout")
+                except (MongoError, PeerError) as exc:
+                    log.warning("election failed: %s", exc)
+
+    def _electable(self, now: int) -> bool:
+        node = self.node
+        if node.state is not MemberState.SECONDARY or self._electing or node.config is None:
+            return False
+        me = node.config.member_by_host(node.options.me)
+        return (me is not None and me.electable and me.votes > 0 and now >= self.frozen_until_ms
+                and node.last_committed_optime != NULL_OPTIME)
+
+    async def run_election(self, reason: str, *, skip_dry_run: bool = False) -> bool:
+        """Dry run, then the real election; True when this member became primary."""
+        if self._electing:
+            return False
+        self._electing = True
+        try:
+            node = self.node
+            if not skip_dry_run:
+                won, higher = await self._request_votes(dry_run=True, term=node.term)
+                if higher is not None:
+                    await self.update_term(higher, "a dry-run vote response")
+                if not won:
+                    return False
+            term = node.term + 1
+            async with self._vote_lock:
+                if node.state is not MemberState.SECONDARY or node.term >= term:
+                    return False
+                await node.persist_term(term, LastVote(term, self.self_id))
+            log.info("running for election in term %d (%s)", term, reason)
+            won, higher = await self._request_votes(dry_run=False, term=term)
+            if higher is not None:
+                await self.update_term(higher, "a vote response")
+            if not won or node.term != term or node.state is not MemberState.SECONDARY:
+                log.info("election in term %d lost", term)
+                return False
+            self.last_election_reason = reason
+            return await self._assume_primary(term)
+        finally:
+            self._electing = False
+
+    async def _request_votes(self, *, dry_run: bool, term: int) -> tuple[bool, int | None]:
+        """Asks every other voter; returns (won, a higher term seen or None)."""
+        config, node, topology = self.config, self.node, self.topology
+        assert topology is not None
+        tally = ElectionTally(config, self.self_id)
+        if tally.won:
+            return True, None
+        req = VoteRequest(config.name, dry_run, term, self.self_id, config.version, config.term,
+                          node.last_committed_optime)
+
+        async def ask(member_id: int, host: str) -> tuple[int, dict[str, Any]]:
+            client = PeerClient(host, latency_ms=node.failpoints.latency_ms)
+            try:
+                return member_id, await client.command(vote_request(req), timeout_s=self.heartbeat_timeout_s)
+            finally:
+                client.close()
+
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(ask(m.id, m.host)) for m in config.voters if m.id != self.self_id]
+        higher: int | None = None
+        try:
+            for next_done in asyncio.as_completed(tasks, timeout=self.election_timeout_base_ms / 1000):
+                try:
+                    member_id, raw = await next_done
+                except (PeerError, MongoError):
+                    continue
+                if not raw.get("ok"):
+                    continue
+                response = parse_vote_reply(raw)
+                topology.touch(member_id, now_ms())
+                if response.term > term:
+                    higher = response.term
+                    break
+                tally.record(member_id, response.vote_granted)
+                if tally.won or tally.lost:
+                    break
+        except TimeoutError:
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+        return tally.won, higher
+
+    async def _assume_primary(self, term: int) -> bool:
+        """Won: apply everything fetched, then write the "new primary" no-op and accept writes."""
+        await self._stop_worker(drain=True)
+        node = self.node
+        if node.term != term or node.state is not MemberState.SECONDARY:
+            self._start_worker()
+            return False
+        try:
+            await node.become_primary(term)
+        except MongoError as exc:
+            log.warning("could not become primary in term %d: %s", term, exc)
+            self._start_worker()
+            return False
+        self._takeover_deadline_ms = math.inf
+        self.forced_sync_source = None
+        self.election_date = node.now()
+        log.info("became primary in term %d", term)
+        self._advance_commit_point()
+        self._heartbeat_now.fire()
+        return True
+
+    def step_down_now(self, reason: str) -> None:
+        """PRIMARY -> SECONDARY at once: no more writes, waiters fail with PrimarySteppedDown."""
+        node = self.node
+        if not node.is_primary:
+            return
+        log.info("stepping down: %s", reason)
+        node.set_state(MemberState.SECONDARY)
+        self._fail_waiters(MongoError(189, "Primary stepped down while waiting for replication"))
+        self._reset_election_timer()
+        self._start_worker()
+
+    def _maybe_priority_takeover(self, member_id: int, reply: HeartbeatReply) -> None:
+        node = self.node
+        if reply.state is not MemberState.PRIMARY or node.state is not MemberState.SECONDARY:
+            return
+        me = self.config.member_by_id(self.self_id)
+        primary = self.config.member_by_id(member_id)
+        if me is None or primary is None or not me.electable or me.priority <= primary.priority:
+            return
+        fresh = reply.applied.secs - node.last_committed_optime.secs <= PRIORITY_TAKEOVER_FRESHNESS_SECS
+        if fresh and self._takeover_deadline_ms == math.inf:
+            timeout = election_timeout_ms(self.election_timeout_base_ms, self.rng)
+            delay = priority_takeover_delay_ms(self.config, self.self_id, timeout)
+            self._takeover_deadline_ms = now_ms() + delay
+            self._timer_reset.fire()
+
+    def _maybe_elect_after_initiate(self) -> None:
+        """The initiating member stands as soon as a majority of voters has the new config."""
+        if not self._initiator or self.node.state is not MemberState.SECONDARY or self.topology is None:
+            return
+        config = self.config
+        have = sum(1 for m in config.voters if m.id == self.self_id or (
+            (d := self.topology.members.get(m.id)) is not None and d.healthy
+            and (d.config_term, d.config_version) == (config.term, config.version)))
+        if have >= config.majority_vote_count:
+            self._initiator = False
+            self.call_election_now()
+
+    # -- positions, commit point, write concern ---------------------------------------------------------
+
+    def on_local_commit(self) -> None:
+        """Our applied/durable optime moved (a primary write or an applied batch, fsynced)."""
+        node = self.node
+        if node.is_primary:
+            self._advance_commit_point()
+        elif self.topology is not None:
+            last = node.last_committed_optime
+            self.commit_point = max(self.commit_point, min(self._learned_commit_point, last))
+            self._report_needed.set()
+        elif node.config is None:
+            self.commit_point = node.last_committed_optime
+        self._check_waiters()
+
+    def _advance_commit_point(self) -> None:
+        if self.topology is None:
+            return
+        last = self.node.last_committed_optime
+        _applied, durable = self.topology.positions(last, last)
+        self.commit_point = majority_commit_point(self.config, durable, self.node.term, self.commit_point)
+
+    def _learn_commit_point(self, commit_point: OpTime) -> None:
+        if commit_point > self._learned_commit_point:
+            self._learned_commit_point = commit_point
+            last = self.node.last_committed_optime
+            self.commit_point = max(self.commit_point, min(commit_point, last))
+
+    def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        positions, term = parse_update_position(cmd)
+        if self.node.config is None or self.topology is None:
+            raise MongoError(94, "no replset config has been received")
+        if term > self.node.term:
+            self._spawn(self.update_term(term, "replSetUpdatePosition"))
+        now = now_ms()
+        moved = False
+        for pos in positions:
+            if pos.member_id != self.self_id:
+                moved = self.topology.on_position(pos, now) or moved
+        if moved:
+            self._positions_moved.fire()
+            if self.node.is_primary:
+                self._advance_commit_point()
+                self._check_waiters()
+            else:
+                self._report_needed.set()  # relay upstream at once
+        return {"ok": 1.0}
+
+    def on_sync_source_metadata(self, meta: ReplMetadata) -> None:
+        if meta.term > self.node.term:
+            self._spawn(self.update_term(meta.term, "sync source metadata"))
+        self._learn_commit_point(meta.commit_point)
+
+    def metadata_document(self) -> dict[str, Any]:
+        node = self.node
+        primary_id = self.topology.primary_id(node.state, node.term) if self.topology else None
+        meta = ReplMetadata(node.term, self.commit_point, -1 if primary_id is None else primary_id)
+        config = node.config
+        return repl_metadata(meta, config.version if config else -2, config.term if config else -1)
+
+    async def _reporter_loop(self) -> None:
+        client: PeerClient | None = None
+        try:
+            while True:
+                keepalive_s = self.election_timeout_base_ms / 2000
+                try:
+                    await asyncio.wait_for(self._report_needed.wait(), keepalive_s)
+                except TimeoutError:
+                    pass
+                self._report_needed.clear()
+                source = self.sync_source_host
+                if self.node.is_primary or not source or self.topology is None:
+                    continue
+                if client is None or client.host != source:
+                    if client is not None:
+                        client.close()
+                    client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms)
+                last = self.node.last_committed_optime
+                cmd = update_position_command(self.topology.positions_to_report(last, last), self.node.term)
+                try:
+                    await client.command(cmd, timeout_s=self.heartbeat_timeout_s)
+                except PeerError as exc:
+                    log.debug("position report to %s failed: %s", source, exc)
+        finally:
+            if client is not None:
+                client.close()
+
+    def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
+        return check_satisfiable(wc, self.node.config)
+
+    def _satisfied(self, wc: WriteConcern, target: OpTime) -> bool:
+        node = self.node
+        if node.config is None or self.topology is None:
+            return node.last_committed_optime >= target
+        last = node.last_committed_optime
+        applied, durable = self.topology.positions(last, last)
+        return write_concern_satisfied(wc, target, config=node.config, applied=applied, durable=durable,
+                                       commit_point=self.commit_point)
+
+    async def wait_for_write_concern(self, wc: WriteConcern, target: OpTime) -> MongoError | None:
+        """Waits until the write at `target` satisfies `wc`; returns a writeConcernError or None."""
+        error = self.write_concern_error(wc)
+        if error is not None or wc.unacknowledged or self._satisfied(wc, target):
+            return error
+        if not self.node.is_primary:
+            return MongoError(189, "Primary stepped down while waiting for replication")
+        if len(self._waiters) >= MAX_WAITERS:
+            return MongoError(64, "too many writes waiting for replication")
+        waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
+        entry = (wc, target, waiter)
+        self._waiters.append(entry)
+        try:
+            timeout_s = wc.wtimeout_ms / 1000 if wc.wtimeout_ms > 0 else None
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            return timeout_error(wc)
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    def _check_waiters(self) -> None:
+        if not self._waiters:
+            return
+        for wc, target, waiter in self._waiters:
+            if not waiter.done() and self._satisfied(wc, target):
+                waiter.set_result(None)
+
+    def _fail_waiters(self, error: MongoError) -> None:
+        for _wc, _target, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(error)
+
+    async def wait_for_positions(self, timeout_s: float) -> None:
+        await self._positions_moved.wait(timeout_s)
+
+    # -- sync source ------------------------------------------------------------------------------------
+
+    @property
+    def sync_source_host(self) -> str:
+        worker = self.worker
+        return worker.sync_source or "" if worker is not None else ""
+
+    def _sync_inputs(self, last_fetched: OpTime) -> Any:
+        assert self.topology is not None
+        now = now_ms()
+        return self.topology.sync_source_inputs(
+            last_fetched=last_fetched, my_state=self.node.state, my_term=self.node.term,
+            forced_host=self.forced_sync_source, denylist=active_denylist(self._denylist, now), now_ms=now)
+
+    def choose_sync_source(self, last_fetched: OpTime) -> str | None:
+        if self.topology is None or self.node.state is not MemberState.SECONDARY:
+            return None
+        choice = explain_sync_source(self._sync_inputs(last_fetched))
+        return choice.host
+
+    def _maybe_change_sync_source(self) -> None:
+        worker = self.worker
+        if worker is None or not worker.sync_source or self.topology is None:
+            return
+        decision = should_change_sync_source(self._sync_inputs(worker.last_fetched), worker.sync_source)
+        if decision.change:
+            log.info("changing sync source: %s", decision.reason)
+            worker.request_change()
+
+    def deny(self, host: str, for_ms: int) -> None:
+        self._denylist[host] = now_ms() + for_ms
+        if self.forced_sync_source == host:
+            self.forced_sync_source = None
+
+    def on_sync_source_changed(self) -> None:
+        self._report_needed.set()
+
+    def sync_from(self, host: str) -> str:
+        """`replSetSyncFrom`: returns the previous sync source."""
+        if self.node.is_primary:
+            raise MongoError(95, "primaries don't sync")
+        member = self.config.member_by_host(host)
+        if member is None:
+            raise MongoError(74, f"Could not find member \"{host}\" in replica set")
+        if member.host == self.node.options.me:
+            raise MongoError(2, "I cannot sync from myself")
+        previous = self.sync_source_host
+        self.forced_sync_source = member.host
+        self._denylist.pop(member.host, None)
+        if self.worker is not None and previous != member.host:
+            self.worker.request_change()
+        return previous
+
+    # -- admin ------------------------------------------------------------------------------------------
+
+    async def step_down(self, step_down_secs: float, catch_up_secs: float, force: bool) -> None:
+        node = self.node
+        if not node.is_primary or self.topology is None:
+            raise MongoError(10107, "not primary so can't step down")
+        deadline = time.monotonic() + catch_up_secs
+        target = self._caught_up_electable()
+        while target is None and time.monotonic() < deadline:
+            await self.wait_for_positions(max(deadline - time.monotonic(), 0.0))
+            target = self._caught_up_electable()
+        if target is None and not force:
+            raise MongoError(262, "No electable secondaries caught up as of now. Please use the "
+                                  "{force: true} option if you really want to step down.")
+        self.frozen_until_ms = now_ms() + int(step_down_secs * 1000)
+        self.step_down_now("replSetStepDown")
+        if target is not None:
+            self._spawn(self._hand_off(target))
+
+    def _caught_up_electable(self) -> str | None:
+        assert self.topology is not None
+        last = self.node.last_committed_optime
+        for member in self.config.members:
+            data = self.topology.members.get(member.id)
+            if (data is not None and member.electable and data.healthy and data.state is MemberState.SECONDARY
+                    and data.applied >= last):
+                return member.host
+        return None
+
+    async def _hand_off(self, host: str) -> None:
+        """Election handoff: ask a caught-up secondary to stand at once, without a dry run."""
+        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+        try:
+            await client.command({"replSetStepUp": 1, "skipDryRun": True, "$db": "admin"},
+                                 timeout_s=self.heartbeat_timeout_s)
+        except PeerError as exc:
+            log.info("election handoff to %s failed: %s", host, exc)
+        finally:
+            client.close()
+
+    def freeze(self, secs: float) -> str:
+        if self.node.is_primary:
+            raise MongoError(95, "cannot freeze node when primary or running for election. state: Primary")
+        if secs <= 0:
+            self.frozen_until_ms = 0
+            return "unfreezing"
+        self.frozen_until_ms = now_ms() + int(secs * 1000)
+        return ""
+
+    # -- status -----------------------------------------------------------------------------------------
+
+    def member_views(self) -> tuple[MemberView, ...]:
+        node, config, topology = self.node, self.config, self.topology
+        now, wall = now_ms(), node.now()
+
+        def ago(ms: int | None) -> datetime.datetime | None:
+            return None if ms is None else wall - datetime.timedelta(milliseconds=now - ms)
+
+        views = []
+        for m in config.members:
+            data = topology.members.get(m.id) if topology is not None else None
+            if m.host == node.options.me or data is None:
+                views.append(MemberView(
+                    id=m.id, name=m.host, is_self=m.host == node.options.me, health=True, state=node.state,
+                    optime=node.last_committed_optime, durable_optime=node.last_committed_optime,
+                    sync_source_host=self.sync_source_host, sync_source_id=self._member_id_or(self.sync_source_host),
+                    uptime_s=int(node.uptime_s()), config_version=config.version, config_term=config.term,
+                    election_date=self.election_date if node.is_primary else None))
+                continue
+            ping = data.ping.value_ms
+            views.append(MemberView(
+                id=m.id, name=m.host, is_self=False, health=data.healthy,
+                state=data.state if data.healthy else MemberState.DOWN, optime=data.applied,
+                durable_optime=data.durable, sync_source_host=data.sync_source,
+                sync_source_id=self._member_id_or(data.sync_source),
+                ping_ms=None if ping is None else round(ping), last_heartbeat=ago(data.last_heartbeat_ms),
+                last_heartbeat_recv=ago(data.last_heartbeat_recv_ms), last_heartbeat_message=data.message,
+                election_date=data.election_date if data.state is MemberState.PRIMARY else None,
+                config_version=data.config_version, config_term=data.config_term))
+        return tuple(views)
+
+    def _member_id_or(self, host: str) -> int:
+        member = self.config.member_by_host(host) if host else None
+        return member.id if member is not None else -1
+
+    def status_extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.node.is_primary and self.election_date is not None:
+            extra["electionCandidateMetrics"] = {
+                "lastElectionReason": self.last_election_reason, "lastElectionDate": self.election_date,
+                "electionTerm": self.node.term, "numVotesNeeded": self.config.majority_vote_count,
+                "electionTimeoutMillis": self.election_timeout_base_ms,
+            }
+        if self.worker is not None and self.worker.message:
+            extra["infoMessage"] = self.worker.message
+        return extra
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)

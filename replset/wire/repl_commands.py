@@ -1,0 +1,144 @@
+"""Replica-set commands: the internal ones members send each other (`replSetHeartbeat`,
+`replSetRequestVotes`, `replSetUpdatePosition`), the operator's (`replSetReconfig`,
+`replSetStepDown`, `replSetFreeze`, `replSetStepUp`, `replSetSyncFrom`), and the
+test-only `configureFailPoint`. Each one parses its arguments and hands over to
+the replication coordinator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from oplog.errors import MongoError
+from replset.config import parse_config
+from replset.member import MemberState
+from replset.wire.commands import CommandContext, command
+
+
+def _need_config(ctx: CommandContext) -> None:
+    if ctx.node.config is None:
+        raise MongoError(94, "no replset config has been received")
+
+
+def _number(ctx: CommandContext, field: str, default: float) -> float:
+    value = ctx.cmd.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MongoError(14, f"'{field}' must be a number")
+    return float(value)
+
+
+@command("replSetHeartbeat")
+async def cmd_repl_set_heartbeat(ctx: CommandContext) -> dict[str, Any]:
+    return ctx.node.repl.on_heartbeat_request(ctx.cmd)
+
+
+@command("replSetRequestVotes")
+async def cmd_repl_set_request_votes(ctx: CommandContext) -> dict[str, Any]:
+    return await ctx.node.repl.on_vote_request(ctx.cmd)
+
+
+@command("replSetUpdatePosition")
+async def cmd_repl_set_update_position(ctx: CommandContext) -> dict[str, Any]:
+    return ctx.node.repl.on_update_position(ctx.cmd)
+
+
+@command("replSetSyncFrom")
+async def cmd_repl_set_sync_from(ctx: CommandContext) -> dict[str, Any]:
+    _need_config(ctx)
+    host = ctx.cmd.get("replSetSyncFrom")
+    if not isinstance(host, str) or ":" not in host:
+        raise MongoError(2, "replSetSyncFrom needs a host:port string")
+    previous = ctx.node.repl.sync_from(host.lower())
+    reply: dict[str, Any] = {"syncFromRequested": host.lower(), "ok": 1.0}
+    if previous:
+        reply["prevSyncTarget"] = previous
+    return reply
+
+
+@command("replSetStepDown")
+async def cmd_repl_set_step_down(ctx: CommandContext) -> dict[str, Any]:
+    _need_config(ctx)
+    force = bool(ctx.cmd.get("force", False))
+    secs = _number(ctx, "replSetStepDown", 60)
+    catch_up = _number(ctx, "secondaryCatchUpPeriodSecs", 0 if force else 10)
+    if secs <= 0:
+        raise MongoError(2, "replSetStepDown needs a positive number of seconds")
+    if catch_up > secs:
+        raise MongoError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs")
+    await ctx.node.repl.step_down(secs, catch_up, force)
+    return {"ok": 1.0}
+
+
+@command("replSetFreeze")
+async def cmd_repl_set_freeze(ctx: CommandContext) -> dict[str, Any]:
+    _need_config(ctx)
+    info = ctx.node.repl.freeze(_number(ctx, "replSetFreeze", 0))
+    return {"info": info, "ok": 1.0} if info else {"ok": 1.0}
+
+
+@command("replSetStepUp")
+async def cmd_repl_set_step_up(ctx: CommandContext) -> dict[str, Any]:
+    _need_config(ctx)
+    node = ctx.node
+    if node.is_primary:
+        return {"ok": 1.0}
+    if node.state is not MemberState.SECONDARY:
+        raise MongoError(95, f"node is {node.state.name}, not SECONDARY")
+    reason = "stepUpRequestSkipDryRun" if ctx.cmd.get("skipDryRun") else "stepUpRequest"
+    if not await node.repl.run_election(reason, skip_dry_run=bool(ctx.cmd.get("skipDryRun"))):
+        raise MongoError(125, "Election failed.")
+    return {"ok": 1.0}
+
+
+@command("replSetReconfig")
+async def cmd_repl_set_reconfig(ctx: CommandContext) -> dict[str, Any]:
+    _need_config(ctx)
+    node = ctx.node
+    raw = ctx.cmd.get("replSetReconfig")
+    if not isinstance(raw, dict):
+        raise MongoError(14, "replSetReconfig needs a config document")
+    force = bool(ctx.cmd.get("force", False))
+    if not node.is_primary and not force:
+        raise MongoError(10107, "replSetReconfig should only be run on a writable PRIMARY. Current state "
+                                f"{node.state.name};")
+    current = node.config
+    assert current is not None
+    new = parse_config(raw)
+    if new.name != current.name:
+        raise MongoError(103, f"New and old configurations differ in replica set name; old was {current.name}, "
+                              f"and new is {new.name}")
+    if new.version <= current.version and not force:
+        raise MongoError(103, f"New config version {new.version} must be greater than the current version "
+                              f"{current.version}")
+    if new.member_by_host(node.options.me) is None and not force:
+        raise MongoError(103, "the new config must include this member (the primary)")
+    changed_voters = _voter_changes(current, new)
+    if changed_voters > 1 and not force:
+        raise MongoError(103, "Replica set configuration change can only add or remove one voting member "
+                              f"at a time; this one changes {changed_voters}")
+    version = new.version if new.version > current.version else current.version + 1
+    new = dataclasses.replace(new, version=version, term=node.term if not force else -1,
+                              settings=dataclasses.replace(new.settings,
+                                                           replica_set_id=current.settings.replica_set_id))
+    await node.repl.install_config(new)
+    return {"ok": 1.0}
+
+
+def _voter_changes(old: Any, new: Any) -> int:
+    old_voters = {m.host for m in old.members if m.votes > 0}
+    new_voters = {m.host for m in new.members if m.votes > 0}
+    return len(old_voters ^ new_voters)
+
+
+@command("configureFailPoint")
+async def cmd_configure_fail_point(ctx: CommandContext) -> dict[str, Any]:
+    if not ctx.node.options.enable_test_commands:
+        raise MongoError(59, "no such command: 'configureFailPoint'")
+    if ctx.db != "admin":
+        raise MongoError(13, "configureFailPoint may only be run against the admin database.")
+    name = ctx.cmd.get("configureFailPoint")
+    if not isinstance(name, str):
+        raise MongoError(2, "configureFailPoint needs a fail point name")
+    count = ctx.node.failpoints.configure(name, ctx.cmd.get("mode"), ctx.cmd.get("data"))
+    return {"count": count, "ok": 1.0}

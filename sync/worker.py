@@ -1,0 +1,259 @@
+"""The secondary's replication pipeline: oplog fetcher -> bounded buffer -> batched applier.
+
+A shell. While the member is SECONDARY:
+
+* The **fetcher** asks the runtime for a sync source (the pure choice in
+  `sync.sync_source`), runs `find` on the source's `local.oplog.rs` with
+  `{ts: {$gte: <last fetched ts>}}`, `tailable` and `awaitData`, and checks that
+  the first entry is our own last fetched entry: a different entry means the
+  histories diverged (rollback), a missing one that we are too stale. Then it
+  loops on `getMore`, which the source answers as soon as it commits new
+  entries (push, not polling) or after `maxTimeMS` with an empty batch. Each
+  batch goes into the bounded buffer; a full buffer stops the fetcher
+  (backpressure). The runtime may cancel a fetch to switch sources.
+* The **applier** takes everything buffered (up to `MAX_APPLY_BATCH` entries),
+  applies it in one group-commit transaction with the idempotent `apply_entry`
+  in replay mode and appends the same entries to our oplog; the commit fsyncs,
+  so applied = durable, and only then are positions reported upstream (one
+  report for the whole batch).
+
+An empty member (no oplog) fetches the source's oplog from its first entry,
+which must be the set's "initiating set" entry; otherwise it needs an initial
+sync, which is reported as too stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import bson
+
+from oplog.apply import apply_entry
+from oplog.errors import MongoError
+from oplog.optime import NULL_OPTIME, OpTime
+from oplog.sqlite_store import StoreTxn
+from replset.messages import parse_repl_metadata
+from replset.peer import PeerClient, PeerError
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+log = logging.getLogger(__name__)
+
+BUFFER_BATCHES = 64
+MAX_APPLY_BATCH = 5000
+FETCH_BATCH = 5000
+FIRST_ENTRY_MSG = "initiating set"
+ERROR_DENY_MS = 1000
+DIVERGED_DENY_MS = 10_000
+SECONDARY_OK = {"mode": "secondaryPreferred"}
+
+
+class SyncSourceProblem(Exception):
+    """The source cannot serve us: diverged history, too stale, or a bad reply."""
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class SyncWorker:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.last_fetched = node.log.last
+        self.sync_source: str | None = None
+        self.message = ""
+        self._buffer: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue(BUFFER_BATCHES)
+        self._fetch_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._fetch_loop(), name="oplog-fetcher"),
+                       loop.create_task(self._apply_loop(), name="oplog-applier")]
+
+    async def stop(self, *, drain: bool) -> None:
+        """Stops fetching; with `drain`, first applies everything already buffered."""
+        fetcher, applier = self._tasks or (None, None)
+        for task in (fetcher,):
+            if task is not None:
+                task.cancel()
+        if drain:
+            await self._buffer.join()
+        if applier is not None:
+            applier.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        self.sync_source = None
+
+    def request_change(self) -> None:
+        """Drop the current source (the runtime decided another one is better)."""
+        if self._fetch_task is not None:
+            self._fetch_task.cancel()
+
+    # -- fetcher ----------------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        repl = self.node.repl
+        while True:
+            source = repl.choose_sync_source(self.last_fetched)
+            if source is None:
+                self.sync_source = None
+                await repl.topology_changed.wait(1.0)
+                continue
+            if source != self.sync_source:
+                log.info("choosing sync source %s", source)
+            self.sync_source = source
+            repl.on_sync_source_changed()
+            self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(source))
+            try:
+                await self._fetch_task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    self._fetch_task.cancel()
+                    raise
+            except PeerError as exc:
+                log.info("sync source %s failed: %s", source, exc)
+                repl.deny(source, ERROR_DENY_MS)
+            except SyncSourceProblem as exc:
+                self.message = str(exc)
+                log.warning("sync source %s: %s", source, exc)
+                repl.deny(source, DIVERGED_DENY_MS)
+                await asyncio.sleep(0.1)
+            except MongoError as exc:
+                log.warning("sync source %s: %s", source, exc)
+                repl.deny(source, ERROR_DENY_MS)
+            finally:
+                self._fetch_task = None
+
+    async def _fetch(self, source: str) -> None:
+        node = self.node
+        client = PeerClient(source, latency_ms=node.failpoints.latency_ms)
+        try:
+            await self._wait_while_stopped()
+            last = self.last_fetched
+            query: dict[str, Any] = {} if last == NULL_OPTIME else {"ts": {"$gte": last.ts}}
+            reply = await self._command(client, {
+                "find": "oplog.rs", "filter": query, "tailable": True, "awaitData": True,
+                "batchSize": FETCH_BATCH, "$readPreference": SECONDARY_OK, "$db": "local"})
+            cursor = reply["cursor"]
+            docs = self._check_first_batch(list(cursor.get("firstBatch", [])), last)
+            if docs is None:
+                await self._diagnose_missing(client, last)
+            await self._enqueue(docs or [])
+            cursor_id = cursor.get("id", 0)
+            self.message = ""
+            while cursor_id:
+                await self._wait_while_stopped()
+                reply = await self._command(client, {
+                    "getMore": cursor_id, "collection": "oplog.rs", "batchSize": FETCH_BATCH,
+                    "maxTimeMS": self.node.repl.await_data_ms, "$readPreference": SECONDARY_OK,
+                    "$db": "local"})
+                cursor = reply["cursor"]
+                await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
+                await self._enqueue(list(cursor.get("nextBatch", [])))
+                cursor_id = cursor.get("id", 0)
+        finally:
+            client.close()
+
+    async def _command(self, client: PeerClient, body: dict[str, Any]) -> dict[str, Any]:
+        timeout_s = self.node.repl.await_data_ms / 1000 + self.node.repl.heartbeat_timeout_s
+        reply = await client.command(body, timeout_s=timeout_s)
+        if not reply.get("ok"):
+            raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
+        meta = parse_repl_metadata(reply)
+        if meta is not None:
+            self.node.repl.on_sync_source_metadata(meta)
+        return reply
+
+    def _check_first_batch(self, docs: list[dict[str, Any]], last: OpTime) -> list[dict[str, Any]] | None:
+        """The entries after our last one, or None when the source does not start with it."""
+        if last == NULL_OPTIME:
+            first = docs[0] if docs else None
+            if first is None:
+                return []
+            if first.get("op") == "n" and (first.get("o") or {}).get("msg") == FIRST_ENTRY_MSG:
+                return docs
+            raise SyncSourceProblem("we have no data and the source's oplog no longer starts at the set's "
+                                    "first entry: an initial sync is needed")
+        if not docs:
+            return None
+        if OpTime.from_document(docs[0]) != last:
+            raise SyncSourceProblem(
+                f"our last fetched optime {last} is not in the source's oplog (it has "
+                f"{OpTime.from_document(docs[0])} there): the histories diverged and a rollback is needed")
+        return docs[1:]
+
+    async def _diagnose_missing(self, client: PeerClient, last: OpTime) -> None:
+        reply = await self._command(client, {"find": "oplog.rs", "filter": {}, "limit": 1,
+                                             "sort": {"$natural": 1}, "$readPreference": SECONDARY_OK,
+                                             "$db": "local"})
+        batch = reply["cursor"].get("firstBatch", [])
+        if batch and OpTime.from_document(batch[0]).ts_key > last.ts_key:
+            raise SyncSourceProblem(f"too stale to catch up: our last entry {last} is older than the "
+                                    f"source's oldest entry {OpTime.from_document(batch[0])}")
+        raise SyncSourceProblem(f"our last fetched optime {last} is ahead of the source's newest entry "
+                                "or missing from it: the histories diverged")
+
+    async def _enqueue(self, docs: list[dict[str, Any]]) -> None:
+        if not docs:
+            return
+        self.last_fetched = OpTime.from_document(docs[-1])
+        await self._buffer.put(docs)
+
+    async def _wait_while_stopped(self) -> None:
+        points = self.node.failpoints
+        while points.is_on("stopReplProducer"):
+            self.node.repl.on_sync_source_changed()
+            await asyncio.sleep(0.02)  # test-only fail point: nothing to wait on but the operator
+
+    # -- applier ----------------------------------------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        while True:
+            batch, taken = list(await self._buffer.get()), 1
+            while len(batch) < MAX_APPLY_BATCH and not self._buffer.empty():
+                batch.extend(self._buffer.get_nowait())
+                taken += 1
+            try:
+                await self._apply(batch)
+            finally:
+                for _ in range(taken):
+                    self._buffer.task_done()
+
+    async def _apply(self, entries: list[dict[str, Any]]) -> None:
+        node = self.node
+
+        def write(txn: StoreTxn) -> None:
+            rows: list[tuple[int, bytes]] = []
+            last = node.log.last
+            for entry in entries:
+                optime = OpTime.from_document(entry)
+                if optime.ts_key <= last.ts_key:
+                    continue  # already applied (a refetched overlap)
+                apply_entry(txn, entry, replay=True)
+                blob = bson.encode(entry)
+                rows.append((optime.ts_key, blob))
+                node.log.bytes_appended += len(blob)
+                last = optime
+            txn.append_oplog(rows)
+            node.log.last = last
+
+        while True:
+            try:
+                await node.writer.submit(write)
+                return
+            except MongoError as exc:
+                if node.shutting_down:
+                    raise
+                log.error("applying a batch of %d entries failed: %s; retrying", len(entries), exc)
+                await asyncio.sleep(0.5)
+
