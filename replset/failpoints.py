@@ -41,6 +41,8 @@ class FailPoints:
             raise MongoError(2, f"unknown fail point: {name}")
         if data is not None and not isinstance(data, Mapping):
             raise MongoError(2, "fail point data must be an object")
+        if name == "peerLatency" and mode != "off":
+            _check_latency_data(data or {})
         if mode == "off":
             self._active.pop(name, None)
         elif mode == "alwaysOn":
@@ -74,3 +76,12 @@ class FailPoints:
         if host.lower() not in {str(h).lower() for h in hosts}:
             return 0.0
         return float(point.data.get("delayMs", 0))
+
+
+def _check_latency_data(data: Mapping[str, Any]) -> None:
+    hosts = data.get("hosts", [data.get("host")])
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+        raise MongoError(2, "peerLatency needs data.host (a string) or data.hosts (a list of strings)")
+    delay = data.get("delayMs", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60_000:
+        raise MongoError(2, "peerLatency needs data.delayMs between 0 and 60000")

@@ -10,6 +10,7 @@ Field names are MongoDB's (`replSetHeartbeat`, `replSetRequestVotes`,
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ def _optime(raw: Any) -> OpTime:
         return NULL_OPTIME
     try:
         return OpTime.from_document(dict(raw))
-    except (AttributeError, TypeError, ValueError) as exc:
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
         raise MongoError(9, f"bad optime {raw!r}") from exc
 
 
@@ -37,8 +38,8 @@ def _wall(optime: OpTime) -> datetime.datetime:
 
 def _int(doc: Mapping[str, Any], field: str, default: int) -> int:
     value = doc.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MongoError(9, f"field {field!r} must be a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MongoError(9, f"field {field!r} must be a finite number")
     return int(value)
 
 

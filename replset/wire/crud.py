@@ -261,7 +261,7 @@ def _first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int, single_ba
     return cursor_reply(cursor.id, cursor.ns, batch, first=True)
 
 
-@command("getMore", kind="read")
+@command("getMore")  # the cursor was opened with the read preference it needed
 async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     cursor_id = ctx.cmd["getMore"]
     if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):

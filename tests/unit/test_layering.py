@@ -17,6 +17,7 @@ CORE_MODULES = [
     "oplog/optime.py", "oplog/entry.py", "oplog/index_keys.py", "oplog/errors.py",
     "replset/config.py", "replset/member.py", "replset/hello.py", "replset/status.py",
     "replset/write_concern.py", "replset/wire/codec.py", "replset/quorum.py", "replset/election.py",
+    "replset/topology.py", "replset/messages.py", "replset/failpoints.py",
     "sync/sync_source.py", "sync/ping_stats.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "aiohttp", "sqlite3", "threading", "subprocess",

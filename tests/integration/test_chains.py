@@ -1,0 +1,83 @@
+"""Sync chains: built by ping (a latency fail point) and as a four-member chain by
+replSetSyncFrom; acknowledgements from the end of the chain travel upstream."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from pymongo import ReadPreference, WriteConcern
+
+from tests.support.members import wait_for
+from tests.support.replica_set import ReplicaSet, make_replica_set
+
+LATENCY_MS = 40
+
+
+@pytest.fixture()
+def rs_factory(tmp_path: pytest.TempPathFactory) -> Iterator[object]:
+    made: list[ReplicaSet] = []
+
+    def make(n: int) -> ReplicaSet:
+        s = make_replica_set(str(tmp_path / f"rs{len(made)}"), n)  # type: ignore[operator]
+        made.append(s)
+        s.start()
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.stop()
+
+
+def test_s2_syncs_from_s1_because_its_ping_is_lower(rs_factory: object) -> None:
+    rs = rs_factory(3)  # type: ignore[operator]
+    primary = rs.initiate()
+    s1, s2 = [m for m in rs.members if m is not primary]
+    # Everything S2 sends to the primary (heartbeats, fetches, reports) is 40 ms slower.
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": LATENCY_MS})
+    coll = rs.client().app.by_ping
+    counter = itertools.count()
+
+    def chained() -> bool:
+        # Keep writing: S2 only moves to S1 when S1 is ahead of what S2 has fetched.
+        coll.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": next(counter)})
+        return rs.sync_source(s2) == s1.host
+
+    wait_for(chained, 30, "S2 to choose S1 as its sync source")
+    pings = {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
+    assert pings[primary.host] >= LATENCY_MS / 2 > pings[s1.host]
+    assert rs.http_status(s2)["syncSourceHost"] == s1.host
+    coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "w3"})
+    tail = rs.direct(s2).app.by_ping.with_options(read_preference=ReadPreference.SECONDARY_PREFERRED)
+    assert tail.find_one({"_id": "w3"}) == {"_id": "w3"}
+
+
+def test_four_member_chain_acknowledges_w4(rs_factory: object) -> None:
+    rs = rs_factory(4)  # type: ignore[operator]
+    primary = rs.initiate()
+    s1, s2, s3 = [m for m in rs.members if m is not primary]
+    for member, source in ((s1, primary), (s2, s1), (s3, s2)):
+        rs.direct(member).admin.command("replSetSyncFrom", source.host)
+    wait_for(lambda: [rs.sync_source(m) for m in (s1, s2, s3)] == [primary.host, s1.host, s2.host], 20,
+             "the chain P <- S1 <- S2 <- S3")
+    coll = rs.client().app.chain4
+    result = coll.with_options(write_concern=WriteConcern(w=4, wtimeout=5000)).insert_many(
+        [{"_id": i} for i in range(100)])
+    assert len(result.inserted_ids) == 100
+    for m in rs.members:
+        direct = rs.direct(m).app.chain4.with_options(read_preference=ReadPreference.SECONDARY_PREFERRED)
+        assert direct.count_documents({}) == 100
+    # The end of the chain stops fetching: w:4 times out, w:3 still succeeds.
+    rs.fail_point(s3, "stopReplProducer", "alwaysOn")
+    try:
+        from pymongo.errors import WTimeoutError
+
+        with pytest.raises(WTimeoutError):
+            coll.with_options(write_concern=WriteConcern(w=4, wtimeout=800)).insert_one({"_id": "stalled"})
+        coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "w3"})
+    finally:
+        rs.fail_point(s3, "stopReplProducer", "off")
+    coll.with_options(write_concern=WriteConcern(w=4, wtimeout=5000)).insert_one({"_id": "resumed"})
