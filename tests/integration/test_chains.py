@@ -48,7 +48,8 @@ def test_s2_syncs_from_s1_because_its_ping_is_lower(rs_factory: object) -> None:
 
     wait_for(chained, 30, "S2 to choose S1 as its sync source")
     pings = {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
-    assert pings[primary.host] >= LATENCY_MS / 2 > pings[s1.host]
+    # S1 is closer than the primary by more than changeSyncSourceThresholdMillis (5 ms).
+    assert pings[primary.host] > pings[s1.host] + 5
     assert rs.http_status(s2)["syncSourceHost"] == s1.host
     coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "w3"})
     tail = rs.direct(s2).app.by_ping.with_options(read_preference=ReadPreference.SECONDARY_PREFERRED)
