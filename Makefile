@@ -2,7 +2,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NODES ?= 1
+NODES ?= 3
 PORT ?= 27017
 DIR ?= ./data
 
@@ -28,6 +28,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python -m bench.member
 	$(BIN)/python -m bench.oplog
+	$(BIN)/python -m bench.replset
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from replset.member import MemberState
 from replset.node import NodeOptions
 
 T = TypeVar("T")
@@ -32,7 +34,7 @@ def _node_parser(sub: Any) -> None:
 
 def _up_parser(sub: Any) -> None:
     p = sub.add_parser("up", help="start (or restart) a local replica set and supervise it")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--port", type=int, default=27017)
     p.add_argument("--dir", default="./data")
     p.add_argument("--replSet", dest="repl_set", default="rs0")
@@ -42,6 +44,7 @@ def _up_parser(sub: Any) -> None:
 def _status_parser(sub: Any) -> None:
     p = sub.add_parser("status", help="print replSetGetStatus as a table")
     p.add_argument("--host", default="127.0.0.1:27017")
+    p.add_argument("--json", action="store_true", help="print the raw document as relaxed extended JSON")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -55,15 +58,11 @@ def cmd_node(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
-    dbpath = os.path.join(args.dir, str(port))
-    os.makedirs(dbpath, exist_ok=True)
-    cmd = [sys.executable, "-m", "replset", "node", "--port", str(port), "--replSet", args.repl_set,
-           "--dbpath", dbpath]
-    if args.enable_test_commands:
-        cmd.append("--enableTestCommands")
-    log_file = open(os.path.join(args.dir, f"{port}.log"), "ab")
-    return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+MIN_RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 30.0
+STABLE_UPTIME_S = 60.0  # a member that stayed up this long restarts after MIN_RESTART_DELAY_S again
+SUPERVISE_POLL_S = 0.2
+STOP_TIMEOUT_S = 10.0
 
 
 def wait_until(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
@@ -82,88 +81,276 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = 
     raise TimeoutError(f"timed out waiting for {what} (last error: {last_error!r})")
 
 
+def restart_delay(previous_delay_s: float | None, uptime_s: float) -> float:
+    """How long to wait before restarting a member that exited after `uptime_s` seconds.
+
+    The first restart, and any restart after the member stayed up STABLE_UPTIME_S, waits
+    MIN_RESTART_DELAY_S; a member that keeps dying quickly waits twice as long each time, up to
+    MAX_RESTART_DELAY_S.
+    """
+    if previous_delay_s is None or uptime_s >= STABLE_UPTIME_S:
+        return MIN_RESTART_DELAY_S
+    return min(previous_delay_s * 2, MAX_RESTART_DELAY_S)
+
+
+@dataclass
+class _Child:
+    """One supervised member process and its restart state."""
+
+    port: int
+    cmd: list[str]
+    log_path: str
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    last_delay_s: float | None = None
+    restart_at: float | None = None  # set while the member is down and waiting for its restart
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+
+class _Supervisor:
+    """Keeps the member processes of `up` running: restarts any that exit, with backoff."""
+
+    def __init__(self, args: argparse.Namespace, ports: list[int]) -> None:
+        self.children: list[_Child] = []
+        for port in ports:
+            dbpath = os.path.join(args.dir, str(port))
+            os.makedirs(dbpath, exist_ok=True)
+            cmd = [sys.executable, "-m", "replset", "node", "--port", str(port), "--replSet", args.repl_set,
+                   "--dbpath", dbpath]
+            if args.enable_test_commands:
+                cmd.append("--enableTestCommands")
+            self.children.append(_Child(port, cmd, os.path.join(args.dir, f"{port}.log")))
+
+    def start_all(self) -> None:
+        for child in self.children:
+            child.start()
+
+    def check(self) -> None:
+        """One supervision step: notices exits and performs restarts that are due. Never blocks."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.start()
+                    assert child.process is not None
+                    print(f"member on port {child.port} restarted (pid {child.process.pid})", flush=True)
+                continue
+            assert child.process is not None
+            code = child.process.poll()
+            if code is None:
+                continue
+            delay = restart_delay(child.last_delay_s, now - child.started_at)
+            child.last_delay_s = delay
+            child.restart_at = now + delay
+            print(f"member on port {child.port} exited with code {code}; restarting in {delay:g} s "
+                  f"(log: {child.log_path})", flush=True)
+
+    def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Terminates every running member, waits up to `timeout_s` in all, then kills what is left."""
+        running = [c for c in self.children if c.process is not None and c.process.poll() is None]
+        for child in self.children:
+            child.restart_at = None
+        for child in running:
+            assert child.process is not None
+            child.process.terminate()
+        deadline = time.monotonic() + timeout_s
+        for child in running:
+            assert child.process is not None
+            try:
+                child.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                print(f"member on port {child.port} did not stop within {timeout_s:g} s; killing it",
+                      file=sys.stderr, flush=True)
+                child.process.kill()
+                child.process.wait()
+
+
+class _Stopped(BaseException):
+    """Raised out of the start-up waits when SIGINT/SIGTERM arrives (not an Exception: wait_until
+    must not swallow it)."""
+
+
 def _client(host: str) -> Any:
     from pymongo import MongoClient
 
     return MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=2000)
 
 
-def _initiate_if_needed(hosts: list[str], repl_set: str) -> None:
+def _initiate_if_needed(hosts: list[str], repl_set: str, wait: Callable[..., Any]) -> None:
     from pymongo.errors import OperationFailure
 
     with _client(hosts[0]) as client:
-        wait_until(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
+        wait(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
         try:
-            client.admin.command("replSetGetConfig")
-            return
+            existing = client.admin.command("replSetGetConfig")["config"]
         except OperationFailure as exc:
             if exc.code != 94:
                 raise
+        else:
+            configured = sorted(m["host"] for m in existing.get("members", []))
+            if configured != sorted(hosts):
+                print(f"replset up: warning: the set on disk has members {', '.join(configured)}; "
+                      f"`up` does not reconfigure an existing set (remove its --dir to start afresh)",
+                      file=sys.stderr, flush=True)
+            return
+        for host in hosts[1:]:  # replSetInitiate checks that every proposed member answers
+            with _client(host) as other:
+                wait(lambda other=other: other.admin.command("ping"), 30, f"{host} to accept connections")
         config = {"_id": repl_set, "members": [{"_id": i, "host": h} for i, h in enumerate(hosts)]}
         client.admin.command("replSetInitiate", config)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from pymongo.errors import OperationFailure
+
     os.makedirs(args.dir, exist_ok=True)
     ports = [args.port + i for i in range(args.nodes)]
     hosts = [f"127.0.0.1:{p}" for p in ports]
-    children = [_spawn(args, p) for p in ports]
+    supervisor = _Supervisor(args, ports)
     stopping = False
 
     def stop(_signum: int, _frame: Any) -> None:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    def wait(predicate: Callable[[], T], timeout_s: float, what: str) -> T:
+        """wait_until that keeps supervising the members and gives up on SIGINT/SIGTERM."""
+        def step() -> T:
+            if stopping:
+                raise _Stopped
+            supervisor.check()
+            return predicate()
+
+        return wait_until(step, timeout_s, what, interval_s=0.1)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _initiate_if_needed(hosts, args.repl_set)
+        supervisor.start_all()
+        _initiate_if_needed(hosts, args.repl_set, wait)
         with _client(hosts[0]) as client:
-            wait_until(lambda: any(m["stateStr"] == "PRIMARY" for m in
-                                    client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
+            wait(lambda: any(m["stateStr"] == "PRIMARY" for m in
+                             client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
         print(f"replica set {args.repl_set} is up")
         print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}")
         for p in ports:
             print(f"  status: http://127.0.0.1:{p + 1000}/replSetGetStatus")
-        print("press Ctrl-C to stop", flush=True)
+        print("members that exit are restarted; press Ctrl-C to stop", flush=True)
         while not stopping:
-            for port, child in zip(ports, children):
-                if child.poll() is not None and not stopping:
-                    print(f"member on port {port} exited with code {child.returncode}", flush=True)
-                    stopping = True
-            time.sleep(0.2)
-    except TimeoutError as exc:
-        print(f"replset up: {exc}", file=sys.stderr)
+            supervisor.check()
+            time.sleep(SUPERVISE_POLL_S)
+    except _Stopped:
+        pass
+    except (TimeoutError, OperationFailure) as exc:
+        print(f"replset up: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        _stop_children(children)
+        print("stopping members", flush=True)
+        supervisor.stop_all()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("stopped", flush=True)
     return 0
 
 
-def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.terminate()
-    for child in children:
+def _optime_parts(optime: Any) -> tuple[int, int] | None:
+    """(secs, inc) of an optime document, or None when absent or null (never written)."""
+    ts = optime.get("ts") if isinstance(optime, Mapping) else None
+    if ts is None or (ts.time == 0 and ts.inc == 0):
+        return None
+    return int(ts.time), int(ts.inc)
+
+
+def _fmt_optime(optime: Any) -> str:
+    parts = _optime_parts(optime)
+    return "-" if parts is None else f"{parts[0]}.{parts[1]}"
+
+
+def _optime_order(optime: Any) -> tuple[int, int, int]:
+    parts = _optime_parts(optime) or (0, 0)
+    return (int(optime.get("t", -1)) if isinstance(optime, Mapping) else -1, *parts)
+
+
+def format_status(status: Mapping[str, Any]) -> str:
+    """Renders a replSetGetStatus document as a human-readable table. Pure.
+
+    Lag is the primary's optime seconds minus the member's (from this member's point of
+    view; the primary's optime comes from its last heartbeat, so a lag that would come out
+    negative is shown as 0), and '-' when this member knows no primary or the member's
+    optime is unknown.
+    """
+    members = list(status.get("members", []))
+    me = next((m for m in members if m.get("self")), None)
+    if me is not None:
+        my_state = str(me.get("stateStr", ""))
+    else:
         try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+            my_state = MemberState(int(status["myState"])).state_str
+        except (KeyError, ValueError):
+            my_state = str(status.get("myState", "?"))
+    commit = status.get("optimes", {}).get("lastCommittedOpTime")
+    commit_str = _fmt_optime(commit)
+    if commit is not None and commit_str != "-":
+        commit_str += f" (term {int(commit.get('t', -1))})"
+    lines = [
+        f"set:          {status.get('set', '?')}",
+        f"term:         {int(status.get('term', -1))}",
+        f"my state:     {my_state}" + (f" ({me['name']})" if me is not None else ""),
+        f"commit point: {commit_str}",
+        "",
+    ]
+    primaries = [m for m in members if m.get("stateStr") == "PRIMARY"]
+    primary = max(primaries, key=lambda m: _optime_order(m.get("optime")), default=None)
+    primary_secs = _optime_parts(primary.get("optime")) if primary is not None else None
+    show_message = any(m.get("lastHeartbeatMessage") for m in members)
+    headers = ["name", "state", "health", "optime", "lag s", "ping ms", "sync source"]
+    if show_message:
+        headers.append("last heartbeat message")
+    rows: list[list[str]] = []
+    for m in members:
+        member_secs = _optime_parts(m.get("optime"))
+        if primary_secs is None or member_secs is None:
+            lag = "-"
+        else:
+            lag = str(max(primary_secs[0] - member_secs[0], 0))
+        ping = "" if m.get("self") or m.get("pingMs") is None else str(int(m["pingMs"]))
+        row = [str(m.get("name", "?")) + (" *" if m.get("self") else ""), str(m.get("stateStr", "?")),
+               str(int(m.get("health", 0))), _fmt_optime(m.get("optime")), lag, ping,
+               str(m.get("syncSourceHost", ""))]
+        if show_message:
+            row.append(str(m.get("lastHeartbeatMessage", "")))
+        rows.append(row)
+    right = {"health", "lag s", "ping ms"}
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for r in [headers, *rows]:
+        cells = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(r, widths, headers)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _client(args.host) as client:
-        status = client.admin.command("replSetGetStatus")
-    print(f"set {status['set']}  term {status['term']}  my state {status['myState']}")
-    header = f"{'name':<22} {'state':<24} {'health':<6} {'optime':<22} {'ping':>5}  sync source"
-    print(header)
-    for m in status["members"]:
-        optime = m.get("optime", {}).get("ts")
-        ts = f"{optime.time}.{optime.inc}" if optime is not None else "-"
-        name = m["name"] + (" *" if m.get("self") else "")
-        print(f"{name:<22} {m['stateStr']:<24} {int(m['health']):<6} {ts:<22} "
-              f"{int(m.get('pingMs', 0)):>5}  {m.get('syncSourceHost', '')}")
+    from pymongo.errors import ConnectionFailure, OperationFailure
+
+    try:
+        with _client(args.host) as client:
+            status = client.admin.command("replSetGetStatus")
+    except ConnectionFailure:
+        print(f"replset status: cannot reach {args.host}", file=sys.stderr)
+        return 1
+    except OperationFailure as exc:
+        print(f"replset status: {args.host}: {exc.details.get('errmsg', exc)} (code {exc.code})",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        from bson import json_util
+
+        print(json_util.dumps(status, json_options=json_util.RELAXED_JSON_OPTIONS, indent=2))
+    else:
+        print(format_status(status))
     return 0
 
 

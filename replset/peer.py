@@ -49,7 +49,8 @@ class PeerClient:
             except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error, ValueError) as exc:
                 self.close()
                 refused = isinstance(exc, ConnectionRefusedError)
-                raise PeerError(f"{self.host}: {type(exc).__name__}: {exc}", refused=refused) from exc
+                detail = str(exc) or ("no reply within the timeout" if isinstance(exc, TimeoutError) else "")
+                raise PeerError(f"{self.host}: {type(exc).__name__}: {detail}", refused=refused) from exc
 
     async def _round_trip(self, body: Mapping[str, Any]) -> dict[str, Any]:
         delay = self._latency_ms(self.host) if self._latency_ms is not None else 0.0

@@ -414,7 +414,7 @@ class Replication:
 
     async def run_election(self, reason: str, *, skip_dry_run: bool = False) -> bool:
         """Dry run, then the real election; True when this member became primary."""
-        if self._electing:
+        if not self._electable(now_ms()):
             return False
         self._electing = True
         try:
@@ -486,7 +486,8 @@ class Replication:
         return tally.won, higher
 
     async def _assume_primary(self, term: int) -> bool:
-        """Won: apply everything fetched, then write the "new primary" no-op and accept writes."""
+        """Won: catch up, apply everything fetched, then write the "new primary" no-op and accept writes."""
+        await self._catch_up(term)
         await self._stop_worker(drain=True)
         node = self.node
         if node.term != term or node.state is not MemberState.SECONDARY:
@@ -505,6 +506,27 @@ class Replication:
         self._advance_commit_point()
         self._heartbeat_now.fire()
         return True
+
+    async def _catch_up(self, term: int) -> None:
+        """Fetch what other members have and we lack (w:1 writes of the old primary) before writing.
+
+        The target is the newest optime heartbeats reported. The wait is bounded by
+        `catchUpTimeoutMillis`; its default -1 ("no limit" in MongoDB) is bounded here by
+        the election timeout, so a member that cannot reach the newest data still takes
+        over rather than leaving the set without a primary.
+        """
+        assert self.topology is not None
+        node = self.node
+        target = self.topology.newest_applied()
+        if target <= node.last_committed_optime or self.worker is None:
+            return
+        limit_ms = self.config.settings.catch_up_timeout_ms
+        if limit_ms < 0:
+            limit_ms = self.election_timeout_base_ms
+        deadline = time.monotonic() + limit_ms / 1000
+        log.info("catching up to %s before becoming primary", target)
+        while node.last_committed_optime < target and node.term == term and time.monotonic() < deadline:
+            await node.wait_for_oplog(node.last_committed_optime.ts_key, deadline - time.monotonic())
 
     def step_down_now(self, reason: str) -> None:
         """PRIMARY -> SECONDARY at once: no more writes, waiters fail with PrimarySteppedDown."""

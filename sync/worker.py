@@ -103,6 +103,10 @@ class SyncWorker:
     async def _fetch_loop(self) -> None:
         repl = self.node.repl
         while True:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # A cancellation swallowed by a racing wait_for still means "stop".
+                raise asyncio.CancelledError
             source = repl.choose_sync_source(self.last_fetched)
             if source is None:
                 self.sync_source = None

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from tests.support.members import Member
+from tests.support.replica_set import ReplicaSet, make_replica_set
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +39,15 @@ def start_member(tmp_path: Any) -> Iterator[Callable[..., Member]]:
     finally:
         for m in started:
             m.stop()
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
+    """An initiated three-member set (test fail points enabled), shared by a test module."""
+    s = make_replica_set(str(tmp_path_factory.mktemp("rs3")), 3)
+    try:
+        s.start()
+        s.initiate()
+        yield s
+    finally:
+        s.stop()

@@ -3,7 +3,6 @@ sync chains (by replSetSyncFrom and by ping), write-concern failures, roles."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,19 +11,8 @@ from pymongo import ReadPreference, WriteConcern
 from pymongo.errors import NotPrimaryError, OperationFailure, WTimeoutError
 
 from tests.support.members import wait_for
-from tests.support.replica_set import ReplicaSet, make_replica_set
+from tests.support.replica_set import ReplicaSet
 from tests.support.wire import raw_command
-
-
-@pytest.fixture(scope="module")
-def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
-    s = make_replica_set(str(tmp_path_factory.mktemp("rs3")), 3)
-    try:
-        s.start()
-        s.initiate()
-        yield s
-    finally:
-        s.stop()
 
 
 def _docs(rs: ReplicaSet, coll: str, query: dict[str, Any]) -> list[list[dict[str, Any]]]:
