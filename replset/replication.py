@@ -102,7 +102,8 @@ class Replication:
         self._report_needed = asyncio.Event()
         self._positions_moved = Pulse()
         self._denylist: dict[str, int] = {}
-        self._waiters: list[tuple[WriteConcern, OpTime, asyncio.Future[MongoError | None]]] = []
+        # Insertion-ordered; keyed by the future so a finished waiter leaves in O(1).
+        self._waiters: dict[asyncio.Future[MongoError | None], tuple[WriteConcern, OpTime]] = {}
         self._vote_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_fetches: set[str] = set()
@@ -675,26 +676,22 @@ class Replication:
         if len(self._waiters) >= MAX_WAITERS:
             return MongoError(64, "too many writes waiting for replication")
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
-        entry = (wc, target, waiter)
-        self._waiters.append(entry)
+        self._waiters[waiter] = (wc, target)
         try:
             timeout_s = wc.wtimeout_ms / 1000 if wc.wtimeout_ms > 0 else None
             return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
         except TimeoutError:
             return timeout_error(wc)
         finally:
-            if entry in self._waiters:
-                self._waiters.remove(entry)
+            self._waiters.pop(waiter, None)
 
     def _check_waiters(self) -> None:
-        if not self._waiters:
-            return
-        for wc, target, waiter in self._waiters:
+        for waiter, (wc, target) in self._waiters.items():
             if not waiter.done() and self._satisfied(wc, target):
                 waiter.set_result(None)
 
     def _fail_waiters(self, error: MongoError) -> None:
-        for _wc, _target, waiter in self._waiters:
+        for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(error)
 

@@ -36,17 +36,19 @@ def test_s2_syncs_from_s1_because_its_ping_is_lower(rs_factory: object) -> None:
     rs = rs_factory(3)  # type: ignore[operator]
     primary = rs.initiate()
     s1, s2 = [m for m in rs.members if m is not primary]
-    # Everything S2 sends to the primary (heartbeats, fetches, reports) is 40 ms slower.
+    # Everything S2 sends to the primary (heartbeats, fetches, reports) is 40 ms slower, and so is
+    # everything S1 sends to S2 (members may have chained either way while the set formed).
     rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": LATENCY_MS})
+    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": LATENCY_MS})
     coll = rs.client().app.by_ping
     counter = itertools.count()
 
     def chained() -> bool:
         # Keep writing: S2 only moves to S1 when S1 is ahead of what S2 has fetched.
         coll.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": next(counter)})
-        return rs.sync_source(s2) == s1.host
+        return rs.sync_source(s2) == s1.host and rs.sync_source(s1) == primary.host
 
-    wait_for(chained, 30, "S2 to choose S1 as its sync source")
+    wait_for(chained, 30, "S2 to choose S1 as its sync source, and S1 the primary")
     pings = {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
     # S1 is closer than the primary by more than changeSyncSourceThresholdMillis (5 ms).
     assert pings[primary.host] > pings[s1.host] + 5
