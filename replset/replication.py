@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_WAITERS = 100_000
+STOP_TIMEOUT_S = 5.0
 PRIORITY_TAKEOVER_FRESHNESS_SECS = 2
 
 
@@ -151,13 +152,12 @@ class Replication:
         self._start_worker()
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._heartbeats.values()]:
+        tasks = [*self._tasks, *self._heartbeats.values()]
+        for task in tasks:
             task.cancel()
-        for task in [*self._tasks, *self._heartbeats.values()]:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        if tasks:
+            # Bounded: a task that swallowed its cancellation must not keep the member alive.
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
         self._tasks, self._heartbeats = [], {}
         await self._stop_worker(drain=False)
         self._fail_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
@@ -167,10 +167,11 @@ class Replication:
             self.worker = SyncWorker(self.node)
             self.worker.start()
 
-    async def _stop_worker(self, *, drain: bool) -> None:
+    async def _stop_worker(self, *, drain: bool) -> bool:
         worker, self.worker = self.worker, None
-        if worker is not None:
-            await worker.stop(drain=drain)
+        if worker is None:
+            return True
+        return await worker.stop(drain=drain)
 
     # -- configs --------------------------------------------------------------------------------------
 
@@ -489,9 +490,9 @@ class Replication:
     async def _assume_primary(self, term: int) -> bool:
         """Won: catch up, apply everything fetched, then write the "new primary" no-op and accept writes."""
         await self._catch_up(term)
-        await self._stop_worker(drain=True)
+        drained = await self._stop_worker(drain=True)
         node = self.node
-        if node.term != term or node.state is not MemberState.SECONDARY:
+        if not drained or node.term != term or node.state is not MemberState.SECONDARY:
             self._start_worker()
             return False
         try:

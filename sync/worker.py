@@ -50,6 +50,7 @@ FIRST_ENTRY_MSG = "initiating set"
 ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
 SECONDARY_OK = {"mode": "secondaryPreferred"}
+STOP_TIMEOUT_S = 5.0
 
 
 class SyncSourceProblem(Exception):
@@ -75,23 +76,28 @@ class SyncWorker:
         self._tasks = [loop.create_task(self._fetch_loop(), name="oplog-fetcher"),
                        loop.create_task(self._apply_loop(), name="oplog-applier")]
 
-    async def stop(self, *, drain: bool) -> None:
-        """Stops fetching; with `drain`, first applies everything already buffered."""
+    async def stop(self, *, drain: bool) -> bool:
+        """Stops fetching; with `drain`, first applies everything already buffered.
+
+        Returns False when the buffer could not be drained in time (the caller must
+        not take writes then: fetched entries would be lost to this member).
+        """
         fetcher, applier = self._tasks or (None, None)
-        for task in (fetcher,):
-            if task is not None:
-                task.cancel()
+        if fetcher is not None:
+            fetcher.cancel()
+        drained = True
         if drain:
-            await self._buffer.join()
+            try:
+                await asyncio.wait_for(self._buffer.join(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                drained = False
         if applier is not None:
             applier.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
         self._tasks = []
         self.sync_source = None
+        return drained
 
     def request_change(self) -> None:
         """Drop the current source (the runtime decided another one is better)."""
