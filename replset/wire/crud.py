@@ -36,7 +36,12 @@ from replset.cursors import Cursor, cursor_reply
 from replset.node import utcnow
 from replset.wire import sessions
 from replset.wire.commands import CommandContext, command
-from replset.wire.oplog_reader import oplog_source, oplog_start_key
+from replset.wire.oplog_reader import (
+    oplog_source,
+    oplog_start_key,
+    raw_oplog_source,
+    start_key_is_whole_filter,
+)
 from replset.write_concern import parse_write_concern
 
 MAX_WRITE_BATCH = 100_000
@@ -219,14 +224,21 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     matcher = compile_filter(query)
     tailable = bool(cmd.get("tailable"))
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
-    source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1, tail_state=tail_state)
-    docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
+    raw = (ns == "local.oplog.rs" and start_key_is_whole_filter(query) and not projection and not skip
+           and (not sort or _natural_direction(sort) == 1))
+    if raw:
+        # A sync source serving a fetcher: entries go out as stored, never decoded.
+        docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
+    else:
+        source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1,
+                                   tail_state=tail_state)
+        docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
                     await_data=bool(cmd.get("awaitData")))
     if tailable:
         if ns != "local.oplog.rs":
             raise MongoError(2, "tailable cursor requested on non capped collection")
-        cursor.refill = _tail_refill(ctx, tail_state, matcher, projection)
+        cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
     reply = _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
     if ns == "local.oplog.rs":
@@ -234,11 +246,13 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     return reply
 
 
-def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher,
+def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | None,
                  projection: dict[str, Any] | None) -> Callable[[], Iterator[dict[str, Any]]]:
     reader = ctx.node.store.reader
 
     def refill() -> Iterator[dict[str, Any]]:
+        if matcher is None:
+            return raw_oplog_source(reader, state.get("last", 0), state)
         source = oplog_source(reader, state.get("last", 0), reverse=False, state=state)
         return _query_pipeline(source, matcher, {}, None, 0, projection)
 

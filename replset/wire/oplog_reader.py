@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import bson
+from bson.raw_bson import RawBSONDocument
 from bson.timestamp import Timestamp
 
 from oplog.codec_options import DOC_OPTIONS
@@ -26,6 +27,26 @@ def oplog_start_key(query: dict[str, Any]) -> int:
     elif isinstance(cond, Timestamp):
         return max(ts_key(cond) - 1, 0)
     return 0
+
+
+def start_key_is_whole_filter(query: dict[str, Any]) -> bool:
+    """Whether `oplog_start_key` alone implements `query` ({} or one `ts` $gt/$gte bound), so
+    entries can be served as stored, without decoding them to match."""
+    if not query:
+        return True
+    cond = query.get("ts")
+    return (len(query) == 1 and isinstance(cond, dict) and len(cond) == 1
+            and isinstance(cond.get("$gt", cond.get("$gte")), Timestamp))
+
+
+def raw_oplog_source(reader: Any, after_key: int, state: dict[str, int]) -> Iterator[Any]:
+    """Entries after `after_key` as stored (RawBSONDocument): the sync source's hot path."""
+    key = after_key
+    while rows := reader.oplog_after(key, CHUNK):
+        for row_key, blob in rows:
+            state["last"] = row_key
+            yield RawBSONDocument(blob)
+        key = rows[-1][0]
 
 
 def oplog_source(reader: Any, after_key: int, *, reverse: bool,
