@@ -70,6 +70,7 @@ class SyncWorker:
         self._buffer: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue(BUFFER_BATCHES)
         self._fetch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._cleanup: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -147,6 +148,7 @@ class SyncWorker:
     async def _fetch(self, source: str) -> None:
         node = self.node
         client = PeerClient(source, latency_ms=node.failpoints.latency_ms)
+        cursor_id = 0
         try:
             await self._wait_while_stopped()
             last = self.last_fetched
@@ -173,6 +175,24 @@ class SyncWorker:
                 cursor_id = cursor.get("id", 0)
         finally:
             client.close()
+            if cursor_id:
+                self._release_cursor(source, cursor_id)
+
+    def _release_cursor(self, source: str, cursor_id: int) -> None:
+        """Best effort: the source would otherwise keep our tailable cursor until it idles out."""
+        async def kill() -> None:
+            client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms)
+            try:
+                await client.command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"},
+                                     timeout_s=1.0)
+            except PeerError:
+                pass
+            finally:
+                client.close()
+
+        task = asyncio.get_running_loop().create_task(kill())
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     async def _command(self, client: PeerClient, body: dict[str, Any]) -> dict[str, Any]:
         timeout_s = self.node.repl.await_data_ms / 1000 + self.node.repl.heartbeat_timeout_s
