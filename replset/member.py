@@ -49,7 +49,8 @@ _LEGAL: dict[MemberState, frozenset[MemberState]] = {
         {MemberState.SECONDARY, MemberState.ROLLBACK, MemberState.STARTUP2, MemberState.REMOVED}
     ),
     MemberState.ROLLBACK: frozenset({MemberState.SECONDARY, MemberState.RECOVERING, MemberState.REMOVED}),
-    MemberState.REMOVED: frozenset({MemberState.SECONDARY, MemberState.STARTUP2, MemberState.PRIMARY}),
+    MemberState.REMOVED: frozenset({MemberState.SECONDARY, MemberState.STARTUP2, MemberState.PRIMARY,
+                                   MemberState.ARBITER}),
     MemberState.ARBITER: frozenset({MemberState.REMOVED}),
 }
 

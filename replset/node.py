@@ -112,10 +112,11 @@ class Node:
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:
             self.config = parse_config(raw)
-            if self.config.member_by_host(self.options.me) is None:
+            me = self.config.member_by_host(self.options.me)
+            if me is None:
                 self.set_state(MemberState.REMOVED)
                 return
-            self.set_state(MemberState.SECONDARY)
+            self.set_state(MemberState.ARBITER if me.arbiter_only else MemberState.SECONDARY)
             self.repl.start()
 
     async def stop(self) -> None:

@@ -202,7 +202,8 @@ class Replication:
             self._sync_heartbeat_tasks()
             return
         if node.state in (MemberState.STARTUP, MemberState.REMOVED):
-            node.set_state(MemberState.SECONDARY)
+            # An arbiter votes and heartbeats but holds no data: it never fetches or applies.
+            node.set_state(MemberState.ARBITER if me.arbiter_only else MemberState.SECONDARY)
         if self.topology is None:
             self.start()
         else:

@@ -81,3 +81,31 @@ def test_reconfig_priority_makes_a_member_take_over(rs: ReplicaSet) -> None:
     wait_for(lambda: rs.primary() is favourite, 15, "priority takeover")
     metrics = rs.status(favourite)["electionCandidateMetrics"]
     assert metrics["lastElectionReason"] == "priorityTakeover"
+
+
+def test_arbiter_votes_but_holds_no_data(tmp_path: Any) -> None:
+    from tests.support.replica_set import make_replica_set
+
+    psa = make_replica_set(str(tmp_path), 3)
+    try:
+        psa.start()
+        primary = psa.initiate(m2={"arbiterOnly": True, "priority": 0})
+        arbiter = psa.members[2]
+        assert primary is psa.members[0]
+        assert psa.status(arbiter)["myState"] == 7
+        coll = psa.client().app.psa
+        coll.insert_one({"_id": 1})  # default w:"majority": both data-bearing members
+        assert _code(lambda: coll.with_options(write_concern=WriteConcern(w=3)).insert_one({"_id": 2})) == 100
+        hello = psa.direct(primary).admin.command("hello")
+        assert hello["arbiters"] == [arbiter.host]
+        # An arbiter holds no data and serves no reads.
+        assert _code(lambda: psa.direct(arbiter).app.psa.with_options(
+            read_preference=ReadPreference.SECONDARY_PREFERRED).find_one()) == 13436
+        me = next(x for x in psa.status(arbiter)["members"] if x.get("self"))
+        assert me["optime"]["ts"].time == 0  # it never fetched or applied an entry
+        # With the secondary gone, the arbiter's vote still lets the primary keep a majority.
+        psa.members[1].kill()
+        coll.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": 3})
+        assert psa.primary() is primary
+    finally:
+        psa.stop()

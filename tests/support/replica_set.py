@@ -37,7 +37,7 @@ class ReplicaSet:
         self.direct(self.members[0]).admin.command("replSetInitiate", config)
         primary = self.wait_primary()
         for m in self.members:
-            wait_for(lambda m=m: self.status(m)["myState"] in (1, 2), 30, f"{m.host} to join the set")
+            wait_for(lambda m=m: self.status(m)["myState"] in (1, 2, 7), 30, f"{m.host} to join the set")
         return primary
 
     def direct(self, member: Member) -> MongoClient[dict[str, Any]]:
