@@ -36,6 +36,7 @@ from replset.election import (
     ElectionTally,
     LastVote,
     VoteRequest,
+    config_is_older,
     decide_vote,
     election_timeout_ms,
     priority_takeover_delay_ms,
@@ -108,6 +109,7 @@ class Replication:
         self._vote_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_fetches: set[str] = set()
+        self._config_lock = asyncio.Lock()
 
     # -- settings -------------------------------------------------------------------------------------
 
@@ -186,18 +188,24 @@ class Replication:
 
     async def install_config(self, config: ReplSetConfig) -> None:
         """Adopts a newer config (from a heartbeat or a reconfig): persist, then act on it."""
+        async with self._config_lock:  # two heartbeats may bring configs at once; the newest wins
+            node = self.node
+            current = node.config
+            if current is not None and not config_is_older(current.version, current.term,
+                                                           config.version, config.term):
+                return
+            await node.store_config(config)
+            node.config = config
+            await self._act_on_config(config)
+
+    async def _act_on_config(self, config: ReplSetConfig) -> None:
         node = self.node
-        current = node.config
-        if current is not None and (config.term, config.version) <= (current.term, current.version):
-            return
-        await node.store_config(config)
-        node.config = config
         me = config.member_by_host(node.options.me)
         log.info("installed config version %d term %d", config.version, config.term)
         if me is None:
-            await self._stop_worker(drain=False)
             if node.state is MemberState.PRIMARY:
                 self.step_down_now("removed from the config")
+            await self._stop_worker(drain=False)
             node.set_state(MemberState.REMOVED)
             self._sync_heartbeat_tasks()
             return
@@ -315,11 +323,11 @@ class Replication:
         if req.term > node.term:
             self._spawn(self.update_term(req.term, f"a heartbeat request from {req.sender_host}"))
         sender = self.topology.members.get(req.sender_id)
-        if (req.config_term, req.config_version) > (config.term, config.version) or (
+        if config_is_older(config.version, config.term, req.config_version, req.config_term) or (
                 sender is not None and req.term > sender.term):
             # Our next heartbeat to them brings the newer config, or their new state after an election.
             self._heartbeat_now.fire()
-        requester_older = (req.config_term, req.config_version) < (config.term, config.version)
+        requester_older = config_is_older(req.config_version, req.config_term, config.version, config.term)
         primary_id = self.topology.primary_id(node.state, node.term)
         return heartbeat_reply(HeartbeatReply(
             set_name=config.name, state=node.state, term=node.term, applied=node.last_committed_optime,

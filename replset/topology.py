@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from oplog.optime import NULL_OPTIME, OpTime
 from replset.config import ReplSetConfig
+from replset.election import config_is_older
 from replset.member import MemberState
 from replset.messages import HeartbeatReply, MemberPosition
 from sync.ping_stats import PingStats
@@ -112,8 +113,8 @@ class Topology:
         data.last_contact_ms = data.last_heartbeat_ms = now_ms
         data.message = ""
         data.election_date = reply.election_date
-        newer_config = reply.config is not None and (reply.config_term, reply.config_version) > (
-            self.config.term, self.config.version)
+        newer_config = reply.config is not None and config_is_older(
+            self.config.version, self.config.term, reply.config_version, reply.config_term)
         return HeartbeatOutcome(
             newer_term=reply.term if reply.term > my_term else None,
             primary_seen=reply.state is MemberState.PRIMARY and reply.term >= my_term,

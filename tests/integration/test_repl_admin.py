@@ -83,6 +83,21 @@ def test_reconfig_priority_makes_a_member_take_over(rs: ReplicaSet) -> None:
     assert metrics["lastElectionReason"] == "priorityTakeover"
 
 
+def test_forced_reconfig_on_a_secondary_reaches_every_member(rs: ReplicaSet) -> None:
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    config = rs.direct(secondary).admin.command("replSetGetConfig")["config"]
+    config["version"] += 1
+    config["settings"]["heartbeatIntervalMillis"] = 300
+    # Not on a primary: refused unless forced; a forced config has no term and wins by version.
+    assert _code(lambda: rs.direct(secondary).admin.command("replSetReconfig", config)) == 10107
+    rs.direct(secondary).admin.command("replSetReconfig", config, force=True)
+    for m in rs.members:
+        wait_for(lambda m=m: rs.direct(m).admin.command("replSetGetConfig")["config"]["settings"]
+                 ["heartbeatIntervalMillis"] == 300, 10, f"{m.host} to install the forced config")
+    assert rs.direct(primary).admin.command("replSetGetConfig")["config"]["term"] == -1
+
+
 def test_arbiter_votes_but_holds_no_data(tmp_path: Any) -> None:
     from tests.support.replica_set import make_replica_set
 
