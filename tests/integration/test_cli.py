@@ -201,6 +201,9 @@ def test_up_restarts_a_killed_member_and_stops_all_on_sigint(tmp_path: Any) -> N
         victim = next(p for p in ports if _command(p, "hello").get("secondary"))
 
         # The table and the JSON form of `replset status`, from the real set.
+        # The victim may have joined a moment before its first heartbeat reply from the new primary.
+        wait_for(lambda: any(m["stateStr"] == "PRIMARY" for m in _command(victim, "replSetGetStatus")["members"]),
+                 10, "the victim to see the primary")
         table = subprocess.run([sys.executable, "-m", "replset", "status", "--host", f"127.0.0.1:{victim}"],
                                capture_output=True, text=True, cwd=REPO_ROOT, timeout=30, check=True).stdout
         assert "my state:     SECONDARY" in table
