@@ -142,6 +142,9 @@ class SyncWorker:
             except MongoError as exc:
                 log.warning("sync source %s: %s", source, exc)
                 repl.deny(source, ERROR_DENY_MS)
+            except Exception:  # a malformed reply must not end replication for good
+                log.exception("fetching from %s failed", source)
+                repl.deny(source, ERROR_DENY_MS)
             finally:
                 self._fetch_task = None
 
