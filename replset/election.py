@@ -43,6 +43,8 @@ from replset.config import ReplSetConfig
 
 # replElectionTimeoutOffsetLimitFraction: the jitter is below this share of the timeout.
 ELECTION_TIMEOUT_OFFSET_LIMIT_FRACTION = Fraction(15, 100)
+# priorityTakeoverFreshnessWindowSeconds: only a member this close to the primary takes over.
+PRIORITY_TAKEOVER_FRESHNESS_SECS = 2
 UNINITIALIZED_TERM = -1
 
 
@@ -208,3 +210,13 @@ def priority_takeover_delay_ms(config: ReplSetConfig, my_id: int, election_timeo
         raise ValueError(f"member {my_id} is not in the replica set config")
     rank = sum(1 for m in config.members if m.electable and m.priority > me.priority)
     return (rank + 1) * election_timeout_ms
+
+
+def wants_priority_takeover(config: ReplSetConfig, my_id: int, primary_id: int, *, my_applied: OpTime,
+                            primary_applied: OpTime) -> bool:
+    """Whether we should schedule a priority takeover of `primary_id`: we are electable, of
+    strictly higher priority, and within the freshness window of the primary's last write."""
+    me, primary = config.member_by_id(my_id), config.member_by_id(primary_id)
+    if me is None or primary is None or not me.electable or me.priority <= primary.priority:
+        return False
+    return primary_applied.secs - my_applied.secs <= PRIORITY_TAKEOVER_FRESHNESS_SECS

@@ -40,6 +40,7 @@ from replset.election import (
     decide_vote,
     election_timeout_ms,
     priority_takeover_delay_ms,
+    wants_priority_takeover,
 )
 from replset.member import MemberState
 from replset.messages import (
@@ -74,7 +75,6 @@ log = logging.getLogger(__name__)
 
 MAX_WAITERS = 100_000
 STOP_TIMEOUT_S = 5.0
-PRIORITY_TAKEOVER_FRESHNESS_SECS = 2
 
 
 def now_ms() -> int:
@@ -554,12 +554,9 @@ class Replication:
         node = self.node
         if reply.state is not MemberState.PRIMARY or node.state is not MemberState.SECONDARY:
             return
-        me = self.config.member_by_id(self.self_id)
-        primary = self.config.member_by_id(member_id)
-        if me is None or primary is None or not me.electable or me.priority <= primary.priority:
-            return
-        fresh = reply.applied.secs - node.last_committed_optime.secs <= PRIORITY_TAKEOVER_FRESHNESS_SECS
-        if fresh and self._takeover_deadline_ms == math.inf:
+        if self._takeover_deadline_ms == math.inf and wants_priority_takeover(
+                self.config, self.self_id, member_id, my_applied=node.last_committed_optime,
+                primary_applied=reply.applied):
             timeout = election_timeout_ms(self.election_timeout_base_ms, self.rng)
             delay = priority_takeover_delay_ms(self.config, self.self_id, timeout)
             self._takeover_deadline_ms = now_ms() + delay
@@ -569,11 +566,7 @@ class Replication:
         """The initiating member stands as soon as a majority of voters has the new config."""
         if not self._initiator or self.node.state is not MemberState.SECONDARY or self.topology is None:
             return
-        config = self.config
-        have = sum(1 for m in config.voters if m.id == self.self_id or (
-            (d := self.topology.members.get(m.id)) is not None and d.healthy
-            and (d.config_term, d.config_version) == (config.term, config.version)))
-        if have >= config.majority_vote_count:
+        if self.topology.majority_has_config():
             self._initiator = False
             self.call_election_now()
 
@@ -768,10 +761,10 @@ class Replication:
         if not node.is_primary or self.topology is None:
             raise MongoError(10107, "not primary so can't step down")
         deadline = time.monotonic() + catch_up_secs
-        target = self._caught_up_electable()
+        target = self.topology.caught_up_electable(node.last_committed_optime)
         while target is None and time.monotonic() < deadline:
             await self.wait_for_positions(max(deadline - time.monotonic(), 0.0))
-            target = self._caught_up_electable()
+            target = self.topology.caught_up_electable(node.last_committed_optime)
         if target is None and not force:
             raise MongoError(262, "No electable secondaries caught up as of now. Please use the "
                                   "{force: true} option if you really want to step down.")
@@ -779,16 +772,6 @@ class Replication:
         self.step_down_now("replSetStepDown")
         if target is not None:
             self._spawn(self._hand_off(target))
-
-    def _caught_up_electable(self) -> str | None:
-        assert self.topology is not None
-        last = self.node.last_committed_optime
-        for member in self.config.members:
-            data = self.topology.members.get(member.id)
-            if (data is not None and member.electable and data.healthy and data.state is MemberState.SECONDARY
-                    and data.applied >= last):
-                return member.host
-        return None
 
     async def _hand_off(self, host: str) -> None:
         """Election handoff: ask a caught-up secondary to stand at once, without a dry run."""

@@ -216,6 +216,23 @@ class Topology:
             denylist=denylist, now_ms=now_ms,
         )
 
+    def majority_has_config(self) -> bool:
+        """Whether a majority of voters (ourselves included) reported our exact config version and term."""
+        config = self.config
+        have = sum(1 for m in config.voters if m.id == self.self_id or (
+            (d := self.members.get(m.id)) is not None and d.healthy
+            and (d.config_term, d.config_version) == (config.term, config.version)))
+        return have >= config.majority_vote_count
+
+    def caught_up_electable(self, last_applied: OpTime) -> str | None:
+        """A healthy electable SECONDARY that has applied `last_applied` (the stepdown handoff target)."""
+        for member in self.config.members:
+            data = self.members.get(member.id)
+            if (data is not None and member.electable and data.healthy and data.state is MemberState.SECONDARY
+                    and data.applied >= last_applied):
+                return member.host
+        return None
+
     def newest_applied(self) -> OpTime:
         """The newest optime any healthy member reports (the catch-up target of a new primary)."""
         return max((d.applied for d in self.members.values() if d.healthy), default=NULL_OPTIME)

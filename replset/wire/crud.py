@@ -240,7 +240,12 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
             raise MongoError(2, "tailable cursor requested on non capped collection")
         cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
-    reply = _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    return _with_repl_data(ctx, ns, _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0,
+                                                 single_batch))
+
+
+def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict[str, Any]:
+    """Oplog reads carry the sender's term and commit point, as a sync source's replies do."""
     if ns == "local.oplog.rs":
         reply["$replData"] = ctx.node.repl.metadata_document()
     return reply
@@ -298,10 +303,7 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             cursor.pending.append(nxt)
     if done:
         registry.kill(cursor.id)
-    reply = cursor_reply(0 if done else cursor.id, ns, batch, first=False)
-    if ns == "local.oplog.rs":
-        reply["$replData"] = ctx.node.repl.metadata_document()
-    return reply
+    return _with_repl_data(ctx, ns, cursor_reply(0 if done else cursor.id, ns, batch, first=False))
 
 
 @command("killCursors")

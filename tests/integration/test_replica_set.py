@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import ReadPreference, WriteConcern
-from pymongo.errors import NotPrimaryError, OperationFailure, WTimeoutError
+from pymongo.errors import NotPrimaryError, OperationFailure
 
 from tests.support.members import wait_for
 from tests.support.replica_set import ReplicaSet
@@ -88,20 +88,11 @@ def test_chain_by_sync_from_then_w3_fails_while_the_tail_is_stopped(rs: ReplicaS
     rs.direct(s2).admin.command("replSetSyncFrom", s1.host)
     wait_for(lambda: rs.sync_source(s2) == s1.host and rs.sync_source(s1) == primary.host, 20, "the chain")
     assert rs.http_status(s2)["syncSourceHost"] == s1.host
-    seen_by_primary = {x["name"]: x["syncSourceHost"] for x in rs.status(primary)["members"]}
     wait_for(lambda: {x["name"]: x["syncSourceHost"] for x in rs.status(primary)["members"]}[s2.host]
              == s1.host, 20, "the primary to see the chain in heartbeats")
     coll = client.app.chain
     coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "through-s1"})
     assert _docs(rs, "chain", {}) == [[{"_id": "through-s1"}]] * 3
 
-    rs.fail_point(s2, "stopReplProducer", "alwaysOn")
-    try:
-        with pytest.raises(WTimeoutError):
-            coll.with_options(write_concern=WriteConcern(w=3, wtimeout=1000)).insert_one({"_id": "stalled"})
-        coll.with_options(write_concern=WriteConcern(w=2, wtimeout=5000)).insert_one({"_id": "w2"})
-    finally:
-        rs.fail_point(s2, "stopReplProducer", "off")
-    coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "resumed"})
+    rs.check_stalled_tail(s2, coll, all_members=3, wtimeout_ms=1000)
     assert len(_docs(rs, "chain", {})[2]) == 4
-    del seen_by_primary

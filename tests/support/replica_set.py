@@ -83,6 +83,27 @@ class ReplicaSet:
             cmd["data"] = data
         self.direct(member).admin.command(cmd)
 
+    def check_stalled_tail(self, tail: Member, coll: Any, *, all_members: int, wtimeout_ms: int) -> None:
+        """With `tail` no longer fetching, w:all times out while w:all-1 succeeds; once it resumes,
+        w:all succeeds again (acknowledgements from the end of a chain travel upstream)."""
+        from pymongo import WriteConcern
+        from pymongo.errors import WTimeoutError
+
+        self.fail_point(tail, "stopReplProducer", "alwaysOn")
+        try:
+            try:
+                coll.with_options(write_concern=WriteConcern(w=all_members, wtimeout=wtimeout_ms)).insert_one(
+                    {"_id": "stalled"})
+            except WTimeoutError:
+                pass
+            else:
+                raise AssertionError(f"w:{all_members} was acknowledged while {tail.host} was stopped")
+            coll.with_options(write_concern=WriteConcern(w=all_members - 1, wtimeout=5000)).insert_one(
+                {"_id": f"w{all_members - 1}"})
+        finally:
+            self.fail_point(tail, "stopReplProducer", "off")
+        coll.with_options(write_concern=WriteConcern(w=all_members, wtimeout=5000)).insert_one({"_id": "resumed"})
+
     def pause(self, member: Member) -> None:
         assert member.process is not None
         member.process.send_signal(signal.SIGSTOP)

@@ -261,3 +261,18 @@ def test_priority_takeover_ignores_unelectable_members() -> None:
 def test_priority_takeover_unknown_member() -> None:
     with pytest.raises(ValueError):
         priority_takeover_delay_ms(make_config([1.0]), 7, 10_000)
+
+
+def test_priority_takeover_needs_a_higher_priority_and_fresh_data() -> None:
+    from replset.config import parse_config
+    from replset.election import wants_priority_takeover
+
+    cfg = parse_config({"_id": "rs0", "members": [{"_id": 0, "host": "a:1", "priority": 1},
+                                                  {"_id": 1, "host": "b:1", "priority": 5},
+                                                  {"_id": 2, "host": "c:1", "priority": 1}]})
+    fresh, stale = OpTime(100, 1, 1), OpTime(97, 1, 1)
+    primary_at = OpTime(101, 1, 1)
+    assert wants_priority_takeover(cfg, 1, 0, my_applied=fresh, primary_applied=primary_at)
+    assert not wants_priority_takeover(cfg, 1, 0, my_applied=stale, primary_applied=primary_at)
+    assert not wants_priority_takeover(cfg, 2, 0, my_applied=fresh, primary_applied=primary_at)  # equal
+    assert not wants_priority_takeover(cfg, 0, 1, my_applied=fresh, primary_applied=primary_at)  # lower

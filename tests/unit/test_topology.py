@@ -538,3 +538,26 @@ def test_no_sync_source_while_we_are_primary() -> None:
     topo.on_heartbeat_reply(S1_ID, reply(applied=ot(100)), 3.0, 0, my_term=1)
     got = inputs_for(topo, my_state=PRIMARY)
     assert got.primary_id == S2_ID and choose_sync_source(got) is None
+
+
+# --- initiation and stepdown handoff ----------------------------------------------------------------
+
+
+def test_the_initiator_stands_once_a_majority_of_voters_has_the_config() -> None:
+    topo = topology(me=P_ID)  # four voters: a majority is three, ourselves included
+    topo.on_heartbeat_reply(S1_ID, reply(), 1.0, 0, my_term=0)
+    assert not topo.majority_has_config()
+    topo.on_heartbeat_reply(S2_ID, reply(config_version=0), 1.0, 0, my_term=0)
+    assert not topo.majority_has_config()  # S2 still has an older config
+    topo.on_heartbeat_request(S2_ID, 1, config_version=1, config_term=1)
+    assert topo.majority_has_config()
+
+
+def test_the_handoff_target_is_a_caught_up_electable_secondary() -> None:
+    topo = topology(config({"_id": 0, "host": P}, {"_id": 1, "host": S1, "priority": 0},
+                           {"_id": 2, "host": S2}, {"_id": 3, "host": S3}), me=P_ID)
+    topo.on_heartbeat_reply(S1_ID, reply(applied=ot(120)), 1.0, 0, my_term=1)  # priority 0: not electable
+    topo.on_heartbeat_reply(S2_ID, reply(applied=ot(90)), 1.0, 0, my_term=1)   # behind
+    assert topo.caught_up_electable(ot(100)) is None
+    topo.on_heartbeat_reply(S3_ID, reply(applied=ot(100)), 1.0, 0, my_term=1)
+    assert topo.caught_up_electable(ot(100)) == S3
