@@ -29,6 +29,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.member
 	$(BIN)/python -m bench.oplog
 	$(BIN)/python -m bench.replset
+	$(BIN)/python -m bench.initial_sync
+	$(BIN)/python -m bench.rss
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

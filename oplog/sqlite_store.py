@@ -366,6 +366,30 @@ class StoreTxn(_Reader):
             "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, bson.encode(dict(value)))
         )
 
+    def delete_meta(self, key: str) -> None:
+        self._conn.execute("DELETE FROM meta WHERE key=?", (key,))
+
+    # -- initial sync -------------------------------------------------------------
+    def drop_replicated_data(self) -> int:
+        """Drops every collection outside `local` and empties the oplog; keeps `meta` and `local`
+        (the config, the term and the vote survive). Returns the number of collections dropped."""
+        dropped = 0
+        for info in self.collections():
+            if info.db != "local":
+                self.drop_collection(info.ns)
+                dropped += 1
+        self._conn.execute("DELETE FROM oplog")
+        return dropped
+
+    def bulk_insert(self, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
+        """Appends `(canonical _id key, BSON)` rows to a collection in one statement (initial
+        sync's clone). Unique secondary indexes are not maintained: create them afterwards."""
+        info = self.collection(ns) or self.create_collection(ns)
+        try:
+            self._conn.executemany(f"INSERT INTO {info.table}(idkey, doc) VALUES (?, ?)", rows)
+        except sqlite3.IntegrityError:
+            raise MongoError(11000, f"E11000 duplicate key error collection: {ns} index: _id_") from None
+
 
 def _in_partial_index(index: IndexInfo, doc: dict[str, Any]) -> bool:
     partial = index.spec.get("partialFilterExpression")
@@ -434,6 +458,28 @@ class SQLiteStore:
         if self._writer.in_transaction:
             self._writer.execute("ROLLBACK")
         self._txn = None
+
+    def backup_to(self, directory: str) -> str | None:
+        """Copies a consistent snapshot of the database file into `directory` (SQLite's online
+        backup, through a connection of its own, so it may run in a worker thread while the
+        member goes on). Returns the copy's path, or None for an in-memory store."""
+        if self.path.startswith("file:"):
+            return None
+        os.makedirs(directory, exist_ok=True)
+        target = os.path.join(directory, self.FILE_NAME)
+        source = sqlite3.connect(self.path)
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return target
 
     def close(self) -> None:
         self.rollback()

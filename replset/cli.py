@@ -1,4 +1,4 @@
-"""Command line: `replset node`, `replset up`, `replset status`."""
+"""Command line: `replset node`, `replset up`, `replset status`, `replset resync`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from replset.member import MemberState
 from replset.node import NodeOptions
+from sync.initial_sync_progress import copy_totals
 
 T = TypeVar("T")
 
@@ -45,6 +46,13 @@ def _status_parser(sub: Any) -> None:
     p = sub.add_parser("status", help="print replSetGetStatus as a table")
     p.add_argument("--host", default="127.0.0.1:27017")
     p.add_argument("--json", action="store_true", help="print the raw document as relaxed extended JSON")
+
+
+def _resync_parser(sub: Any) -> None:
+    p = sub.add_parser("resync", help="make a member drop its data and initial-sync from the set")
+    p.add_argument("--host", required=True, help="the member (host:port) to resync; never the primary")
+    p.add_argument("--no-wait", dest="wait", action="store_false",
+                   help="return once the resync has started instead of showing its progress")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -275,13 +283,48 @@ def _optime_order(optime: Any) -> tuple[int, int, int]:
     return (int(optime.get("t", -1)) if isinstance(optime, Mapping) else -1, *parts)
 
 
-def format_status(status: Mapping[str, Any]) -> str:
+def progress_bar(fraction: float, width: int = 20) -> str:
+    filled = round(min(max(fraction, 0.0), 1.0) * width)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def format_initial_sync(name: str, status: Mapping[str, Any]) -> str:
+    """One line for a member's `initialSyncStatus`: a bar of bytes copied, documents, time left. Pure."""
+    totals = copy_totals(status)
+    if totals.bytes_to_copy:
+        fraction = totals.bytes_copied / totals.bytes_to_copy
+    elif totals.documents_to_copy:
+        fraction = totals.documents_copied / totals.documents_to_copy
+    else:
+        fraction = 1.0 if "initialSyncOplogEnd" in status else 0.0
+    if "initialSyncEnd" in status:
+        phase, fraction = "done", 1.0
+    elif "initialSyncOplogEnd" in status:
+        phase = f"applying the oplog ({int(status.get('appliedOps', 0)):,} entries)"
+    elif not status.get("databases", {}).get("databasesToClone"):
+        phase = "starting"
+    else:
+        phase = "cloning"
+    parts = [f"initial sync {name}", progress_bar(fraction), f"{min(fraction, 1.0):4.0%}",
+             f"{totals.documents_copied:,}/{totals.documents_to_copy:,} documents",
+             f"{totals.bytes_copied / 1e6:.1f}/{totals.bytes_to_copy / 1e6:.1f} MB", phase]
+    if totals.remaining_ms is not None and phase == "cloning":
+        parts.append(f"~{totals.remaining_ms / 1000:.0f} s left")
+    failed = int(status.get("failedInitialSyncAttempts", 0))
+    if failed:
+        parts.append(f"({failed} failed attempt{'s' if failed > 1 else ''})")
+    return "  ".join(parts)
+
+
+def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """Renders a replSetGetStatus document as a human-readable table. Pure.
 
     Lag is the primary's optime seconds minus the member's (from this member's point of
     view; the primary's optime comes from its last heartbeat, so a lag that would come out
     negative is shown as 0), and '-' when this member knows no primary or the member's
-    optime is unknown.
+    optime is unknown. Below the table: a progress line for each member in initial sync
+    (its `initialSyncStatus`, from `initial_sync` by member name or, for the answering
+    member, from `status` itself), and each member's `infoMessage` (too stale, ...).
     """
     members = list(status.get("members", []))
     me = next((m for m in members if m.get("self")), None)
@@ -329,7 +372,34 @@ def format_status(status: Mapping[str, Any]) -> str:
     for r in [headers, *rows]:
         cells = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(r, widths, headers)]
         lines.append("  ".join(cells).rstrip())
+    syncing = dict(initial_sync or {})
+    if me is not None and isinstance(status.get("initialSyncStatus"), Mapping) \
+            and me.get("stateStr") == "STARTUP2":
+        syncing[str(me["name"])] = status["initialSyncStatus"]
+    notes = [format_initial_sync(str(m.get("name")), syncing[str(m.get("name"))]) for m in members
+             if str(m.get("name")) in syncing]
+    notes += [f"{m.get('name')}: {m['infoMessage']}" for m in members if m.get("infoMessage")]
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines)
+
+
+def _initial_sync_statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Asks each other member in STARTUP2 for its own initialSyncStatus (best effort)."""
+    from pymongo.errors import PyMongoError
+
+    found: dict[str, Mapping[str, Any]] = {}
+    for m in status.get("members", []):
+        if m.get("self") or m.get("stateStr") != "STARTUP2":
+            continue
+        try:
+            with _client(str(m["name"])) as client:
+                theirs = client.admin.command("replSetGetStatus")
+        except PyMongoError:
+            continue
+        if isinstance(theirs.get("initialSyncStatus"), Mapping):
+            found[str(m["name"])] = theirs["initialSyncStatus"]
+    return found
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -350,8 +420,45 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         print(json_util.dumps(status, json_options=json_util.RELAXED_JSON_OPTIONS, indent=2))
     else:
-        print(format_status(status))
+        print(format_status(status, _initial_sync_statuses(status)))
     return 0
+
+
+RESYNC_POLL_S = 0.5
+
+
+def cmd_resync(args: argparse.Namespace) -> int:
+    from pymongo.errors import ConnectionFailure, OperationFailure
+
+    try:
+        with _client(args.host) as client:
+            reply = client.admin.command({"resync": 1, "wait": False})
+            where = reply.get("previousDataCopiedTo")
+            print(f"{args.host}: resync started" + (f"; its previous data is kept in {where}" if where else ""),
+                  flush=True)
+            if not args.wait:
+                return 0
+            started = time.monotonic()
+            last_line = ""
+            while True:
+                status = client.admin.command("replSetGetStatus")
+                if status.get("myState") == MemberState.SECONDARY:
+                    print(f"{args.host}: SECONDARY again after {time.monotonic() - started:.1f} s", flush=True)
+                    return 0
+                progress = status.get("initialSyncStatus")
+                line = format_initial_sync(args.host, progress) if isinstance(progress, Mapping) else ""
+                if line and line != last_line:
+                    print(line, flush=True)
+                    last_line = line
+                time.sleep(RESYNC_POLL_S)  # an operator's progress display: poll the member's status
+    except ConnectionFailure:
+        print(f"replset resync: cannot reach {args.host}", file=sys.stderr)
+    except OperationFailure as exc:
+        print(f"replset resync: {args.host}: {exc.details.get('errmsg', exc) if exc.details else exc} "
+              f"(code {exc.code})", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"replset resync: stopped waiting; {args.host} goes on syncing", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,8 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     _node_parser(sub)
     _up_parser(sub)
     _status_parser(sub)
+    _resync_parser(sub)
     args = parser.parse_args(argv)
-    handlers = {"node": cmd_node, "up": cmd_up, "status": cmd_status}
+    handlers = {"node": cmd_node, "up": cmd_up, "status": cmd_status, "resync": cmd_resync}
     return handlers[args.command](args)
 
 

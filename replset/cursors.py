@@ -41,6 +41,7 @@ class Cursor:
     exhausted: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     tail_state: dict[str, int] = field(default_factory=dict)
+    killed: str = ""  # why the member killed it under a getMore in flight (a rollback, a resync)
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""
@@ -115,6 +116,18 @@ class CursorRegistry:
 
     def kill(self, cursor_id: int) -> bool:
         return self._cursors.pop(cursor_id, None) is not None
+
+    def kill_all(self, reason: str) -> int:
+        """Kills every cursor, including those a getMore is waiting on (they report `reason`).
+
+        Called when the data or the oplog under them changed history (rollback, resync): a tailing
+        fetcher must not read on from a position whose entries were truncated and replaced.
+        """
+        for cursor in self._cursors.values():
+            cursor.killed = reason
+        count = len(self._cursors)
+        self._cursors.clear()
+        return count
 
     def expire(self, now_ms: int) -> None:
         while self._cursors:

@@ -8,6 +8,16 @@ Supported fail points:
   reports, votes) waits N ms first. Tests build sync chains by ping with it.
 * `stopReplProducer` — the oplog fetcher stops fetching (MongoDB's name), so this
   member stops advancing until the fail point is turned off.
+* `peerRoutes` — `data: {routes: {"h:p": "h2:p2", ...}}`: requests this member
+  sends to peer `h:p` are dialled to `h2:p2` instead (a fault-injecting proxy in
+  tests); the peer keeps its name everywhere else. Open connections follow a
+  changed route on their next request.
+* `initialSyncHangBeforeCopyingDatabases` — an initial sync waits, once it has
+  dropped the data and recorded where applying will begin, until the fail point
+  is turned off (MongoDB's name).
+* `initialSyncHangDuringCollectionClone` — `data: {namespace: "db.coll",
+  numDocsToClone: N}`: the clone of that collection fetches N documents per
+  batch and waits once N are committed, until the fail point is turned off.
 
 Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks). Pure state;
 `changed` is a counter the runtime may watch.
@@ -21,7 +31,8 @@ from typing import Any
 
 from oplog.errors import MongoError
 
-KNOWN = frozenset({"peerLatency", "stopReplProducer"})
+KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
+                   "initialSyncHangDuringCollectionClone"})
 
 
 @dataclass(slots=True)
@@ -43,6 +54,8 @@ class FailPoints:
             raise MongoError(2, "fail point data must be an object")
         if name == "peerLatency" and mode != "off":
             _check_latency_data(data or {})
+        if name == "peerRoutes" and mode != "off":
+            _check_routes_data(data or {})
         if mode == "off":
             self._active.pop(name, None)
         elif mode == "alwaysOn":
@@ -76,6 +89,27 @@ class FailPoints:
         if host.lower() not in {str(h).lower() for h in hosts}:
             return 0.0
         return float(point.data.get("delayMs", 0))
+
+    def peer_route(self, host: str) -> str:
+        """The address to dial for peer `host`: its `peerRoutes` entry, else `host` itself."""
+        point = self._active.get("peerRoutes")
+        if point is None:
+            return host
+        wanted = host.lower()
+        return next((to for name, to in point.data["routes"].items() if name.lower() == wanted), host)
+
+
+def _check_routes_data(data: Mapping[str, Any]) -> None:
+    routes = data.get("routes")
+    if not isinstance(routes, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and _is_host_port(k) and _is_host_port(v)
+            for k, v in routes.items()):
+        raise MongoError(2, 'peerRoutes needs data.routes: {"host:port": "host:port", ...}')
+
+
+def _is_host_port(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _check_latency_data(data: Mapping[str, Any]) -> None:

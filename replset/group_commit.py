@@ -27,7 +27,9 @@ MAX_BATCH = 2_000
 
 
 class GroupCommitWriter:
-    def __init__(self, store: SQLiteStore, on_commit: Callable[[], None]) -> None:
+    def __init__(self, store: SQLiteStore, on_commit: Callable[[], None],
+                 on_abort: Callable[[], None] | None = None) -> None:
+        self._on_abort = on_abort or (lambda: None)
         self._store = store
         self._on_commit = on_commit
         self._queue: asyncio.Queue[tuple[Callable[[StoreTxn], Any], asyncio.Future[Any]]] = asyncio.Queue(
@@ -76,6 +78,7 @@ class GroupCommitWriter:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._store.commit)
         except BaseException as exc:
             self._store.rollback()
+            self._on_abort()  # in-memory positions the batch advanced must go back with it
             error = MongoError(1, f"storage commit failed: {exc}")
             for _fn, fut in batch:
                 if not fut.done():

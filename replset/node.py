@@ -11,6 +11,8 @@ Writes go through `submit_write` (group commit); waiters for new oplog entries a
 for state changes are woken by events, never by polling timers.
 
     STARTUP --config--> SECONDARY <--election / stepdown--> PRIMARY
+    STARTUP --config, no data--> STARTUP2 --initial sync (sync.initial_sync)--> SECONDARY
+    SECONDARY --too stale everywhere--> RECOVERING --resync--> STARTUP2
     STARTUP | SECONDARY | PRIMARY --config without us--> REMOVED --config with us--> SECONDARY
 """
 
@@ -49,6 +51,8 @@ from replset.pulse import Pulse
 from replset.replication import Replication
 from replset.status import StatusView
 from replset.write_concern import WriteConcern
+from sync.initial_sync import INITIAL_SYNC_META
+from sync.rollback_runner import load_min_valid, load_rbid
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -94,13 +98,15 @@ class Node:
         self.topology_counter = 0
         self._state_changed = Pulse()
         self._oplog_advanced = Pulse()
-        self.writer = GroupCommitWriter(self.store, self._on_commit)
+        self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort)
         self._connection_ids = 0
         self.shutting_down = False
         self._oplog_bytes = 0
         self._trimming = False
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
         self.last_vote: LastVote | None = None
+        self.rbid = 0  # rollback id: bumped by every rollback (replSetGetRBID)
+        self.min_valid: OpTime | None = None  # after a rollback: RECOVERING until applied up to here
         self.failpoints = FailPoints()
         self.repl = Replication(self)
 
@@ -108,7 +114,14 @@ class Node:
     async def start(self) -> None:
         self.writer.start()
         self._recover_last_optime()
+        if self.store.reader.meta(INITIAL_SYNC_META) is not None:
+            self.log = LogWriter(NULL_OPTIME)  # an interrupted initial sync's partial copy is not data
+            self.last_committed_optime = NULL_OPTIME
         self._oplog_bytes = self.store.reader.oplog_size_bytes()
+        self.rbid = load_rbid(self)
+        min_valid = load_min_valid(self)
+        if min_valid is not None and self.last_committed_optime < min_valid:
+            self.min_valid = min_valid  # a rollback finished but its source's entries were not all applied
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:
             self.config = parse_config(raw)
@@ -116,7 +129,7 @@ class Node:
             if me is None:
                 self.set_state(MemberState.REMOVED)
                 return
-            self.set_state(MemberState.ARBITER if me.arbiter_only else MemberState.SECONDARY)
+            self.set_state(MemberState.ARBITER if me.arbiter_only else self.data_state())
             self.repl.start()
 
     async def stop(self) -> None:
@@ -210,6 +223,30 @@ class Node:
         self.repl.on_local_commit()
         self._maybe_trim_oplog()
 
+    def data_state(self) -> MemberState:
+        """SECONDARY, or RECOVERING while a rollback's minValid is not reached (data not yet consistent),
+        or STARTUP2 when an initial sync is needed (no oplog, or an interrupted initial sync)."""
+        if self.needs_initial_sync():
+            return MemberState.STARTUP2
+        return MemberState.RECOVERING if self.min_valid is not None else MemberState.SECONDARY
+
+    def needs_initial_sync(self) -> bool:
+        reader = self.store.reader
+        return reader.oplog_bounds() is None or reader.meta(INITIAL_SYNC_META) is not None
+
+    def on_data_dropped(self) -> None:
+        """Initial sync dropped the data and the oplog (called inside that write transaction)."""
+        self.log.last = NULL_OPTIME
+        self.log.bytes_appended = 0
+        self._oplog_bytes = 0
+        self.min_valid = None
+        self.cursors.kill_all("the member is resyncing")
+
+    def _on_abort(self) -> None:
+        """A batch's transaction was rolled back: the log ends at the last committed entry again."""
+        self.log.last = self.last_committed_optime
+        self.log.bytes_appended = 0
+
     def _maybe_trim_oplog(self) -> None:
         """Capped oplog: once over the limit, trim the oldest entries down to 90% in
         the background (a request of its own in the group commit)."""
@@ -263,7 +300,12 @@ class Node:
         def run(txn: StoreTxn) -> T:
             if require_primary and not self.is_primary:
                 raise MongoError(10107, "not primary")
-            return fn(WriteEnv(txn=txn, log=self.log, term=self.term, now=utcnow()))
+            last = self.log.last
+            try:
+                return fn(WriteEnv(txn=txn, log=self.log, term=self.term, now=utcnow()))
+            except BaseException:
+                self.log.last = last  # its savepoint is rolled back, so are the optimes it took
+                raise
 
         return await self.writer.submit(run)
 

@@ -9,6 +9,11 @@ longer be trusted) and raises `PeerError`; the next command reconnects.
 
 `latency_ms(host)` is the test-only extra delay before each request to `host`
 (the `peerLatency` fail point), which is how tests build sync chains by ping.
+`route(host)` is the test-only address actually dialled for `host` (the
+`peerRoutes` fail point: a fault-injecting proxy in front of the peer). It is
+looked up before every request, so a changed route takes effect on the next
+command, even on a connection that is already open; `host` stays the member's
+name everywhere else.
 """
 
 from __future__ import annotations
@@ -34,9 +39,12 @@ class PeerError(Exception):
 
 
 class PeerClient:
-    def __init__(self, host: str, *, latency_ms: Callable[[str], float] | None = None) -> None:
+    def __init__(self, host: str, *, latency_ms: Callable[[str], float] | None = None,
+                 route: Callable[[str], str] | None = None) -> None:
         self.host = host
         self._latency_ms = latency_ms
+        self._route = route
+        self._dialled = host  # the address the open connection goes to
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -56,19 +64,24 @@ class PeerClient:
         delay = self._latency_ms(self.host) if self._latency_ms is not None else 0.0
         if delay > 0:
             await asyncio.sleep(delay / 1000)
+        address = self._route(self.host) if self._route is not None else self.host
+        if self._writer is not None and address != self._dialled:
+            self.close()  # the route changed: the old connection bypasses (or uses) the old path
         if self._writer is None:
-            host, port = self.host.rsplit(":", 1)
+            host, port = address.rsplit(":", 1)
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
-        assert self._reader is not None
+            self._dialled = address
+        reader, writer = self._reader, self._writer
+        assert reader is not None and writer is not None
         request_id = next(_request_ids) & 0x7FFFFFFF
-        self._writer.write(encode_op_msg_request(body, request_id))
-        await self._writer.drain()
-        header = await self._reader.readexactly(HEADER.size)
+        writer.write(encode_op_msg_request(body, request_id))
+        await writer.drain()
+        header = await reader.readexactly(HEADER.size)
         length = HEADER.unpack(header)[0]
         if not HEADER.size <= length <= MAX_MESSAGE_SIZE:
             raise ValueError(f"bad reply length {length}")
-        frame = header + await self._reader.readexactly(length - HEADER.size)
+        frame = header + await reader.readexactly(length - HEADER.size)
         response_to, reply = decode_reply(frame)
         if response_to != request_id:
             raise ValueError(f"reply to request {response_to}, expected {request_id}")

@@ -94,3 +94,19 @@ def write_concern_satisfied(wc: WriteConcern, target: OpTime, *, config: ReplSet
     if not isinstance(mode, Mapping):
         return False
     return tag_mode_satisfied(mode, _reached(config, positions, target))
+
+
+def follower_commit_point(learned: OpTime, last_applied: OpTime, prior: OpTime) -> OpTime:
+    """A secondary's commit point: the newest one it heard of, capped at its own last entry.
+
+    Only safe on our own history. If our last entry is in an older term than the
+    learned commit point, our tail may be a deposed primary's entries that diverge
+    from the committed branch (min() would then call them committed, and a later
+    rollback would be refused); so the commit point does not move until we have
+    an entry of that term. An entry of the commit point's term, or a newer one,
+    proves our log holds the committed prefix (one primary per term; every newer
+    primary's log holds every committed entry).
+    """
+    if last_applied.term < learned.term:
+        return prior
+    return max(prior, min(learned, last_applied))

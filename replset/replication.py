@@ -61,10 +61,11 @@ from replset.messages import (
 )
 from replset.peer import PeerClient, PeerError
 from replset.pulse import Pulse
-from replset.quorum import majority_commit_point, write_concern_satisfied
+from replset.quorum import follower_commit_point, majority_commit_point, write_concern_satisfied
 from replset.status import MemberView
 from replset.topology import Topology
 from replset.write_concern import WriteConcern, check_satisfiable, timeout_error
+from sync.resync import ResyncCoordinator
 from sync.sync_source import active_denylist, explain_sync_source, should_change_sync_source
 from sync.worker import SyncWorker
 
@@ -88,6 +89,7 @@ class Replication:
         self.rng = random.Random()
         self.topology_changed = Pulse()
         self.worker: SyncWorker | None = None
+        self.resync = ResyncCoordinator(node)  # initial sync (STARTUP2), too stale, resync
         self.commit_point = NULL_OPTIME
         self.forced_sync_source: str | None = None
         self.frozen_until_ms = 0
@@ -165,11 +167,15 @@ class Replication:
         self._fail_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
 
     def _start_worker(self) -> None:
-        if self.worker is None and self.node.state is MemberState.SECONDARY:
+        if self.node.state is MemberState.STARTUP2:
+            self.resync.start_initial_sync()
+            return
+        if self.worker is None and self.node.state in (MemberState.SECONDARY, MemberState.RECOVERING):
             self.worker = SyncWorker(self.node)
             self.worker.start()
 
     async def _stop_worker(self, *, drain: bool) -> bool:
+        await self.resync.stop()
         worker, self.worker = self.worker, None
         if worker is None:
             return True
@@ -211,7 +217,7 @@ class Replication:
             return
         if node.state in (MemberState.STARTUP, MemberState.REMOVED):
             # An arbiter votes and heartbeats but holds no data: it never fetches or applies.
-            node.set_state(MemberState.ARBITER if me.arbiter_only else MemberState.SECONDARY)
+            node.set_state(MemberState.ARBITER if me.arbiter_only else node.data_state())
         if self.topology is None:
             self.start()
         else:
@@ -230,7 +236,8 @@ class Replication:
         self._config_fetches.add(host)
 
         async def fetch() -> None:
-            client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+            client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
+                                route=self.node.failpoints.peer_route)
             try:
                 req = HeartbeatRequest(self.node.options.repl_set, -2, -1, self.node.options.me, -1, self.node.term)
                 reply = await client.command(heartbeat_request(req), timeout_s=5.0)
@@ -250,7 +257,8 @@ class Replication:
     # -- heartbeats -----------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self, host: str) -> None:
-        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
+                            route=self.node.failpoints.peer_route)
         try:
             while True:
                 try:
@@ -300,7 +308,10 @@ class Replication:
             await self.update_term(outcome.newer_term, f"a heartbeat from member {member_id}")
         if outcome.primary_seen and not node.is_primary:
             self._reset_election_timer()
-        if not node.is_primary:
+        if node.is_primary:  # the reply may bring a position that no report has brought (yet)
+            self._advance_commit_point()
+            self._check_waiters()
+        else:
             self._learn_commit_point(reply.commit_point)
         self._maybe_priority_takeover(member_id, reply)
         self._maybe_elect_after_initiate()
@@ -464,7 +475,7 @@ class Replication:
                           node.last_committed_optime)
 
         async def ask(member_id: int, host: str) -> tuple[int, dict[str, Any]]:
-            client = PeerClient(host, latency_ms=node.failpoints.latency_ms)
+            client = PeerClient(host, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
             try:
                 return member_id, await client.command(vote_request(req), timeout_s=self.heartbeat_timeout_s)
             finally:
@@ -578,12 +589,24 @@ class Replication:
         if node.is_primary:
             self._advance_commit_point()
         elif self.topology is not None:
-            last = node.last_committed_optime
-            self.commit_point = max(self.commit_point, min(self._learned_commit_point, last))
+            self._maybe_end_recovering()
+            self.resync.on_applied()
+            self.commit_point = follower_commit_point(self._learned_commit_point, node.last_committed_optime,
+                                                      self.commit_point)
             self._report_needed.set()
         elif node.config is None:
             self.commit_point = node.last_committed_optime
         self._check_waiters()
+
+    def _maybe_end_recovering(self) -> None:
+        """After a rollback: RECOVERING -> SECONDARY once the source's entries up to minValid are applied."""
+        node = self.node
+        if node.state is MemberState.RECOVERING and node.min_valid is not None \
+                and node.last_committed_optime >= node.min_valid:
+            log.info("reached minValid %s: data consistent again", node.min_valid)
+            node.min_valid = None
+            node.set_state(MemberState.SECONDARY)
+            node.notify_state_change()
 
     def _advance_commit_point(self) -> None:
         if self.topology is None:
@@ -595,8 +618,8 @@ class Replication:
     def _learn_commit_point(self, commit_point: OpTime) -> None:
         if commit_point > self._learned_commit_point:
             self._learned_commit_point = commit_point
-            last = self.node.last_committed_optime
-            self.commit_point = max(self.commit_point, min(commit_point, last))
+            self.commit_point = follower_commit_point(commit_point, self.node.last_committed_optime,
+                                                      self.commit_point)
 
     def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
         positions, term = parse_update_position(cmd)
@@ -604,6 +627,7 @@ class Replication:
             raise MongoError(94, "no replset config has been received")
         if term > self.node.term:
             self._spawn(self.update_term(term, "replSetUpdatePosition"))
+            return {"ok": 1.0}  # positions sent in a newer term never count toward our term's commit point
         now = now_ms()
         moved = False
         for pos in positions:
@@ -646,7 +670,8 @@ class Replication:
                 if client is None or client.host != source:
                     if client is not None:
                         client.close()
-                    client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms)
+                    client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms,
+                                        route=self.node.failpoints.peer_route)
                 last = self.node.last_committed_optime
                 cmd = update_position_command(self.topology.positions_to_report(last, last), self.node.term)
                 try:
@@ -699,14 +724,20 @@ class Replication:
                 waiter.set_result(error)
 
     async def wait_for_positions(self, timeout_s: float) -> None:
-        await self._positions_moved.wait(timeout_s)
+        """Returns when a member's position moved or a heartbeat updated the view (a member that just
+        finished its initial sync becomes SECONDARY there), or at the timeout."""
+        waits = [asyncio.ensure_future(self._positions_moved.wait(timeout_s)),
+                 asyncio.ensure_future(self.topology_changed.wait(timeout_s))]
+        _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
 
     # -- sync source ------------------------------------------------------------------------------------
 
     @property
     def sync_source_host(self) -> str:
         worker = self.worker
-        return worker.sync_source or "" if worker is not None else ""
+        return worker.sync_source or "" if worker is not None else self.resync.sync_source
 
     def _sync_inputs(self, last_fetched: OpTime) -> Any:
         assert self.topology is not None
@@ -716,7 +747,8 @@ class Replication:
             forced_host=self.forced_sync_source, denylist=active_denylist(self._denylist, now), now_ms=now)
 
     def choose_sync_source(self, last_fetched: OpTime) -> str | None:
-        if self.topology is None or self.node.state is not MemberState.SECONDARY:
+        if self.topology is None or self.node.state not in (MemberState.SECONDARY, MemberState.RECOVERING,
+                                                            MemberState.STARTUP2):
             return None
         choice = explain_sync_source(self._sync_inputs(last_fetched))
         return choice.host
@@ -775,7 +807,8 @@ class Replication:
 
     async def _hand_off(self, host: str) -> None:
         """Election handoff: ask a caught-up secondary to stand at once, without a dry run."""
-        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms)
+        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
+                            route=self.node.failpoints.peer_route)
         try:
             await client.command({"replSetStepUp": 1, "skipDryRun": True, "$db": "admin"},
                                  timeout_s=self.heartbeat_timeout_s)
@@ -811,7 +844,8 @@ class Replication:
                     optime=node.last_committed_optime, durable_optime=node.last_committed_optime,
                     sync_source_host=self.sync_source_host, sync_source_id=self._member_id_or(self.sync_source_host),
                     uptime_s=int(node.uptime_s()), config_version=config.version, config_term=config.term,
-                    election_date=self.election_date if node.is_primary else None))
+                    election_date=self.election_date if node.is_primary else None,
+                    info_message=self._info_message() if m.host == node.options.me else ""))
                 continue
             ping = data.ping.value_ms
             views.append(MemberView(
@@ -837,9 +871,25 @@ class Replication:
                 "electionTerm": self.node.term, "numVotesNeeded": self.config.majority_vote_count,
                 "electionTimeoutMillis": self.election_timeout_base_ms,
             }
-        if self.worker is not None and self.worker.message:
-            extra["infoMessage"] = self.worker.message
+        if self._info_message():
+            extra["infoMessage"] = self._info_message()
+        extra.update(self.resync.status_fields())
         return extra
+
+    def _info_message(self) -> str:
+        return self.resync.info_message() or (self.worker.message if self.worker is not None else "")
+
+    # -- initial sync and resync (sync.resync) ----------------------------------------------------------
+
+    def start_steady_state(self) -> None:
+        """An initial sync ended (or a resync was abandoned): fetch and apply from our last entry."""
+        self._start_worker()
+        self.node.notify_state_change()
+        self._heartbeat_now.fire()
+
+    async def stop_steady_state(self) -> None:
+        """A resync is about to drop the data: stop fetching and applying."""
+        await self._stop_worker(drain=False)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

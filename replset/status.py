@@ -3,7 +3,8 @@
 Pure. Field names follow MongoDB 7.0 (`set`, `date`, `myState`, `term`,
 `syncSourceHost`, `optimes`, `members[]` with `health`, `state`, `stateStr`,
 `optime`, `optimeDate`, `pingMs`, `lastHeartbeat`, `self`, ...). The same document
-is served as a command and as JSON over HTTP.
+is served as a command and as JSON over HTTP. During an initial sync (STARTUP2)
+the runtime adds `initialSyncStatus` (built by `sync.initial_sync_progress`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class MemberView:
     election_date: datetime.datetime | None = None
     config_version: int = 1
     config_term: int = 0
+    info_message: str = ""  # why this member is not replicating normally (self only: too stale, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ def _member(m: MemberView) -> dict[str, Any]:
         doc["lastHeartbeatMessage"] = m.last_heartbeat_message
     doc["syncSourceHost"] = m.sync_source_host
     doc["syncSourceId"] = m.sync_source_id
-    doc["infoMessage"] = ""
+    doc["infoMessage"] = m.info_message
     if m.election_date is not None:
         doc["electionDate"] = m.election_date
     doc["configVersion"] = m.config_version

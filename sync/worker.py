@@ -17,9 +17,10 @@ A shell. While the member is SECONDARY:
   so applied = durable, and only then are positions reported upstream (one
   report for the whole batch).
 
-An empty member (no oplog) fetches the source's oplog from its first entry,
-which must be the set's "initiating set" entry; otherwise it needs an initial
-sync, which is reported as too stale.
+A member with no oplog never gets here: it initial-syncs first (STARTUP2,
+`sync.initial_sync`). A source whose oldest entry is newer than our last one
+raises `TooStale`; the runtime (`sync.resync`) decides when that means RECOVERING
+and a resync.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ from oplog.apply import apply_entry
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
+from replset.member import MemberState
 from replset.messages import parse_repl_metadata
 from replset.peer import PeerClient, PeerError
+from sync.rollback import RollbackRefused
+from sync.rollback_runner import RollbackFailed, RollbackRunner
+from sync.too_stale import StaleVerdict, describe_optime
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -46,7 +51,6 @@ log = logging.getLogger(__name__)
 BUFFER_BATCHES = 64
 MAX_APPLY_BATCH = 5000
 FETCH_BATCH = 5000
-FIRST_ENTRY_MSG = "initiating set"
 ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
 SECONDARY_OK = {"mode": "secondaryPreferred"}
@@ -55,6 +59,20 @@ STOP_TIMEOUT_S = 5.0
 
 class SyncSourceProblem(Exception):
     """The source cannot serve us: diverged history, too stale, or a bad reply."""
+
+
+class Diverged(SyncSourceProblem):
+    """Our last fetched entry is not in the source's oplog: roll back to the common point."""
+
+
+class TooStale(SyncSourceProblem):
+    """The source trimmed entries we never applied: its oldest entry is newer than our last one."""
+
+    def __init__(self, our_last: OpTime, source_oldest: OpTime) -> None:
+        super().__init__(f"too stale to catch up: our last entry {describe_optime(our_last)} is older than "
+                         f"the source's oldest entry {describe_optime(source_oldest)}")
+        self.our_last = our_last
+        self.source_oldest = source_oldest
 
 
 def _now_ms() -> int:
@@ -134,6 +152,14 @@ class SyncWorker:
             except PeerError as exc:
                 log.info("sync source %s failed: %s", source, exc)
                 repl.deny(source, ERROR_DENY_MS)
+            except Diverged as exc:
+                log.warning("sync source %s: %s", source, exc)
+                await self._roll_back(source)
+            except TooStale as exc:
+                self.message = str(exc)
+                log.warning("sync source %s: %s", source, exc)
+                repl.deny(source, DIVERGED_DENY_MS)
+                repl.resync.on_too_stale(StaleVerdict(source, exc.our_last, exc.source_oldest, _now_ms()))
             except SyncSourceProblem as exc:
                 self.message = str(exc)
                 log.warning("sync source %s: %s", source, exc)
@@ -150,7 +176,7 @@ class SyncWorker:
 
     async def _fetch(self, source: str) -> None:
         node = self.node
-        client = PeerClient(source, latency_ms=node.failpoints.latency_ms)
+        client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
         cursor_id = 0
         try:
             await self._wait_while_stopped()
@@ -184,7 +210,8 @@ class SyncWorker:
     def _release_cursor(self, source: str, cursor_id: int) -> None:
         """Best effort: the source would otherwise keep our tailable cursor until it idles out."""
         async def kill() -> None:
-            client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms)
+            client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms,
+                                route=self.node.failpoints.peer_route)
             try:
                 await client.command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"},
                                      timeout_s=1.0)
@@ -210,17 +237,11 @@ class SyncWorker:
     def _check_first_batch(self, docs: list[dict[str, Any]], last: OpTime) -> list[dict[str, Any]] | None:
         """The entries after our last one, or None when the source does not start with it."""
         if last == NULL_OPTIME:
-            first = docs[0] if docs else None
-            if first is None:
-                return []
-            if first.get("op") == "n" and (first.get("o") or {}).get("msg") == FIRST_ENTRY_MSG:
-                return docs
-            raise SyncSourceProblem("we have no data and the source's oplog no longer starts at the set's "
-                                    "first entry: an initial sync is needed")
-        if not docs:
-            return None
+            raise SyncSourceProblem("we have no data: an initial sync is needed")
+        if not docs or OpTime.from_document(docs[0]).ts_key > last.ts_key:
+            return None  # our entry is missing: too stale or diverged, as the source's oldest entry tells
         if OpTime.from_document(docs[0]) != last:
-            raise SyncSourceProblem(
+            raise Diverged(
                 f"our last fetched optime {last} is not in the source's oplog (it has "
                 f"{OpTime.from_document(docs[0])} there): the histories diverged and a rollback is needed")
         return docs[1:]
@@ -231,10 +252,41 @@ class SyncWorker:
                                              "$db": "local"})
         batch = reply["cursor"].get("firstBatch", [])
         if batch and OpTime.from_document(batch[0]).ts_key > last.ts_key:
-            raise SyncSourceProblem(f"too stale to catch up: our last entry {last} is older than the "
-                                    f"source's oldest entry {OpTime.from_document(batch[0])}")
-        raise SyncSourceProblem(f"our last fetched optime {last} is ahead of the source's newest entry "
-                                "or missing from it: the histories diverged")
+            raise TooStale(last, OpTime.from_document(batch[0]))
+        raise Diverged(f"our last fetched optime {last} is ahead of the source's newest entry "
+                       "or missing from it: the histories diverged")
+
+    async def _roll_back(self, source: str) -> None:
+        """ROLLBACK: undo our entries after the common point, then RECOVERING until minValid."""
+        node, repl = self.node, self.node.repl
+        try:
+            await asyncio.wait_for(self._buffer.join(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            repl.deny(source, ERROR_DENY_MS)
+            return
+        node.set_state(MemberState.ROLLBACK)
+        self.message = f"rolling back to the common point with {source}"
+        try:
+            outcome = await RollbackRunner(node, source).run()
+        except RollbackRefused as exc:
+            log.critical("refusing to roll back: %s", exc)
+            self.message = f"cannot roll back against {source}: {exc}"
+            repl.deny(source, DIVERGED_DENY_MS)
+            node.set_state(MemberState.RECOVERING)
+            return
+        except (RollbackFailed, PeerError, MongoError) as exc:
+            log.warning("rollback against %s failed, nothing changed: %s", source, exc)
+            self.message = f"rollback against {source} failed: {exc}"
+            repl.deny(source, ERROR_DENY_MS)
+            node.set_state(node.data_state())
+            return
+        self.last_fetched = outcome.common_point
+        self.message = ""
+        log.warning("rollback done: %d entries undone back to %s, %d documents saved to %s; rbid %d, "
+                    "recovering until %s", outcome.undone_entries, outcome.common_point,
+                    outcome.saved_documents, outcome.files or "no file", node.rbid, outcome.min_valid)
+        node.set_state(MemberState.RECOVERING)
+        repl.on_local_commit()  # RECOVERING ends once minValid is applied (at once if already there)
 
     async def _enqueue(self, docs: list[dict[str, Any]]) -> None:
         if not docs:

@@ -37,6 +37,7 @@ from replset.node import utcnow
 from replset.wire import sessions
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
+    oplog_end_key,
     oplog_source,
     oplog_start_key,
     raw_oplog_source,
@@ -182,7 +183,8 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
     """Documents of a namespace in natural order (the oplog is a virtual collection)."""
     reader = ctx.node.store.reader
     if ns == "local.oplog.rs":
-        return oplog_source(reader, oplog_start_key(query), reverse=reverse, state=tail_state)
+        return oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
+                            state=tail_state)
     exact, id_value = id_equality(query)
     if exact:
         doc = reader.get(ns, id_value)
@@ -293,6 +295,8 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     if not batch and cursor.tailable and cursor.await_data:
         max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
         await ctx.node.wait_for_oplog(cursor.tail_state.get("last", 0), max_time_ms / 1000)
+        if cursor.killed:
+            raise MongoError(237, f"cursor id {cursor.id} was killed: {cursor.killed}")
         batch = cursor.next_batch(batch_size)
     done = cursor.exhausted and not cursor.tailable and not cursor.pending
     if not done and not cursor.tailable:

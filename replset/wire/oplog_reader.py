@@ -29,6 +29,18 @@ def oplog_start_key(query: dict[str, Any]) -> int:
     return 0
 
 
+def oplog_end_key(query: dict[str, Any]) -> int:
+    """The oplog key to scan *before* in a reverse scan, from the query's `ts` upper bound."""
+    cond = query.get("ts")
+    top = (1 << 63) - 1
+    if isinstance(cond, dict):
+        if isinstance(cond.get("$lt"), Timestamp):
+            return ts_key(cond["$lt"])
+        if isinstance(cond.get("$lte"), Timestamp):
+            return min(ts_key(cond["$lte"]) + 1, top)
+    return top
+
+
 def start_key_is_whole_filter(query: dict[str, Any]) -> bool:
     """Whether `oplog_start_key` alone implements `query` ({} or one `ts` $gt/$gte bound), so
     entries can be served as stored, without decoding them to match."""
@@ -49,10 +61,11 @@ def raw_oplog_source(reader: Any, after_key: int, state: dict[str, int]) -> Iter
         key = rows[-1][0]
 
 
-def oplog_source(reader: Any, after_key: int, *, reverse: bool,
+def oplog_source(reader: Any, after_key: int, *, reverse: bool, before_key: int = (1 << 63) - 1,
                  state: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
+    """Decoded entries after `after_key` in order, or (`reverse`) before `before_key`, newest first."""
     if reverse:
-        key = (1 << 63) - 1
+        key = before_key
         while rows := reader.oplog_before(key, CHUNK):
             for _key, blob in rows:
                 yield bson.decode(blob, DOC_OPTIONS)

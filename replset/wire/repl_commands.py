@@ -1,6 +1,6 @@
 """Replica-set commands: the internal ones members send each other (`replSetHeartbeat`,
-`replSetRequestVotes`, `replSetUpdatePosition`), the operator's (`replSetReconfig`,
-`replSetStepDown`, `replSetFreeze`, `replSetStepUp`, `replSetSyncFrom`), and the
+`replSetRequestVotes`, `replSetUpdatePosition`, `replSetGetRBID`), the operator's (`replSetReconfig`,
+`replSetStepDown`, `replSetFreeze`, `replSetStepUp`, `replSetSyncFrom`, `resync`), and the
 test-only `configureFailPoint`. Each one parses its arguments and hands over to
 the replication coordinator.
 """
@@ -41,6 +41,13 @@ async def cmd_repl_set_request_votes(ctx: CommandContext) -> dict[str, Any]:
 @command("replSetUpdatePosition")
 async def cmd_repl_set_update_position(ctx: CommandContext) -> dict[str, Any]:
     return ctx.node.repl.on_update_position(ctx.cmd)
+
+
+@command("replSetGetRBID")
+async def cmd_repl_set_get_rbid(ctx: CommandContext) -> dict[str, Any]:
+    """The rollback id: it changes whenever this member rolls back (initial sync checks it)."""
+    _need_config(ctx)
+    return {"rbid": ctx.node.rbid, "ok": 1.0}
 
 
 @command("replSetSyncFrom")
@@ -142,3 +149,26 @@ async def cmd_configure_fail_point(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "configureFailPoint needs a fail point name")
     count = ctx.node.failpoints.configure(name, ctx.cmd.get("mode"), ctx.cmd.get("data"))
     return {"count": count, "ok": 1.0}
+
+
+@command("resync")
+async def cmd_resync(ctx: CommandContext) -> dict[str, Any]:
+    """Drop this member's data (a copy goes to `<dbpath>/rollback/resync-*`) and initial-sync.
+
+    As mongod's: refused on the primary (95 NotSecondary); `wait` (default true) waits for the
+    initial sync to finish.
+    """
+    if ctx.db != "admin":
+        raise MongoError(13, "resync may only be run against the admin database.")
+    node = ctx.node
+    if node.config is None:
+        raise MongoError(94, "no replication yet active")
+    backup = await node.repl.resync.resync("the resync command")
+    if ctx.cmd.get("wait", True):
+        await node.repl.resync.wait_done()
+    reply: dict[str, Any] = {"info": "initial sync started" if node.state is MemberState.STARTUP2
+                             else "initial sync done"}
+    if backup is not None:
+        reply["previousDataCopiedTo"] = backup
+    reply["ok"] = 1.0
+    return reply

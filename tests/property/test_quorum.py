@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 
 from oplog.optime import NULL_OPTIME, OpTime
 from replset.config import MemberConfig, ReplSetConfig, Settings
-from replset.quorum import count_members_at, majority_commit_point, write_concern_satisfied
+from replset.quorum import (
+    count_members_at,
+    follower_commit_point,
+    majority_commit_point,
+    write_concern_satisfied,
+)
 from replset.write_concern import WriteConcern
 
 # ---------------------------------------------------------------- naive twins
@@ -283,3 +288,15 @@ def test_arbiter_tags_never_count() -> None:
     wc = WriteConcern(w="multiDC")
     assert not write_concern_satisfied(wc, t(5), config=config, applied={0: t(5), 2: t(5)}, durable={},
                                        commit_point=NULL_OPTIME)
+
+
+def test_follower_commit_point_stays_off_a_diverged_tail() -> None:
+    prior = OpTime(100, 1, 1)
+    learned = OpTime(105, 1, 2)  # committed by the primary of term 2
+    # Our tail is term-1 entries past ts 105 that term 2 never had: not committed.
+    assert follower_commit_point(learned, OpTime(110, 1, 1), prior) == prior
+    # An entry of term 2 proves we are on the committed branch.
+    assert follower_commit_point(learned, OpTime(103, 1, 2), prior) == OpTime(103, 1, 2)
+    assert follower_commit_point(learned, OpTime(107, 1, 2), prior) == learned
+    assert follower_commit_point(learned, OpTime(90, 1, 3), prior) == learned
+    assert follower_commit_point(OpTime(99, 1, 1), OpTime(110, 1, 1), prior) == prior  # never backwards

@@ -104,6 +104,24 @@ class ReplicaSet:
             self.fail_point(tail, "stopReplProducer", "off")
         coll.with_options(write_concern=WriteConcern(w=all_members, wtimeout=5000)).insert_one({"_id": "resumed"})
 
+    def add_member(self, member: Member, **options: Any) -> None:
+        """Adds a started member to the config through the primary (`replSetReconfig`, version + 1)."""
+        primary = self.wait_primary()
+        config = self.direct(primary).admin.command("replSetGetConfig")["config"]
+        config["members"].append({"_id": max(m["_id"] for m in config["members"]) + 1, "host": member.host,
+                                  **options})
+        config["version"] += 1
+        self.direct(primary).admin.command("replSetReconfig", config)
+        self.members.append(member)
+
+    def wait_state(self, member: Member, state: int, timeout_s: float = 30) -> dict[str, Any]:
+        """Waits until `member` reports `state` (its own myState); returns that status document."""
+        def reached() -> dict[str, Any] | None:
+            status = self.status(member)
+            return status if status["myState"] == state else None
+
+        return wait_for(reached, timeout_s, f"{member.host} to reach state {state}")
+
     def pause(self, member: Member) -> None:
         assert member.process is not None
         member.process.send_signal(signal.SIGSTOP)
@@ -121,6 +139,7 @@ class ReplicaSet:
             m.stop()
 
 
-def make_replica_set(base_dir: str, n: int, *, test_commands: bool = True) -> ReplicaSet:
-    extra = ["--enableTestCommands"] if test_commands else []
+def make_replica_set(base_dir: str, n: int, *, test_commands: bool = True,
+                     extra_args: tuple[str, ...] = ()) -> ReplicaSet:
+    extra = (["--enableTestCommands"] if test_commands else []) + list(extra_args)
     return ReplicaSet([Member(dbpath=os.path.join(base_dir, f"m{i}"), extra_args=list(extra)) for i in range(n)])

@@ -169,3 +169,53 @@ def test_peer_latency_data_latency_ms_cannot_use_is_rejected_up_front(data: dict
         assert exc.code == 2
         return
     assert isinstance(points.latency_ms(S1), float)
+
+
+# --- peer routes -------------------------------------------------------------------------------------------
+
+PROXY = "127.0.0.1:40001"
+
+
+def test_without_routes_a_peer_is_dialled_by_its_own_name() -> None:
+    assert FailPoints().peer_route(S1) == S1
+
+
+def test_a_route_redirects_only_the_named_peer() -> None:
+    points = FailPoints()
+    points.configure("peerRoutes", "alwaysOn", {"routes": {S1: PROXY}})
+    assert points.peer_route(S1) == PROXY and points.peer_route(S2) == S2
+
+
+def test_route_matching_ignores_case() -> None:
+    points = FailPoints()
+    points.configure("peerRoutes", "alwaysOn", {"routes": {"S1:27017": PROXY}})
+    assert points.peer_route("s1:27017") == PROXY
+
+
+def test_reconfiguring_routes_replaces_them_and_off_removes_them() -> None:
+    points = FailPoints()
+    points.configure("peerRoutes", "alwaysOn", {"routes": {S1: PROXY, S2: "127.0.0.1:40002"}})
+    points.configure("peerRoutes", "alwaysOn", {"routes": {S2: PROXY}})
+    assert (points.peer_route(S1), points.peer_route(S2)) == (S1, PROXY)
+    points.configure("peerRoutes", "off", None)
+    assert points.peer_route(S2) == S2
+
+
+def test_routes_add_no_latency_and_latency_adds_no_routes() -> None:
+    points = FailPoints()
+    points.configure("peerRoutes", "alwaysOn", {"routes": {S1: PROXY}})
+    points.configure("peerLatency", "alwaysOn", {"host": S1, "delayMs": 5})
+    assert points.latency_ms(S1) == 5.0 and points.peer_route(S1) == PROXY
+    points.configure("peerLatency", "off", None)
+    assert points.peer_route(S1) == PROXY
+
+
+@pytest.mark.parametrize("data", [None, {}, {"routes": [S1, PROXY]}, {"routes": {S1: 40001}},
+                                  {"routes": {S1: "127.0.0.1"}}, {"routes": {"s1": PROXY}},
+                                  {"routes": {S1: "127.0.0.1:0"}}, {"routes": {S1: "127.0.0.1:99999"}},
+                                  {"routes": {S1: ":40001"}}])
+def test_bad_routes_are_bad_value_and_change_nothing(data: Any) -> None:
+    points = FailPoints()
+    points.configure("peerRoutes", "alwaysOn", {"routes": {S1: PROXY}})
+    assert code_of(points, "peerRoutes", "alwaysOn", data) == 2
+    assert points.peer_route(S1) == PROXY

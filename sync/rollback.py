@@ -1,0 +1,138 @@
+"""Rollback decisions: the common point of two diverged oplogs, whether rolling back to
+it is allowed, and what must be undone.
+
+Theory of operation
+-------------------
+A member whose sync source does not hold its last entry has a *diverged* history:
+it was primary (or synced from one) in a term whose last entries never reached a
+majority, and another member was elected and wrote its own entries. Rollback
+finds the **common point** — the newest entry both oplogs hold — by walking both
+oplogs backwards from the top in timestamp order (`find_common_point`). An entry
+is identified by its timestamp *and* term: two primaries of different terms may
+stamp the same timestamp, and only the pair is unique (Raft's index + term).
+
+Everything after the common point on our side is undone. That is only safe if
+none of it was majority-committed: a majority-committed entry is on every future
+primary's log, so a source that lacks it proves a bug (or lost disk writes on a
+majority), and rolling it back would lose an acknowledged write.
+`check_rollback_allowed` refuses then (MongoDB fasserts; the runtime stops
+syncing from that source and says so).
+
+Undoing follows MongoDB's "rollback via refetch" (`plan_rollback`): every
+document an undone entry touched (insert, update, delete; keyed by `_id`) is
+refetched from the source and replaces ours (or ours is deleted when the source
+has none); every collection an undone DDL entry touched (create, drop, indexes,
+rename) is recloned whole from the source. Then the member applies the source's
+entries after the common point, which are idempotent, so the refetched documents
+(which may be newer than the common point) converge; until it has applied up to
+the source's top at refetch time (`minValid`) its data is not a consistent
+snapshot and it must not serve reads or stand for election.
+
+Pure: the caller passes optimes and entry documents; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson import encode
+
+from oplog.optime import OpTime
+
+# How far back the common point is searched, in entries of our own oplog. A longer
+# divergence needs a full resync (as a rollback of more than a day of writes does in MongoDB).
+MAX_ROLLBACK_ENTRIES = 1_000_000
+
+
+class RollbackRefused(Exception):
+    """Rolling back to the common point would undo majority-committed entries."""
+
+
+def find_common_point(ours: Iterable[OpTime], theirs: Iterable[OpTime]) -> OpTime | None:
+    """The newest optime present in both oplogs, or None when the windows do not meet.
+
+    Both sequences run newest first. The walk advances whichever side has the
+    newer timestamp; on equal timestamps, equal terms mean the common point and
+    different terms mean two different entries, so both sides advance.
+    """
+    our_iter, their_iter = iter(ours), iter(theirs)
+    a, b = next(our_iter, None), next(their_iter, None)
+    while a is not None and b is not None:
+        if a == b:
+            return a
+        if a.ts_key > b.ts_key:
+            a = next(our_iter, None)
+        elif b.ts_key > a.ts_key:
+            b = next(their_iter, None)
+        else:
+            a, b = next(our_iter, None), next(their_iter, None)
+    return None
+
+
+def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> None:
+    """Raises RollbackRefused if entries after `common_point` include a majority-committed one.
+
+    `majority_committed` is the newest commit point this member learned on its own
+    history; the entries being undone are those of our oplog newer than the common point.
+    """
+    if majority_committed.ts_key > common_point.ts_key:
+        raise RollbackRefused(
+            f"the common point {common_point} is older than our majority commit point "
+            f"{majority_committed}: rolling back would undo majority-committed writes")
+
+
+def _id_key(value: Any) -> bytes:
+    """A hashable, type-exact key for an `_id` (1 and 1.0 are different ids here, as in BSON)."""
+    return encode({"_id": value})
+
+
+@dataclass(slots=True)
+class RollbackPlan:
+    """What to refetch: documents by namespace and `_id`, and whole collections to reclone."""
+
+    documents: dict[str, dict[bytes, Any]] = field(default_factory=dict)
+    collections: set[str] = field(default_factory=set)
+    databases: set[str] = field(default_factory=set)
+    entries: int = 0
+
+    def add_document(self, ns: str, id_value: Any) -> None:
+        self.documents.setdefault(ns, {})[_id_key(id_value)] = id_value
+
+    def ids(self, ns: str) -> list[Any]:
+        return list(self.documents.get(ns, {}).values())
+
+    @property
+    def document_count(self) -> int:
+        return sum(len(ids) for ids in self.documents.values())
+
+
+def plan_rollback(undone: Sequence[Mapping[str, Any]]) -> RollbackPlan:
+    """The documents and collections touched by the entries being undone (ours after the common point)."""
+    plan = RollbackPlan(entries=len(undone))
+    for entry in undone:
+        op, ns = entry.get("op"), str(entry.get("ns", ""))
+        if op in ("i", "d"):
+            plan.add_document(ns, entry["o"]["_id"])
+        elif op == "u":
+            plan.add_document(ns, entry["o2"]["_id"])
+        elif op == "c":
+            _plan_command(plan, ns.split(".", 1)[0], entry["o"])
+    # A collection recloned whole needs no per-document refetch.
+    for ns in plan.collections:
+        plan.documents.pop(ns, None)
+    return plan
+
+
+def _plan_command(plan: RollbackPlan, db: str, o: Mapping[str, Any]) -> None:
+    name = next(iter(o))
+    match name:
+        case "create" | "drop" | "createIndexes" | "dropIndexes" | "collMod":
+            plan.collections.add(f"{db}.{o[name]}")
+        case "renameCollection":
+            plan.collections.update((str(o["renameCollection"]), str(o["to"])))
+        case "dropDatabase":
+            plan.databases.add(db)
+        case _:
+            plan.databases.add(db)  # an unknown command: reclone the whole database to be safe

@@ -1,0 +1,320 @@
+"""Rolling back a diverged member: the I/O around the decisions in `sync.rollback`.
+
+A shell, run by the fetcher (`sync.worker`) in state ROLLBACK once everything it
+had buffered is applied:
+
+1. Walk our oplog and the source's backwards (the source serves
+   `{ts: {$lte: <our last>}}` newest first) until `find_common_point` meets.
+2. Refuse if that would undo majority-committed entries (`check_rollback_allowed`).
+3. Plan from our entries after the common point (`plan_rollback`), refetch those
+   documents by `_id` and recloned collections whole from the source, then read
+   the source's newest optime: that is `minValid`, the point we must reach again
+   before our data is a consistent snapshot.
+4. Write our current versions of every affected document to
+   `<dbpath>/rollback/<ns>/<timestamp>.bson` (concatenated BSON, fsynced) so
+   nothing is silently dropped.
+5. In ONE storage transaction: replace or delete the affected documents, reclone
+   the affected collections, truncate our oplog after the common point, store
+   `minValid` and the incremented rollback id. A crash before the commit leaves
+   the member as it was (it diverges again and redoes the rollback); a crash
+   after it leaves a member that resumes from the common point in RECOVERING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import bson
+from bson.codec_options import CodecOptions
+
+from oplog.codec_options import DOC_OPTIONS
+from oplog.errors import MongoError
+from oplog.optime import OpTime
+from oplog.sqlite_store import StoreTxn
+from replset.peer import PeerClient
+from sync.rollback import (
+    MAX_ROLLBACK_ENTRIES,
+    RollbackPlan,
+    check_rollback_allowed,
+    find_common_point,
+    plan_rollback,
+)
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+log = logging.getLogger(__name__)
+
+WINDOW = 1000
+REFETCH_CHUNK = 500
+COMMAND_TIMEOUT_S = 30.0
+SECONDARY_OK = {"mode": "secondaryPreferred"}
+MIN_VALID_META = "minValid"
+RBID_META = "rbid"
+
+
+class RollbackFailed(Exception):
+    """No common point within reach, or the source failed mid-way; nothing was changed."""
+
+
+@dataclass(slots=True)
+class SourceCollection:
+    ns: str
+    options: dict[str, Any]
+    uuid: Any
+    indexes: list[dict[str, Any]]
+    documents: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class RollbackOutcome:
+    common_point: OpTime
+    min_valid: OpTime
+    undone_entries: int
+    saved_documents: int
+    files: list[str] = field(default_factory=list)
+
+
+def rollback_dir(dbpath: str) -> str:
+    return os.path.join(dbpath, "rollback")
+
+
+class RollbackRunner:
+    def __init__(self, node: Node, source: str) -> None:
+        self.node = node
+        self.source = source
+        self.client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
+
+    async def run(self) -> RollbackOutcome:
+        try:
+            return await self._run()
+        finally:
+            self.client.close()
+
+    async def _command(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.client.command(body | {"$readPreference": SECONDARY_OK}, timeout_s=COMMAND_TIMEOUT_S)
+        if not reply.get("ok"):
+            raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
+        return reply
+
+    async def _run(self) -> RollbackOutcome:
+        node = self.node
+        our_last = node.last_committed_optime
+        common = await self._find_common_point(our_last)
+        check_rollback_allowed(common, node.repl.commit_point)
+        undone = [bson.decode(blob, DOC_OPTIONS)
+                  for _key, blob in node.store.reader.oplog_after(common.ts_key, MAX_ROLLBACK_ENTRIES)]
+        plan = plan_rollback(undone)
+        log.warning("rolling back %d entries after the common point %s (%d documents, %d collections, "
+                    "%d databases to refetch from %s)", plan.entries, common, plan.document_count,
+                    len(plan.collections), len(plan.databases), self.source)
+        documents = await self._refetch_documents(plan)
+        collections = await self._reclone(plan)
+        min_valid = await self._source_top()
+        saved, files = await asyncio.to_thread(self._save_rollback_files, plan)
+        await self._commit(common, min_valid, plan, documents, collections)
+        return RollbackOutcome(common, min_valid, plan.entries, saved, files)
+
+    # -- 1. the common point ----------------------------------------------------------------------
+
+    async def _find_common_point(self, our_last: OpTime) -> OpTime:
+        reader = self.node.store.reader
+        ours: list[OpTime] = []
+        theirs: list[OpTime] = []
+        our_key = our_last.ts_key + 1
+        reply = await self._command({
+            "find": "oplog.rs", "filter": {"ts": {"$lte": our_last.ts}}, "sort": {"$natural": -1},
+            "projection": {"ts": 1, "t": 1}, "batchSize": WINDOW, "$db": "local"})
+        batch, cursor_id = reply["cursor"].get("firstBatch", []), reply["cursor"].get("id", 0)
+        try:
+            while True:
+                theirs.extend(OpTime.from_document(doc) for doc in batch)
+                rows = reader.oplog_before(our_key, WINDOW) if len(ours) < MAX_ROLLBACK_ENTRIES else []
+                for key, blob in rows:
+                    ours.append(OpTime.from_document(bson.decode(blob, DOC_OPTIONS)))
+                    our_key = key
+                common = find_common_point(ours, theirs)
+                if common is not None:
+                    return common
+                if not rows and not batch:
+                    raise RollbackFailed(
+                        f"no common point with {self.source} within {len(ours)} of our entries and "
+                        f"{len(theirs)} of its entries: this member must be resynced")
+                batch = []
+                if cursor_id:
+                    reply = await self._command({"getMore": cursor_id, "collection": "oplog.rs",
+                                                 "batchSize": WINDOW, "$db": "local"})
+                    batch, cursor_id = reply["cursor"].get("nextBatch", []), reply["cursor"].get("id", 0)
+        finally:
+            if cursor_id:
+                await self._kill_cursor(cursor_id)
+
+    async def _kill_cursor(self, cursor_id: int) -> None:
+        try:
+            await self._command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"})
+        except Exception:  # best effort: the source times idle cursors out anyway
+            log.debug("killCursors on %s failed", self.source)
+
+    # -- 3. refetching ------------------------------------------------------------------------------
+
+    async def _find_all(self, ns: str, filter_: dict[str, Any]) -> list[dict[str, Any]]:
+        db, coll = ns.split(".", 1)
+        reply = await self._command({"find": coll, "filter": filter_, "batchSize": 10_000, "$db": db})
+        docs = list(reply["cursor"].get("firstBatch", []))
+        cursor_id = reply["cursor"].get("id", 0)
+        while cursor_id:
+            reply = await self._command({"getMore": cursor_id, "collection": coll, "batchSize": 10_000,
+                                         "$db": db})
+            docs.extend(reply["cursor"].get("nextBatch", []))
+            cursor_id = reply["cursor"].get("id", 0)
+        return docs
+
+    async def _refetch_documents(self, plan: RollbackPlan) -> dict[str, list[dict[str, Any]]]:
+        fetched: dict[str, list[dict[str, Any]]] = {}
+        for ns in plan.documents:
+            ids = plan.ids(ns)
+            docs: list[dict[str, Any]] = []
+            for start in range(0, len(ids), REFETCH_CHUNK):
+                docs.extend(await self._find_all(ns, {"_id": {"$in": ids[start:start + REFETCH_CHUNK]}}))
+            fetched[ns] = docs
+        return fetched
+
+    async def _reclone(self, plan: RollbackPlan) -> dict[str, SourceCollection | None]:
+        """The source's version of every collection to reclone (None: the source has none)."""
+        wanted = set(plan.collections)
+        listed: dict[str, dict[str, Any]] = {}
+        for db in {ns.split(".", 1)[0] for ns in wanted} | plan.databases:
+            reply = await self._command({"listCollections": 1, "$db": db})
+            for info in reply["cursor"].get("firstBatch", []):
+                listed[f"{db}.{info['name']}"] = info
+            wanted.update(ns for ns in listed if ns.split(".", 1)[0] in plan.databases)
+            wanted.update(info.ns for info in self.node.store.reader.collections(db)
+                          if db in plan.databases)
+        result: dict[str, SourceCollection | None] = {}
+        for ns in sorted(wanted):
+            info = listed.get(ns)
+            if info is None:
+                result[ns] = None
+                continue
+            db, coll = ns.split(".", 1)
+            reply = await self._command({"listIndexes": coll, "$db": db})
+            indexes = [dict(spec) for spec in reply["cursor"].get("firstBatch", []) if spec.get("name") != "_id_"]
+            result[ns] = SourceCollection(ns, dict(info.get("options", {})), (info.get("info") or {}).get("uuid"),
+                                          indexes, await self._find_all(ns, {}))
+        return result
+
+    async def _source_top(self) -> OpTime:
+        reply = await self._command({"find": "oplog.rs", "filter": {}, "sort": {"$natural": -1}, "limit": 1,
+                                     "projection": {"ts": 1, "t": 1}, "$db": "local"})
+        batch = reply["cursor"].get("firstBatch", [])
+        if not batch:
+            raise RollbackFailed(f"{self.source} has an empty oplog")
+        return OpTime.from_document(batch[0])
+
+    # -- 4. rollback files --------------------------------------------------------------------------
+
+    def _save_rollback_files(self, plan: RollbackPlan) -> tuple[int, list[str]]:
+        """Our versions of every document the rollback replaces or deletes, per namespace."""
+        reader = self.node.store.reader
+        by_ns: dict[str, list[dict[str, Any]]] = {}
+        for ns in plan.documents:
+            docs = [doc for doc in (reader.get(ns, id_value) for id_value in plan.ids(ns)) if doc is not None]
+            if docs:
+                by_ns[ns] = docs
+        recloned = set(plan.collections)
+        for db in plan.databases:
+            recloned.update(info.ns for info in reader.collections(db))
+        for ns in recloned:
+            docs = list(reader.scan(ns)) if reader.collection(ns) is not None else []
+            if docs:
+                by_ns.setdefault(ns, []).extend(docs)
+        dbpath = self.node.options.dbpath
+        if dbpath is None:
+            if by_ns:
+                log.warning("in-memory member: %d rolled-back documents are only logged",
+                            sum(map(len, by_ns.values())))
+            return sum(map(len, by_ns.values())), []
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%S.%fZ")
+        files = []
+        for ns, docs in by_ns.items():
+            directory = os.path.join(rollback_dir(dbpath), ns)
+            os.makedirs(directory, exist_ok=True)
+            path = os.path.join(directory, f"{stamp}.bson")
+            options = CodecOptions(tz_aware=True)
+            with open(path, "wb") as f:
+                for doc in docs:
+                    f.write(bson.encode(doc, codec_options=options))
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(directory)
+            files.append(path)
+            log.warning("saved %d rolled-back documents of %s to %s", len(docs), ns, path)
+        return sum(map(len, by_ns.values())), files
+
+    # -- 5. one transaction -------------------------------------------------------------------------
+
+    async def _commit(self, common: OpTime, min_valid: OpTime, plan: RollbackPlan,
+                      documents: dict[str, list[dict[str, Any]]],
+                      collections: dict[str, SourceCollection | None]) -> None:
+        node = self.node
+
+        def write(txn: StoreTxn) -> None:
+            check_rollback_allowed(common, node.repl.commit_point)
+            for ns in plan.documents:
+                if txn.collection(ns) is None:
+                    continue
+                for id_value in plan.ids(ns):
+                    txn.delete(ns, id_value)
+            for ns, docs in documents.items():
+                for doc in docs:
+                    _insert(txn, ns, doc)
+            for ns, source in collections.items():
+                txn.drop_collection(ns)
+                if source is None:
+                    continue
+                txn.create_collection(ns, source.options, source.uuid)
+                for spec in source.indexes:
+                    txn.create_index(ns, spec)
+                for doc in source.documents:
+                    _insert(txn, ns, doc)
+            txn.truncate_oplog_after(common.ts_key)
+            txn.set_meta(MIN_VALID_META, min_valid.to_document())
+            txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
+            node.log.last = common
+            # Members tailing our oplog read on from a key that is about to hold another history.
+            node.cursors.kill_all("the member rolled back")
+
+        await node.writer.submit(write)
+        node.rbid += 1
+        node.min_valid = min_valid
+
+
+def _insert(txn: StoreTxn, ns: str, doc: dict[str, Any]) -> None:
+    try:
+        txn.insert(ns, doc, upsert=True)
+    except MongoError as exc:
+        # A unique-index clash with a document the source's later entries change: applying them fixes it.
+        log.warning("rollback: refetched document of %s not restored yet: %s", ns, exc)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_rbid(node: Node) -> int:
+    meta = node.store.reader.meta(RBID_META)
+    return int(meta["rbid"]) if meta else 0
+
+
+def load_min_valid(node: Node) -> OpTime | None:
+    meta = node.store.reader.meta(MIN_VALID_META)
+    return OpTime.from_document(meta) if meta else None

@@ -1,0 +1,71 @@
+"""Rollback decisions: common point, the majority-commit guard, and the refetch plan."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
+from oplog.optime import OpTime
+from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point, plan_rollback
+
+
+def newest_first(optimes: list[OpTime]) -> list[OpTime]:
+    return sorted(optimes, key=lambda o: o.ts_key, reverse=True)
+
+
+def test_common_point_is_the_last_shared_entry() -> None:
+    shared = [OpTime(10, 1, 1), OpTime(11, 1, 1)]
+    ours = [*shared, OpTime(12, 1, 1), OpTime(13, 1, 1)]
+    theirs = [*shared, OpTime(12, 5, 2), OpTime(14, 1, 2)]
+    assert find_common_point(newest_first(ours), newest_first(theirs)) == OpTime(11, 1, 1)
+
+
+def test_same_timestamp_in_another_term_is_a_different_entry() -> None:
+    ours = [OpTime(12, 1, 1), OpTime(11, 1, 1)]
+    theirs = [OpTime(12, 1, 2), OpTime(11, 1, 1)]
+    assert find_common_point(ours, theirs) == OpTime(11, 1, 1)
+
+
+def test_no_common_point_when_windows_do_not_meet() -> None:
+    assert find_common_point([OpTime(5, 1, 1)], [OpTime(9, 1, 2), OpTime(6, 1, 2)]) is None
+    assert find_common_point([], [OpTime(1, 1, 1)]) is None
+
+
+@given(shared=st.integers(0, 30), ours_extra=st.integers(0, 20), theirs_extra=st.integers(0, 20),
+       offset=st.integers(0, 3))
+def test_common_point_property(shared: int, ours_extra: int, theirs_extra: int, offset: int) -> None:
+    prefix = [OpTime(100 + i, 1, 1) for i in range(shared)]
+    ours = prefix + [OpTime(200 + i, 1, 1) for i in range(ours_extra)]
+    theirs = prefix + [OpTime(200 + offset + i, 1, 2) for i in range(theirs_extra)]
+    expected = prefix[-1] if prefix else None
+    assert find_common_point(newest_first(ours), newest_first(theirs)) == expected
+
+
+def test_majority_committed_entries_are_never_rolled_back() -> None:
+    check_rollback_allowed(OpTime(11, 1, 1), OpTime(11, 1, 1))
+    check_rollback_allowed(OpTime(11, 1, 1), OpTime(10, 1, 1))
+    with pytest.raises(RollbackRefused):
+        check_rollback_allowed(OpTime(11, 1, 1), OpTime(12, 1, 1))
+
+
+def test_plan_collects_documents_and_collections() -> None:
+    undone = [
+        insert_entry("db.a", {"_id": 1, "x": 1}),
+        update_entry("db.a", 1, {"$v": 2, "diff": {"u": {"x": 2}}}),
+        update_entry("db.a", 1.0, {"$v": 2, "diff": {"u": {"x": 3}}}),
+        delete_entry("db.b", "k"),
+        command_entry("db", {"create": "c"}),
+        insert_entry("db.c", {"_id": 7}),
+        command_entry("db", {"renameCollection": "db.d", "to": "db.e"}),
+        command_entry("other", {"dropDatabase": 1}),
+    ]
+    plan = plan_rollback(undone)
+    assert plan.entries == len(undone)
+    assert plan.ids("db.a") == [1, 1.0]  # 1 and 1.0 are distinct _id values in BSON
+    assert plan.ids("db.b") == ["k"]
+    assert plan.collections == {"db.c", "db.d", "db.e"}
+    assert "db.c" not in plan.documents  # recloned whole
+    assert plan.databases == {"other"}
+    assert plan.document_count == 3
