@@ -37,6 +37,7 @@ from replset.node import utcnow
 from replset.wire import sessions
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
+    check_tail_position,
     oplog_end_key,
     oplog_source,
     oplog_start_key,
@@ -258,6 +259,7 @@ def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | 
     reader = ctx.node.store.reader
 
     def refill() -> Iterator[dict[str, Any]]:
+        check_tail_position(reader, state.get("last", 0))
         if matcher is None:
             return raw_oplog_source(reader, state.get("last", 0), state)
         source = oplog_source(reader, state.get("last", 0), reverse=False, state=state)

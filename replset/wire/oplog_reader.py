@@ -11,6 +11,7 @@ from bson.raw_bson import RawBSONDocument
 from bson.timestamp import Timestamp
 
 from oplog.codec_options import DOC_OPTIONS
+from oplog.errors import MongoError
 from oplog.optime import ts_key
 
 CHUNK = 1000
@@ -51,6 +52,14 @@ def start_key_is_whole_filter(query: dict[str, Any]) -> bool:
             and isinstance(cond.get("$gt", cond.get("$gte")), Timestamp))
 
 
+def check_tail_position(reader: Any, last_key: int) -> None:
+    """A tailing cursor resumes after the entry it returned last; if the capped oplog trimmed
+    that entry, later ones may be gone too, and reading on would silently skip them."""
+    bounds = reader.oplog_bounds()
+    if last_key and (bounds is None or bounds[0] > last_key):
+        raise MongoError(136, "CappedPositionLost: the oplog was trimmed past this cursor's position")
+
+
 def raw_oplog_source(reader: Any, after_key: int, state: dict[str, int]) -> Iterator[Any]:
     """Entries after `after_key` as stored (RawBSONDocument): the sync source's hot path."""
     key = after_key
@@ -59,6 +68,7 @@ def raw_oplog_source(reader: Any, after_key: int, state: dict[str, int]) -> Iter
             state["last"] = row_key
             yield RawBSONDocument(blob)
         key = rows[-1][0]
+        check_tail_position(reader, key)  # a trim may have run while the cursor was idle
 
 
 def oplog_source(reader: Any, after_key: int, *, reverse: bool, before_key: int = (1 << 63) - 1,
@@ -78,3 +88,4 @@ def oplog_source(reader: Any, after_key: int, *, reverse: bool, before_key: int 
                 state["last"] = row_key
             yield bson.decode(blob, DOC_OPTIONS)
         key = rows[-1][0]
+        check_tail_position(reader, key)
