@@ -19,7 +19,7 @@ import bson
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
-from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
+from oplog.entry import command_entry, delete_entry, insert_entry, new_collection_uuid, update_entry
 from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
 from oplog.query import Matcher, compile_filter, sort_documents
@@ -76,7 +76,7 @@ def ensure_collection(env: WriteEnv, ns: str) -> None:
     if env.txn.collection(ns) is None:
         db, coll = ns.split(".", 1)
         validate_namespace(db, coll)
-        env.emit(command_entry(db, {"create": coll}))
+        env.emit(command_entry(db, {"create": coll}, new_collection_uuid()))
 
 
 def _error_doc(index: int, err: MongoError) -> dict[str, Any]:

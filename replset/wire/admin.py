@@ -11,7 +11,7 @@ from typing import Any
 from bson.binary import Binary
 from bson.int64 import Int64
 
-from oplog.entry import command_entry
+from oplog.entry import command_entry, new_collection_uuid
 from oplog.errors import MongoError
 from oplog.query import compile_filter
 from oplog.writes import WriteEnv, ensure_collection, validate_namespace
@@ -223,7 +223,7 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collection(ns) is not None:
             raise MongoError(48, f"Collection {ns} already exists.")
-        env.emit(command_entry(ctx.db, {"create": coll, **options}))
+        env.emit(command_entry(ctx.db, {"create": coll, **options}, new_collection_uuid()))
         return {"ok": 1.0}
 
     return await run_write(ctx, body)

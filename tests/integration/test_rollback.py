@@ -111,4 +111,8 @@ def test_deposed_primary_rolls_back_and_saves_its_unreplicated_writes(rs3: Repli
     assert saved["u"]["v"] == 2 and saved["n"]["v"] == 1
     assert [d["_id"] for d in _rollback_docs(old, "app.fresh")] == [1]
     assert _rbid(rs, new) == 0
+    # A collection has one UUID on every member (chosen when its create entry is written).
+    uuids = {c.app.command("listCollections", filter={"name": "docs"})["cursor"]["firstBatch"][0]["info"]["uuid"]
+             for c in clients}
+    assert len(uuids) == 1
     assert rs.status(old)["myState"] == 2
