@@ -19,6 +19,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,52 @@ class IndexInfo:
 
 def _decode(blob: bytes) -> dict[str, Any]:
     return bson.decode(blob, DOC_OPTIONS)
+
+
+class DeferredIndexes:
+    """Secondary index builds put off while a `StoreTxn` is `deferring_index_builds`: by namespace,
+    the specs by name, in creation order. Initial sync keeps one per attempt: its oplog replay
+    passes through states that only hold together at the stop point, so no unique key may be
+    checked before then (`StoreTxn.build_deferred_indexes` builds them there). In memory only:
+    an interrupted initial sync starts over, dropping whatever it had copied."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(specs) for specs in self._specs.values())
+
+    def namespaces(self) -> list[str]:
+        return list(self._specs)
+
+    def specs(self, ns: str) -> list[dict[str, Any]]:
+        return list(self._specs.get(ns, {}).values())
+
+    def add(self, ns: str, spec: Mapping[str, Any]) -> bool:
+        """Records an index build; False if one of that name is already recorded for `ns`."""
+        specs = self._specs.setdefault(ns, {})
+        if spec["name"] in specs:
+            return False
+        specs[spec["name"]] = dict(spec)
+        return True
+
+    def discard(self, ns: str, name: str) -> bool:
+        """Cancels a recorded build (dropIndexes); False if none of that name is recorded."""
+        specs = self._specs.get(ns)
+        if specs is None or specs.pop(name, None) is None:
+            return False
+        if not specs:
+            del self._specs[ns]
+        return True
+
+    def forget(self, ns: str) -> None:
+        """Cancels every build recorded for `ns` (its collection was dropped)."""
+        self._specs.pop(ns, None)
+
+    def rename(self, source: str, target: str) -> None:
+        specs = self._specs.pop(source, None)
+        if specs is not None:
+            self._specs[target] = specs
 
 
 class _Reader:
@@ -169,6 +216,7 @@ class StoreTxn(_Reader):
         self._savepoints = 0
         self._collections: dict[str, CollectionInfo | None] = {}
         self._indexes: dict[str, list[IndexInfo]] = {}
+        self._deferred: DeferredIndexes | None = None  # set only inside `deferring_index_builds`
 
     def _catalog_changed(self) -> None:
         self._collections.clear()
@@ -224,6 +272,8 @@ class StoreTxn(_Reader):
 
     def drop_collection(self, ns: str) -> int | None:
         """Drops a collection; returns the number of indexes it had, or None if absent."""
+        if self._deferred is not None:
+            self._deferred.forget(ns)
         self._catalog_changed()
         info = self.collection(ns)
         if info is None:
@@ -240,13 +290,18 @@ class StoreTxn(_Reader):
         self._catalog_changed()
         self._conn.execute("UPDATE collections SET ns=? WHERE ns=?", (target, source))
         self._conn.execute("UPDATE indexes SET ns=? WHERE ns=?", (target, source))
+        if self._deferred is not None:
+            self._deferred.rename(source, target)
 
     def create_index(self, ns: str, spec: Mapping[str, Any]) -> bool:
-        """Adds an index (building unique keys from existing documents); False if it exists."""
+        """Adds an index (building unique keys from existing documents); False if it exists.
+        While `deferring_index_builds`, a new index is only recorded there (no key is checked)."""
         self._catalog_changed()
         name = spec["name"]
         if self._conn.execute("SELECT 1 FROM indexes WHERE ns=? AND name=?", (ns, name)).fetchone():
             return False
+        if self._deferred is not None:
+            return self._deferred.add(ns, spec)
         cur = self._conn.execute(
             "INSERT INTO indexes(ns, name, spec) VALUES (?, ?, ?)", (ns, name, bson.encode(dict(spec)))
         )
@@ -260,6 +315,8 @@ class StoreTxn(_Reader):
         return True
 
     def drop_index(self, ns: str, name: str) -> bool:
+        if self._deferred is not None and self._deferred.discard(ns, name):
+            return True
         self._catalog_changed()
         index = next((i for i in self.indexes(ns) if i.name == name), None)
         if index is None:
@@ -267,6 +324,32 @@ class StoreTxn(_Reader):
         self._conn.execute(f"DROP TABLE IF EXISTS {index.table}")
         self._conn.execute("DELETE FROM indexes WHERE ns=? AND name=?", (ns, name))
         return True
+
+    @contextmanager
+    def deferring_index_builds(self, deferred: DeferredIndexes) -> Iterator[None]:
+        """Within this block `create_index` of a new (secondary) index only records its spec in
+        `deferred`, `drop_index` and `drop_collection` cancel recorded builds, and
+        `rename_collection` moves them along. Scoped, never left on: a group-commit transaction
+        is shared with other writers."""
+        previous, self._deferred = self._deferred, deferred
+        try:
+            yield
+        finally:
+            self._deferred = previous
+
+    def build_deferred_indexes(self, deferred: DeferredIndexes, ns: str | None = None) -> int:
+        """Builds the indexes recorded in `deferred` (those of `ns`, or all), unique keys from the
+        documents now there (DuplicateKey, MongoError 11000, when they do not hold), and removes
+        them from it; indexes of collections since gone are dropped. Returns how many were built."""
+        if self._deferred is not None:
+            raise RuntimeError("build_deferred_indexes inside deferring_index_builds")
+        built = 0
+        for name in [ns] if ns is not None else deferred.namespaces():
+            specs = deferred.specs(name)
+            if self.collection(name) is not None:
+                built += sum(1 for spec in specs if self.create_index(name, spec))
+            deferred.forget(name)
+        return built
 
     # -- documents --------------------------------------------------------------
     def _unique_indexes(self, ns: str) -> list[IndexInfo]:
@@ -488,9 +571,30 @@ class SQLiteStore:
 
 
 class _ReadConnection(_Reader):
+    SCAN_CHUNK = 1000
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA query_only=1")
         self._conn = conn
+
+    def scan(self, ns: str) -> Iterator[dict[str, Any]]:
+        """Documents in natural order, read in chunks so a cursor over a big collection holds one
+        chunk in memory, not the collection (each chunk sees the latest commit, like a yielding scan)."""
+        info = self.collection(ns)
+        if info is None:
+            return
+        rid = 0
+        while True:
+            try:
+                rows = self._conn.execute(f"SELECT rid, doc FROM {info.table} WHERE rid > ? ORDER BY rid LIMIT ?",
+                                          (rid, self.SCAN_CHUNK)).fetchall()
+            except sqlite3.OperationalError:
+                raise MongoError(175, f"collection {ns} was dropped during the query") from None
+            if not rows:
+                return
+            for _rid, blob in rows:
+                yield _decode(blob)
+            rid = rows[-1][0]
 
     def close(self) -> None:
         self._conn.close()

@@ -16,8 +16,12 @@ steady-state `SyncWorker`. MongoDB's logical initial sync, simplified:
    `$collStats` (sizes for progress) -> `listIndexes` -> `find` + `getMore` in
    batches of `FIND_BATCH` documents, read with `secondaryPreferred` like the
    fetcher. Each batch goes in as one bulk insert (one transaction); the next
-   batch is fetched while the previous one commits. Secondary indexes are built
-   once a collection is loaded. Every database but `local` is copied, `config`
+   batch is fetched while the previous one commits. Secondary indexes are not
+   built yet: their specs are recorded (`DeferredIndexes`, in memory, one per
+   attempt; a failed write fails the attempt, so it never outlives data it no
+   longer matches) and built in step 5. Non-unique ones wait too: they cost
+   nothing, and building all in recorded order keeps the source's index order.
+   Every database but `local` is copied, `config`
    (`config.transactions`: the session records of retryable writes) included.
 4. **Apply**: `stopTimestamp` = the source's newest entry now. Its entries from
    beginApplying to stop are fetched; the first must be the beginApplying entry
@@ -28,13 +32,25 @@ steady-state `SyncWorker`. MongoDB's logical initial sync, simplified:
    seed; the later entries are applied with the idempotent replay
    (`apply_entry(replay=True)`) and appended, in batches. Because every collection
    was read after beginApplying, replaying an entry its copy already holds is
-   harmless; such an entry can clash on a unique index with another document whose
-   copy is already newer (DuplicateKey): it is skipped, as MongoDB does during
-   initial sync, since later entries of the same range bring both documents to
-   their final states. Any other error fails the attempt.
-5. **Finish**: the source's rollback id must be unchanged; one transaction clears
-   the flag and sets lastApplied (our newest entry = stop), then the coordinator
-   moves STARTUP2 -> SECONDARY and starts steady-state replication from there.
+   harmless, but the replay walks through states that never existed on the source
+   (old entries over newer copies, each collection copied at its own moment): they
+   only hold together at stopTimestamp. So no secondary unique key is checked
+   during the replay: `apply_for_initial_sync` runs in the store's
+   `deferring_index_builds` mode, where a `createIndexes` entry only records its
+   spec and `dropIndexes` / `drop` / `dropDatabase` cancel recorded ones (a rename
+   carries them along). The `_id` is the only unique key in force, and the replay
+   treats an insert of an existing `_id` as a replacement, so no DuplicateKey is
+   expected. There is deliberately no "skip the entry on DuplicateKey" tolerance:
+   skipping an entry loses its document when the entries that would have
+   restored it are themselves skipped as updates of a missing document. Any
+   error, DuplicateKey included, fails the attempt.
+5. **Finish**: the source's rollback id must be unchanged; the deferred indexes
+   are built (one transaction per collection), unique keys from the data as of
+   stop. A DuplicateKey there means the copy is not consistent: the attempt fails
+   (and the next one starts over). Then one transaction clears the flag and sets
+   lastApplied (our newest entry = stop), and the coordinator moves
+   STARTUP2 -> SECONDARY and starts steady-state replication from there. A crash
+   before the flag is cleared starts over, so no half-indexed copy is ever used.
 
 A failed attempt (source died, rolled back, or trimmed its oplog) is recorded in
 `initialSyncAttempts`, `failedInitialSyncAttempts` counts it, the source is
@@ -62,7 +78,7 @@ import bson
 from oplog.apply import apply_entry
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
-from oplog.sqlite_store import StoreTxn
+from oplog.sqlite_store import DeferredIndexes, StoreTxn
 from oplog.values import canonical_key
 from replset.peer import PeerClient, PeerError
 from sync.initial_sync_progress import (
@@ -112,6 +128,7 @@ class InitialSyncer:
         self._on_done = on_done
         self._task: asyncio.Task[None] | None = None
         self._source_rbid = -1  # the sync source's rollback id when the attempt began
+        self._deferred = DeferredIndexes()  # this attempt's index builds, made at the stop point
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="initial-sync")
@@ -170,6 +187,7 @@ class InitialSyncer:
         self.progress.new_attempt()
         self.sync_source = source
         self._source_rbid = -1
+        self._deferred = DeferredIndexes()
         node.repl.on_sync_source_changed()
         log.info("initial sync: starting an attempt from %s", source)
         client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
@@ -185,6 +203,7 @@ class InitialSyncer:
             last = await self._apply_oplog(client, begin, OpTime.from_document(stop))
             if await self._rbid(client) != rbid:
                 raise InitialSyncFailed(f"the sync source {source} rolled back during the initial sync")
+            await self._build_indexes(last)
             await self._finish(last)
         finally:
             client.close()
@@ -285,9 +304,9 @@ class InitialSyncer:
         uuid = (entry.get("info") or {}).get("uuid")
         await node.writer.submit(lambda txn: txn.create_collection(ns, options, uuid))
         await self._copy_documents(client, db, name, coll)
-        secondary = [spec for spec in indexes if spec.get("name") != "_id_"]
-        if secondary:
-            await node.writer.submit(lambda txn: [txn.create_index(ns, spec) for spec in secondary])
+        for spec in indexes:
+            if spec.get("name") != "_id_":
+                self._deferred.add(ns, spec)  # built at the stop point (step 5), after the replay
         coll.end = node.now()
 
     def _clone_fail_point(self, ns: str) -> int | None:
@@ -396,27 +415,39 @@ class InitialSyncer:
 
     async def _apply_batch(self, entries: list[dict[str, Any]], *, seed: bool) -> None:
         """Applies (unless `seed`) and appends `entries` to our oplog in one transaction."""
-        node, progress = self.node, self.progress
+        node, progress, deferred = self.node, self.progress, self._deferred
 
-        def write(txn: StoreTxn) -> int:
+        def write(txn: StoreTxn) -> None:
             rows: list[tuple[int, bytes]] = []
-            skipped = 0
             for entry in entries:
-                if not seed and not apply_for_initial_sync(txn, entry):
-                    skipped += 1
+                if not seed:
+                    apply_for_initial_sync(txn, entry, deferred)
                 blob = bson.encode(entry)
                 rows.append((OpTime.from_document(entry).ts_key, blob))
                 node.log.bytes_appended += len(blob)
             txn.append_oplog(rows)
-            return skipped
 
-        skipped = await node.writer.submit(write)
+        await node.writer.submit(write)
         if not seed:
             progress.applied_ops += len(entries)
-        if skipped:
-            log.info("initial sync: %d entries met a later state of their documents and were skipped", skipped)
 
     # -- step 5: finish -----------------------------------------------------------------------------
+
+    async def _build_indexes(self, stop: OpTime) -> None:
+        """Builds the deferred indexes, one collection per transaction (a build runs on the event
+        loop, as the clone's used to); a unique one that does not hold fails the attempt."""
+        node, deferred = self.node, self._deferred
+        built = 0
+        for ns in deferred.namespaces():
+            try:
+                built += await node.writer.submit(lambda txn, ns=ns: txn.build_deferred_indexes(deferred, ns))
+            except MongoError as exc:
+                if exc.code != DUPLICATE_KEY:
+                    raise
+                raise InitialSyncFailed(f"an index of {ns} does not hold at the stop point {stop}, so the copy "
+                                        f"is not consistent: {exc}") from exc
+        if built:
+            log.info("initial sync: built %d secondary indexes at the stop point", built)
 
     async def _finish(self, last: OpTime) -> None:
         node = self.node
@@ -451,15 +482,9 @@ async def save_data_aside(node: Node) -> str | None:
     return path
 
 
-def apply_for_initial_sync(txn: StoreTxn, entry: dict[str, Any]) -> bool:
-    """Applies one entry in its own savepoint; False when it was skipped for a DuplicateKey."""
-    savepoint = txn.savepoint()
-    try:
+def apply_for_initial_sync(txn: StoreTxn, entry: dict[str, Any], deferred: DeferredIndexes) -> None:
+    """Applies one entry of initial sync's replay: idempotently (`replay=True`), with index builds
+    recorded in `deferred` instead of made (see step 4 above). Raises whatever the entry raises,
+    DuplicateKey included: nothing is skipped."""
+    with txn.deferring_index_builds(deferred):
         apply_entry(txn, entry, replay=True)
-    except MongoError as exc:
-        txn.rollback_to(savepoint)
-        if exc.code != DUPLICATE_KEY:
-            raise
-        return False
-    txn.release(savepoint)
-    return True

@@ -1,12 +1,15 @@
 """Initial sync's pure pieces: the initialSyncStatus document and its estimate, the CLI's
 progress line, the too-stale decision, the retry backoff; and the store operations
-initial sync relies on (drop everything but `local` and `meta`, bulk insert, backup)."""
+initial sync relies on (drop everything but `local` and `meta`, bulk insert, backup, index
+builds deferred to the stop point)."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import sqlite3
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import bson
@@ -15,10 +18,10 @@ from bson.timestamp import Timestamp
 
 from oplog.errors import MongoError
 from oplog.optime import OpTime
-from oplog.sqlite_store import SQLiteStore
+from oplog.sqlite_store import DeferredIndexes, SQLiteStore, StoreTxn
 from oplog.values import canonical_key
 from replset.cli import format_initial_sync, format_status, progress_bar
-from sync.initial_sync import retry_delay_s
+from sync.initial_sync import InitialSyncer, InitialSyncFailed, apply_for_initial_sync, retry_delay_s
 from sync.initial_sync_progress import (
     AttemptInfo,
     CollectionProgress,
@@ -243,3 +246,127 @@ def test_backup_copies_a_consistent_snapshot(tmp_path: Any) -> None:
     finally:
         store.close()
     assert SQLiteStore(None).backup_to(str(tmp_path / "mem")) is None
+
+
+# -- index builds deferred to the stop point --------------------------------------------------------
+
+UNIQUE_K = {"v": 2, "key": {"k": 1}, "name": "k_1", "unique": True}
+PLAIN_N = {"v": 2, "key": {"n": 1}, "name": "n_1"}
+
+
+def _command(db: str, o: dict[str, Any]) -> dict[str, Any]:
+    return {"op": "c", "ns": f"{db}.$cmd", "o": o}
+
+
+def _index_names(store: SQLiteStore, ns: str) -> list[str]:
+    return [i.name for i in store.reader.indexes(ns)]
+
+
+def test_replay_defers_unique_keys_to_the_stop_point() -> None:
+    store = SQLiteStore(None)
+    try:
+        deferred = DeferredIndexes()
+        txn = store.begin()
+        for entry in [_command("app", {"createIndexes": "a"} | UNIQUE_K),
+                      _command("app", {"createIndexes": "a"} | PLAIN_N),
+                      {"op": "i", "ns": "app.a", "o": {"_id": 1, "k": 7}},
+                      {"op": "i", "ns": "app.a", "o": {"_id": 2, "k": 7}},  # only consistent later
+                      _command("app", {"createIndexes": "a"} | UNIQUE_K)]:  # replayed twice: one build
+            apply_for_initial_sync(txn, entry, deferred)
+        assert [i.name for i in txn.indexes("app.a")] == ["_id_"] and len(deferred) == 2
+        apply_for_initial_sync(txn, {"op": "u", "ns": "app.a", "o2": {"_id": 2},
+                                     "o": {"$set": {"k": 8}}}, deferred)
+        assert txn.build_deferred_indexes(deferred) == 2 and len(deferred) == 0
+        store.commit()
+        assert _index_names(store, "app.a") == ["_id_", "k_1", "n_1"]  # the source's order
+        txn = store.begin()
+        with pytest.raises(MongoError) as dup:
+            txn.insert("app.a", {"_id": 3, "k": 7})  # built: the key holds from now on
+        assert dup.value.code == 11000
+        store.rollback()
+    finally:
+        store.close()
+
+
+def test_replayed_drops_cancel_deferred_builds_and_renames_carry_them() -> None:
+    store = SQLiteStore(None)
+    try:
+        deferred = DeferredIndexes()
+        txn = store.begin()
+        for ns in ("app.a", "app.b", "app.c", "other.d"):
+            txn.create_collection(ns)
+            deferred.add(ns, UNIQUE_K)  # as the cloner records listIndexes
+        deferred.add("app.a", PLAIN_N)
+        for entry in [_command("app", {"dropIndexes": "a", "index": "k_1"}),
+                      _command("app", {"drop": "b"}),
+                      _command("app", {"renameCollection": "app.c", "to": "app.e"}),
+                      _command("other", {"dropDatabase": 1}),
+                      {"op": "i", "ns": "app.a", "o": {"_id": 1, "k": 1}},
+                      {"op": "i", "ns": "app.a", "o": {"_id": 2, "k": 1}}]:
+            apply_for_initial_sync(txn, entry, deferred)
+        assert {ns: [s["name"] for s in deferred.specs(ns)] for ns in deferred.namespaces()} == {
+            "app.a": ["n_1"], "app.e": ["k_1"]}
+        assert txn.build_deferred_indexes(deferred) == 2
+        store.commit()
+        assert _index_names(store, "app.a") == ["_id_", "n_1"]  # the dropped unique index never blocked
+        assert _index_names(store, "app.e") == ["_id_", "k_1"]
+        assert store.reader.collection("app.b") is None and store.reader.collection("other.d") is None
+    finally:
+        store.close()
+
+
+def test_deferred_unique_index_that_does_not_hold_raises_duplicate_key() -> None:
+    store = SQLiteStore(None)
+    try:
+        deferred = DeferredIndexes()
+        txn = store.begin()
+        txn.create_collection("app.a")
+        deferred.add("app.a", UNIQUE_K)
+        apply_for_initial_sync(txn, {"op": "i", "ns": "app.a", "o": {"_id": 1, "k": 1}}, deferred)
+        apply_for_initial_sync(txn, {"op": "i", "ns": "app.a", "o": {"_id": 2, "k": 1}}, deferred)
+        savepoint = txn.savepoint()
+        with pytest.raises(MongoError) as dup:
+            txn.build_deferred_indexes(deferred)
+        assert dup.value.code == 11000
+        txn.rollback_to(savepoint)
+        assert deferred.specs("app.a") == [UNIQUE_K]  # not forgotten: nothing was built
+        with txn.deferring_index_builds(deferred), pytest.raises(RuntimeError):
+            txn.build_deferred_indexes(deferred)  # never from inside the deferring mode
+        store.rollback()
+    finally:
+        store.close()
+
+
+class _Writer:
+    """One transaction per request, like the group commit's (rolled back when it raises)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    async def submit(self, fn: Callable[[StoreTxn], Any]) -> Any:
+        txn = self.store.begin()
+        try:
+            value = fn(txn)
+        except BaseException:
+            self.store.rollback()
+            raise
+        self.store.commit()
+        return value
+
+
+async def test_a_unique_index_that_does_not_hold_at_the_stop_point_fails_the_attempt() -> None:
+    store = SQLiteStore(None)
+    try:
+        txn = store.begin()
+        txn.insert("app.a", {"_id": 1, "k": 1})
+        txn.insert("app.a", {"_id": 2, "k": 1})
+        txn.insert("app.b", {"_id": 1, "k": 1})
+        store.commit()
+        syncer = InitialSyncer(SimpleNamespace(writer=_Writer(store)), lambda: None)  # type: ignore[arg-type]
+        syncer._deferred.add("app.b", UNIQUE_K)
+        syncer._deferred.add("app.a", UNIQUE_K)
+        with pytest.raises(InitialSyncFailed, match=r"app\.a does not hold at the stop point"):
+            await syncer._build_indexes(OpTime(100, 1, 1))
+        assert _index_names(store, "app.b") == ["_id_", "k_1"] and _index_names(store, "app.a") == ["_id_"]
+    finally:
+        store.close()
