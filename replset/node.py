@@ -384,6 +384,10 @@ class Node:
         if last_vote is not None:
             meta["lastVote"] = {"term": last_vote.term, "candidateIndex": last_vote.candidate_id}
         await self.writer.submit(lambda txn: txn.set_meta(ELECTION_META, meta))
+        if term > self.term and self.is_primary:
+            # A vote for a newer term was granted while this member was becoming primary: two
+            # primaries must never stamp the same term, so this one steps down.
+            self.repl.step_down_now(f"adopted term {term} while primary")
         self.term = max(self.term, term)
         self.last_vote = last_vote
 

@@ -29,6 +29,8 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+import bson
+
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from replset.config import ReplSetConfig, parse_config
@@ -601,12 +603,26 @@ class Replication:
     def _maybe_end_recovering(self) -> None:
         """After a rollback: RECOVERING -> SECONDARY once the source's entries up to minValid are applied."""
         node = self.node
-        if node.state is MemberState.RECOVERING and node.min_valid is not None \
-                and node.last_committed_optime >= node.min_valid:
-            log.info("reached minValid %s: data consistent again", node.min_valid)
-            node.min_valid = None
+        min_valid, last = node.min_valid, node.last_committed_optime
+        if node.state is not MemberState.RECOVERING or min_valid is None or last < min_valid:
+            return
+        node.min_valid = None
+        blob = node.store.reader.oplog_entry(min_valid.ts_key)
+        if blob is not None and OpTime.from_document(bson.decode(blob)) == min_valid:
+            log.info("reached minValid %s: data consistent again", min_valid)
             node.set_state(MemberState.SECONDARY)
             node.notify_state_change()
+            return
+        # We went past minValid on another branch: the documents the rollback refetched may hold
+        # writes of a branch that lost, and no entry of ours will undo them. Start from scratch.
+        log.error("passed minValid %s on another branch (now at %s): resyncing", min_valid, last)
+        async def resync() -> None:
+            try:
+                await self.resync.resync(f"passed the rollback's minValid {min_valid} on another branch")
+            except MongoError as exc:
+                log.error("resync after passing minValid on another branch failed: %s", exc)
+
+        self._spawn(resync())
 
     def _advance_commit_point(self) -> None:
         if self.topology is None:
@@ -626,8 +642,12 @@ class Replication:
         if self.node.config is None or self.topology is None:
             raise MongoError(94, "no replset config has been received")
         if term > self.node.term:
+            # A newer term exists: stop being primary at once, and count nothing from this report
+            # (its members may already hold the new primary's branch).
+            if self.node.is_primary:
+                self.step_down_now(f"saw term {term} in replSetUpdatePosition")
             self._spawn(self.update_term(term, "replSetUpdatePosition"))
-            return {"ok": 1.0}  # positions sent in a newer term never count toward our term's commit point
+            return {"ok": 1.0}
         now = now_ms()
         moved = False
         for pos in positions:
@@ -697,8 +717,14 @@ class Replication:
     async def wait_for_write_concern(self, wc: WriteConcern, target: OpTime) -> MongoError | None:
         """Waits until the write at `target` satisfies `wc`; returns a writeConcernError or None."""
         error = self.write_concern_error(wc)
-        if error is not None or wc.unacknowledged or self._satisfied(wc, target):
+        if error is not None or wc.unacknowledged:
             return error
+        local_only = isinstance(wc.w, int) and wc.w <= 1
+        if not local_only and (not self.node.is_primary or self.node.term != target.term):
+            # Positions of members in a newer term are on another branch: they prove nothing here.
+            return MongoError(189, "Primary stepped down while waiting for replication")
+        if self._satisfied(wc, target):
+            return None
         if not self.node.is_primary:
             return MongoError(189, "Primary stepped down while waiting for replication")
         if len(self._waiters) >= MAX_WAITERS:

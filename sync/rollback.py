@@ -71,13 +71,18 @@ def find_common_point(ours: Iterable[OpTime], theirs: Iterable[OpTime]) -> OpTim
     return None
 
 
-def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> None:
-    """Raises RollbackRefused if entries after `common_point` include a majority-committed one.
+def majority_committed_past(common_point: OpTime, majority_committed: OpTime) -> bool:
+    """Whether entries after `common_point` include a majority-committed one.
 
     `majority_committed` is the newest commit point this member learned on its own
     history; the entries being undone are those of our oplog newer than the common point.
     """
-    if majority_committed.ts_key > common_point.ts_key:
+    return majority_committed.ts_key > common_point.ts_key
+
+
+def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> None:
+    """Raises RollbackRefused if entries after `common_point` include a majority-committed one."""
+    if majority_committed_past(common_point, majority_committed):
         raise RollbackRefused(
             f"the common point {common_point} is older than our majority commit point "
             f"{majority_committed}: rolling back would undo majority-committed writes")

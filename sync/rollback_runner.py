@@ -42,6 +42,7 @@ from sync.rollback import (
     RollbackPlan,
     check_rollback_allowed,
     find_common_point,
+    majority_committed_past,
     plan_rollback,
 )
 
@@ -117,7 +118,7 @@ class RollbackRunner:
         collections = await self._reclone(plan)
         min_valid = await self._source_top()
         saved, files = await asyncio.to_thread(self._save_rollback_files, plan)
-        await self._commit(common, min_valid, plan, documents, collections)
+        await self._commit(our_last, common, min_valid, plan, documents, collections)
         return RollbackOutcome(common, min_valid, plan.entries, saved, files)
 
     # -- 1. the common point ----------------------------------------------------------------------
@@ -258,13 +259,18 @@ class RollbackRunner:
 
     # -- 5. one transaction -------------------------------------------------------------------------
 
-    async def _commit(self, common: OpTime, min_valid: OpTime, plan: RollbackPlan,
+    async def _commit(self, our_last: OpTime, common: OpTime, min_valid: OpTime, plan: RollbackPlan,
                       documents: dict[str, list[dict[str, Any]]],
                       collections: dict[str, SourceCollection | None]) -> None:
         node = self.node
 
-        def write(txn: StoreTxn) -> None:
-            check_rollback_allowed(common, node.repl.commit_point)
+        def write(txn: StoreTxn) -> str:
+            # Checked again inside the transaction: a batch may have committed since the plan was made
+            # (a write in flight when the primary stepped down), and the commit point may have moved.
+            if node.log.last != our_last:
+                return f"our oplog moved from {our_last} to {node.log.last} while the rollback was planned"
+            if majority_committed_past(common, node.repl.commit_point):
+                return "refused"
             for ns in plan.documents:
                 if txn.collection(ns) is None:
                     continue
@@ -288,8 +294,13 @@ class RollbackRunner:
             node.log.last = common
             # Members tailing our oplog read on from a key that is about to hold another history.
             node.cursors.kill_all("the member rolled back")
+            return ""
 
-        await node.writer.submit(write)
+        problem = await node.writer.submit(write)
+        if problem == "refused":
+            check_rollback_allowed(common, node.repl.commit_point)  # raises RollbackRefused
+        if problem:
+            raise RollbackFailed(problem)
         node.rbid += 1
         node.min_valid = min_valid
 

@@ -55,6 +55,7 @@ ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
 SECONDARY_OK = {"mode": "secondaryPreferred"}
 STOP_TIMEOUT_S = 5.0
+ROLLBACK_FINISH_S = 120.0
 
 
 class SyncSourceProblem(Exception):
@@ -89,6 +90,7 @@ class SyncWorker:
         self._fetch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanup: set[asyncio.Task[None]] = set()
+        self._rollback_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -105,6 +107,11 @@ class SyncWorker:
         if fetcher is not None:
             fetcher.cancel()
         drained = True
+        rollback = self._rollback_task
+        if drain and rollback is not None and not rollback.done():
+            # Taking over (an election) waits for a rollback to end; shutting down does not need to:
+            # a rollback is one transaction, so a restart finds the member before or after it.
+            await asyncio.wait([rollback], timeout=ROLLBACK_FINISH_S)
         if drain:
             try:
                 await asyncio.wait_for(self._buffer.join(), STOP_TIMEOUT_S)
@@ -154,7 +161,7 @@ class SyncWorker:
                 repl.deny(source, ERROR_DENY_MS)
             except Diverged as exc:
                 log.warning("sync source %s: %s", source, exc)
-                await self._roll_back(source)
+                await self._roll_back_uncancelled(source)
             except TooStale as exc:
                 self.message = str(exc)
                 log.warning("sync source %s: %s", source, exc)
@@ -255,6 +262,18 @@ class SyncWorker:
             raise TooStale(last, OpTime.from_document(batch[0]))
         raise Diverged(f"our last fetched optime {last} is ahead of the source's newest entry "
                        "or missing from it: the histories diverged")
+
+    async def _roll_back_uncancelled(self, source: str) -> None:
+        """A rollback runs to its end even if the fetcher is cancelled meanwhile (a drain before an
+        election, a source change): stopping half-way would leave the member in ROLLBACK with its
+        transaction possibly committed behind its back."""
+        task = asyncio.get_running_loop().create_task(self._roll_back(source), name="rollback")
+        self._rollback_task = task
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task], timeout=ROLLBACK_FINISH_S)
+            raise
 
     async def _roll_back(self, source: str) -> None:
         """ROLLBACK: undo our entries after the common point, then RECOVERING until minValid."""

@@ -1,0 +1,2 @@
+"""Deterministic simulation of the replica set: every member's decision cores in one process,
+driven by one seed (see `tests.sim.runner`)."""

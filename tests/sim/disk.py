@@ -1,0 +1,201 @@
+"""A member's simulated disk: what survives a crash, and what a crash loses.
+
+Durable state (MongoDB's `local` database): the term and last vote
+(`local.replset.election`), the oplog, the data the oplog produced (an entry
+and its effect commit in one transaction, design rule 3), the rollback id,
+`minValid`, and the rollback file (`<dbpath>/rollback/`). The config is fixed
+for a run and lives with the runner.
+
+The product commits through one group-commit writer and every commit fsyncs,
+so the model is: a batch is *written* (`write_unsynced`) when the writer
+starts its transaction and becomes *durable* when the fsync completes
+(`sync`), a random disk latency later. Until then it is the unsynced tail: a
+crash (`crash`) drops it. Nothing is acknowledged, reported upstream or served
+to other members before `sync`, which is what the product promises. The term
+and vote are written synchronously (fsynced before the member answers), which
+collapses the product's "await the writer, then reply" into one step.
+
+Entries are tiny and carry only ints, so a prefix of the oplog is identified
+by a hash chain: `chain[i]` covers entries `0..i`. Two members whose oplogs
+hold the same optime with the same chain value agree on the whole prefix up to
+it; the checkers use that to compare committed prefixes in O(1).
+
+Data is a map `key -> (value, write_id)`, the result of applying every WRITE
+entry in order (entries are idempotent: they set a value).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from dataclasses import dataclass, field
+
+from oplog.optime import NULL_OPTIME, OpTime
+from replset.election import LastVote
+
+MAX_OPLOG_ENTRIES = 200_000
+
+
+class SimInvariantError(Exception):
+    """A simulator-checked invariant broke (the message says which)."""
+
+
+class EntryKind(enum.IntEnum):
+    INITIATE = 0      # the "initiating set" no-op
+    NEW_PRIMARY = 1   # the "new primary" no-op written after an election
+    WRITE = 2         # a client write: data[key] = (value, write_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    optime: OpTime
+    kind: EntryKind
+    write_id: int = -1
+    key: int = -1
+    value: int = 0
+
+    def describe(self) -> str:
+        o = self.optime
+        what = self.kind.name if self.kind is not EntryKind.WRITE else f"w{self.write_id} k{self.key}={self.value}"
+        return f"({o.term},{o.secs % 100_000}.{o.inc}) {what}"
+
+
+def chain_hash(previous: int, entry: Entry) -> int:
+    o = entry.optime
+    return hash((previous, o.term, o.secs, o.inc, int(entry.kind), entry.write_id, entry.key, entry.value))
+
+
+def apply_entries(data: dict[int, tuple[int, int]], entries: list[Entry]) -> None:
+    for e in entries:
+        if e.kind is EntryKind.WRITE:
+            data[e.key] = (e.value, e.write_id)
+
+
+def fold(entries: list[Entry]) -> dict[int, tuple[int, int]]:
+    data: dict[int, tuple[int, int]] = {}
+    apply_entries(data, entries)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class DiskEvent:
+    """What the observer records: entries made durable, saved to the rollback file, or truncated."""
+
+    kind: str                      # "synced" | "saved" | "rolled_back"
+    entries: tuple[Entry, ...]
+    hashes: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Disk:
+    term: int = 0
+    last_vote: LastVote | None = None
+    rbid: int = 0
+    min_valid: OpTime | None = None
+    refetched_keys: frozenset[int] = frozenset()   # the documents the last rollback took from its source
+    oplog: list[Entry] = field(default_factory=list)
+    chain: list[int] = field(default_factory=list)
+    ts_keys: list[int] = field(default_factory=list)
+    data: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rollback_saved: list[Entry] = field(default_factory=list)
+    unsynced: list[Entry] | None = None
+    journal: list[DiskEvent] = field(default_factory=list)
+
+    @property
+    def last(self) -> OpTime:
+        return self.oplog[-1].optime if self.oplog else NULL_OPTIME
+
+    @property
+    def last_hash(self) -> int:
+        return self.chain[-1] if self.chain else 0
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def persist_term(self, term: int, last_vote: LastVote | None) -> None:
+        self.term = max(self.term, term)
+        self.last_vote = last_vote
+
+    def write_unsynced(self, entries: list[Entry]) -> None:
+        if self.unsynced is not None:
+            raise SimInvariantError("a second batch was written before the first one was fsynced")
+        self.unsynced = list(entries)
+
+    def sync(self) -> list[Entry]:
+        """The fsync completed: the unsynced batch is durable (and visible)."""
+        entries, self.unsynced = self.unsynced or [], None
+        if len(self.oplog) + len(entries) > MAX_OPLOG_ENTRIES:
+            raise SimInvariantError(f"oplog grew past {MAX_OPLOG_ENTRIES} entries")
+        hashes = []
+        for e in entries:
+            self._check_order(e)
+            h = chain_hash(self.last_hash, e)
+            self.oplog.append(e)
+            self.chain.append(h)
+            self.ts_keys.append(e.optime.ts_key)
+            hashes.append(h)
+        apply_entries(self.data, entries)
+        if entries:
+            self.journal.append(DiskEvent("synced", tuple(entries), tuple(hashes)))
+        return entries
+
+    def _check_order(self, entry: Entry) -> None:
+        last = self.last
+        if self.oplog and (entry.optime.ts_key <= last.ts_key or entry.optime.term < last.term):
+            raise SimInvariantError(f"oplog order broken: {entry.describe()} after {self.oplog[-1].describe()}")
+
+    def crash(self) -> None:
+        self.unsynced = None
+
+    def save_rollback_file(self, planned: list[Entry]) -> None:
+        """The rollback file (fsynced before the rollback transaction): what the plan said is undone."""
+        self.rollback_saved.extend(planned)
+        self.journal.append(DiskEvent("saved", tuple(planned), ()))
+
+    def roll_back(self, common: OpTime, refetched: dict[int, tuple[int, int] | None], min_valid: OpTime,
+                  keep_refetched: frozenset[int] = frozenset()) -> int:
+        """One transaction: replace the planned keys by the source's versions, truncate the oplog
+        after `common` (whatever is there by now), store `minValid` and bump the rollback id."""
+        index = self.index_of(common)
+        if index is None:
+            raise SimInvariantError(f"rollback to {common}, which is not in the oplog")
+        undone = self.oplog[index + 1:]
+        hashes = self.chain[index + 1:]
+        del self.oplog[index + 1:], self.chain[index + 1:], self.ts_keys[index + 1:]
+        for key, doc in refetched.items():
+            if doc is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = doc
+        self.min_valid = min_valid
+        self.refetched_keys = frozenset(refetched) | keep_refetched
+        self.rbid += 1
+        self.journal.append(DiskEvent("rolled_back", tuple(undone), tuple(hashes)))
+        return len(undone)
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def index_of(self, optime: OpTime) -> int | None:
+        i = bisect.bisect_left(self.ts_keys, optime.ts_key)
+        if i < len(self.oplog) and self.oplog[i].optime == optime:
+            return i
+        return None
+
+    def first_index_at_or_after(self, ts_key: int) -> int:
+        return bisect.bisect_left(self.ts_keys, ts_key)
+
+    def optimes_newest_first(self, at_or_before_ts_key: int, limit: int) -> list[OpTime]:
+        end = bisect.bisect_right(self.ts_keys, at_or_before_ts_key)
+        start = max(0, end - limit)
+        return [e.optime for e in reversed(self.oplog[start:end])]
+
+    def entries_after(self, optime: OpTime) -> list[Entry]:
+        index = self.first_index_at_or_after(optime.ts_key + 1)
+        return self.oplog[index:]
+
+    def value_at(self, key: int, at: OpTime) -> tuple[int, int] | None:
+        """`data[key]` as of the entry at `at` (a snapshot read): the newest write to `key` up to it."""
+        end = bisect.bisect_right(self.ts_keys, at.ts_key)
+        for e in reversed(self.oplog[:end]):
+            if e.kind is EntryKind.WRITE and e.key == key:
+                return (e.value, e.write_id)
+        return None

@@ -1,0 +1,350 @@
+"""The secondary's pipeline (`sync/worker.py`): fetcher -> bounded buffer -> applier, and rollback.
+
+* **Fetcher.** Asks the member for a sync source (the pure `choose_sync_source`;
+  none: wait for a topology change or 1 s). Opens a tailable cursor with `find
+  {ts: {$gte: last_fetched.ts}}`; the first entry must equal our last fetched
+  one, else the histories diverged (rollback). Then `getMore` on the same
+  cursor, which the source answers as soon as it commits or after
+  `await_data_ms`. As in the product, a `getMore` is *not* checked: the source
+  serves the entries after the cursor's last key, whatever happened to its
+  oplog since. Errors deny the source for 1 s. A full buffer stops the fetcher.
+* **Applier.** Takes everything buffered (bounded), skips entries at or below
+  our last optime and writes the rest through the group-commit writer.
+* **Rollback** (`sync/rollback_runner.py`): wait until the buffer is applied,
+  go ROLLBACK, fetch the source's optimes newest first and find the common
+  point with the product's `find_common_point`, refuse with
+  `check_rollback_allowed` if majority-committed entries would go, refetch the
+  touched keys and the source's top (`minValid`), then one transaction saves
+  the undone entries to the rollback file, replaces the keys, truncates the
+  oplog and bumps the rbid. RECOVERING until `minValid` is applied.
+
+The member owns one `Fetcher` while it is SECONDARY or RECOVERING (the
+runtime's `SyncWorker`); `stop_fetching` is the drain before becoming primary.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from oplog.optime import OpTime
+from replset.member import MemberState
+from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point
+from tests.sim import rpc
+from tests.sim.disk import Entry, EntryKind
+from tests.sim.writer import RollbackFailed, WriteOp
+
+if TYPE_CHECKING:
+    from tests.sim.node import Call, SimNode
+
+BUFFER_BATCHES = 64
+MAX_APPLY_BATCH = 5000
+FETCH_BATCH = 200
+ERROR_DENY_MS = 1000
+DIVERGED_DENY_MS = 10_000
+PROBLEM_SLEEP_MS = 100
+NO_SOURCE_RETRY_MS = 1000
+STOP_TIMEOUT_MS = 5000
+ROLLBACK_WINDOW = 1000
+ROLLBACK_COMMAND_TIMEOUT_MS = 30_000
+MAX_ROLLBACK_SCAN = 100_000
+
+
+@dataclass(slots=True)
+class RollbackJob:
+    source: str
+    source_id: int
+    stage: str = "drain"          # drain -> scan -> refetch -> commit
+    deadline_ms: int = 0
+    call: int | None = None
+    our_last: OpTime | None = None
+    theirs: list[OpTime] = field(default_factory=list)
+    common: OpTime | None = None
+    undone: list[Entry] = field(default_factory=list)
+    keys: tuple[int, ...] = ()
+
+
+class Fetcher:
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.last_fetched = node.log_last     # SyncWorker: node.log.last
+        self.sync_source: str | None = None
+        self.running = True
+        self.call: int | None = None
+        self.cursor: int | None = None        # the source's cursor id once `find` answered
+        self.cursor_source: str | None = None
+        self.wake_at = 0
+        self.waiting_for_topology = False
+        self.buffer: collections.deque[list[Entry]] = collections.deque()
+        self.applying = False
+        self.rollback: RollbackJob | None = None
+        self.message = ""
+
+    # -- the step interface -------------------------------------------------------------------------
+
+    def next_wakeup(self) -> int:
+        if self.rollback is not None and self.rollback.stage == "drain":
+            return self.rollback.deadline_ms
+        if self.running and self.call is None and self.rollback is None:
+            return self.wake_at
+        return 1 << 62
+
+    def drained(self) -> bool:
+        return not self.buffer and not self.applying
+
+    def pump(self) -> None:
+        self._pump_applier()
+        if not self.running:
+            return
+        if self.rollback is not None:
+            self._pump_rollback()
+        elif self.call is None and self.node.now >= self.wake_at and len(self.buffer) < BUFFER_BATCHES:
+            self._fetch_next()
+
+    def on_topology_change(self) -> None:
+        if self.waiting_for_topology:
+            self.wake_at = self.node.now
+
+    def request_change(self) -> None:
+        """The runtime decided another source is better: drop the fetch in progress (not a rollback)."""
+        if self.call is not None:
+            self.node.calls.pop(self.call, None)
+            self.call = None
+            self._close_cursor()
+
+    def stop_fetching(self) -> None:
+        """SyncWorker.stop: cancel the fetch loop (and a rollback in progress); the applier drains on."""
+        self.running = False
+        if self.call is not None:
+            self.node.calls.pop(self.call, None)
+            self.call = None
+        if self.rollback is not None:
+            if self.rollback.call is not None:
+                self.node.calls.pop(self.rollback.call, None)
+            self.node.trace(f"rollback cancelled in stage {self.rollback.stage}")
+            self.rollback = None
+        self._close_cursor()
+
+    # -- fetching -----------------------------------------------------------------------------------
+
+    def _close_cursor(self) -> None:
+        self.cursor = None
+        self.cursor_source = None
+
+    def _fetch_next(self) -> None:
+        node = self.node
+        if self.cursor_source is None:
+            source = node.choose_sync_source(self.last_fetched)
+            if source is None:
+                self.sync_source = None
+                self.waiting_for_topology = True
+                self.wake_at = node.now + NO_SOURCE_RETRY_MS
+                return
+            self.waiting_for_topology = False
+            if source != self.sync_source:
+                node.trace(f"choosing sync source {source}")
+            self.sync_source = self.cursor_source = source
+            node.report_needed = True  # on_sync_source_changed
+        source_id = node.member_id_of(self.cursor_source)
+        assert source_id is not None
+        first = self.cursor is None
+        required = node.min_valid if node.state is MemberState.RECOVERING else None
+        body = rpc.FetchBody(self.last_fetched, FETCH_BATCH, 0 if first else node.await_data_ms, self.cursor,
+                             required)
+        self.call = node.call(source_id, rpc.FETCH, body, node.await_data_ms + node.heartbeat_timeout_ms)
+        if self.call is None:
+            self.wake_at = node.now + PROBLEM_SLEEP_MS
+
+    def on_reply(self, rpc_id: int, call: Call, body: Any) -> None:
+        if rpc_id == self.call:
+            self.call = None
+            self._on_fetch_reply(body)
+        elif self.rollback is not None and rpc_id == self.rollback.call:
+            self.rollback.call = None
+            self._on_rollback_reply(body)
+
+    def on_failed(self, rpc_id: int, call: Call, why: str) -> None:
+        node = self.node
+        if rpc_id == self.call:
+            self.call = None
+            source = self.cursor_source or ""
+            node.trace(f"sync source {source} failed: {why}")
+            node.deny(source, ERROR_DENY_MS)
+            self._close_cursor()
+        elif self.rollback is not None and rpc_id == self.rollback.call:
+            self.rollback.call = None
+            self._rollback_failed(f"the source failed: {why}")
+
+    def _on_fetch_reply(self, reply: Any) -> None:
+        node = self.node
+        node.on_sync_source_metadata(reply.metadata)
+        entries: list[Entry] = list(reply.entries)
+        if self.cursor is None:
+            self.cursor = reply.cursor
+            if not entries or entries[0].optime != self.last_fetched:
+                self._diverged(entries[0].optime if entries else None)
+                return
+            if not reply.has_required and not node.model.has("recovering-ignores-min-valid-branch"):
+                # The documents our rollback refetched came from a branch this source does not hold
+                # (that branch lost since): take them again from this source, as a rollback would.
+                node.trace(f"{self.cursor_source} lacks our minValid {node.min_valid}: refetching again")
+                self._diverged(entries[0].optime)
+                return
+            entries = entries[1:]
+        self.message = ""
+        if entries:
+            node.trace(f"fetched {len(entries)} from {self.cursor_source}: {entries[0].describe()} .. "
+                       f"{entries[-1].describe()}")
+            self.last_fetched = entries[-1].optime
+            self.buffer.append(entries)
+
+    def _diverged(self, theirs: OpTime | None) -> None:
+        node = self.node
+        source = self.cursor_source or ""
+        source_id = node.member_id_of(source)
+        node.trace(f"sync source {source} does not have our last fetched {self.last_fetched} "
+                   f"(it has {theirs}): rollback")
+        self._close_cursor()
+        assert source_id is not None
+        self.rollback = RollbackJob(source, source_id, deadline_ms=node.now + STOP_TIMEOUT_MS)
+
+    # -- applying -----------------------------------------------------------------------------------
+
+    def _pump_applier(self) -> None:
+        if self.applying or not self.buffer:
+            return
+        batch: list[Entry] = []
+        while self.buffer and len(batch) < MAX_APPLY_BATCH:
+            batch.extend(self.buffer.popleft())
+        node = self.node
+
+        def run() -> list[Entry]:
+            rows = []
+            for entry in batch:
+                if entry.optime.ts_key <= node.log_last.ts_key:
+                    continue  # already applied (a refetched overlap)
+                rows.append(entry)
+                node.log_last = entry.optime
+            return rows
+
+        def done(error: BaseException | None) -> None:
+            self.applying = False
+
+        self.applying = node.submit(WriteOp("apply", run, done))
+
+    # -- rollback -----------------------------------------------------------------------------------
+
+    def _pump_rollback(self) -> None:
+        job, node = self.rollback, self.node
+        assert job is not None
+        if job.stage != "drain":
+            return
+        if not self.drained():
+            if node.now >= job.deadline_ms:
+                node.deny(job.source, ERROR_DENY_MS)
+                self.rollback = None
+            return
+        node.set_state(MemberState.ROLLBACK)
+        if not node.model.has("cursor-survives-rollback"):
+            node.source.kill_cursors()  # downstream members must re-find (and re-check) after our oplog changes
+        self.message = f"rolling back to the common point with {job.source}"
+        job.our_last = node.last_applied
+        self._scan(job, job.our_last.ts_key)
+
+    def _scan(self, job: RollbackJob, at_or_before_ts_key: int) -> None:
+        job.stage = "scan"
+        job.call = self.node.call(job.source_id, rpc.SCAN, (at_or_before_ts_key, ROLLBACK_WINDOW),
+                                  ROLLBACK_COMMAND_TIMEOUT_MS)
+        if job.call is None:
+            self._rollback_failed("too many calls in flight")
+
+    def _on_rollback_reply(self, body: Any) -> None:
+        job = self.rollback
+        assert job is not None
+        if job.stage == "scan":
+            self._on_scan_reply(job, body)
+        elif job.stage == "refetch":
+            self._on_refetch_reply(job, body)
+
+    def _on_scan_reply(self, job: RollbackJob, batch: tuple[OpTime, ...]) -> None:
+        node = self.node
+        assert job.our_last is not None
+        job.theirs.extend(batch)
+        ours = node.disk.optimes_newest_first(job.our_last.ts_key, MAX_ROLLBACK_SCAN)
+        common = find_common_point(ours, job.theirs)
+        if common is None:
+            if len(batch) == ROLLBACK_WINDOW:
+                self._scan(job, batch[-1].ts_key - 1)
+            else:
+                self._rollback_failed("no common point: this member must be resynced")
+            return
+        try:
+            check_rollback_allowed(common, node.commit_point)
+        except RollbackRefused as exc:
+            self._rollback_refused(job, str(exc))
+            return
+        job.common = common
+        job.undone = node.disk.entries_after(common)   # the plan: our committed entries after the common point
+        keys = {e.key for e in job.undone if e.kind is EntryKind.WRITE}
+        if node.min_valid is not None and not node.model.has("recovering-ignores-min-valid-branch"):
+            keys |= node.disk.refetched_keys  # still inconsistent from the previous rollback
+        job.keys = tuple(sorted(keys))
+        job.stage = "refetch"
+        job.call = node.call(job.source_id, rpc.REFETCH, job.keys, ROLLBACK_COMMAND_TIMEOUT_MS)
+        if job.call is None:
+            self._rollback_failed("too many calls in flight")
+
+    def _on_refetch_reply(self, job: RollbackJob, body: tuple[dict[int, tuple[int, int] | None], OpTime]) -> None:
+        node = self.node
+        docs, min_valid = body
+        common, our_last = job.common, job.our_last
+        assert common is not None and our_last is not None
+        job.stage = "commit"
+        node.disk.save_rollback_file(job.undone)
+
+        def run() -> list[Entry]:
+            check_rollback_allowed(common, node.commit_point)
+            if node.disk.last != our_last and not node.model.has("rollback-ignores-late-commits"):
+                raise RollbackFailed(f"our oplog moved from {our_last} to {node.disk.last} during the rollback")
+            keep = node.disk.refetched_keys if node.min_valid is not None else frozenset()
+            node.writer.rollback_commit = lambda: node.disk.roll_back(common, docs, min_valid, keep)
+            node.log_last = common
+            return []
+
+        def done(error: BaseException | None) -> None:
+            if self.rollback is not job:
+                return  # cancelled while the transaction ran: the runtime never gets past the await
+            if isinstance(error, RollbackRefused):
+                self._rollback_refused(job, str(error))
+                return
+            if isinstance(error, RollbackFailed):
+                self._rollback_failed(str(error))
+                return
+            self.rollback = None
+            node.min_valid = min_valid
+            self.last_fetched = common
+            self.message = ""
+            node.trace(f"rolled back to {common}; recovering until {min_valid}")
+            node.set_state(MemberState.RECOVERING)
+            node.on_local_commit()
+
+        if not node.submit(WriteOp("rollback", run, done)):
+            self._rollback_failed("writer queue full")
+
+    def _rollback_refused(self, job: RollbackJob, why: str) -> None:
+        node = self.node
+        node.trace(f"refusing to roll back: {why}")
+        self.message = f"cannot roll back against {job.source}: {why}"
+        node.refused_rollbacks += 1
+        node.deny(job.source, DIVERGED_DENY_MS)
+        node.set_state(MemberState.RECOVERING)
+        self.rollback = None
+
+    def _rollback_failed(self, why: str) -> None:
+        job, node = self.rollback, self.node
+        assert job is not None
+        node.trace(f"rollback against {job.source} failed, nothing changed: {why}")
+        node.deny(job.source, ERROR_DENY_MS)
+        node.set_state(node.data_state())
+        self.rollback = None

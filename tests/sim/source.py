@@ -1,0 +1,122 @@
+"""A member serving other members' oplog reads: tailable cursors, waiting getMores, rollback reads.
+
+As in the product (`replset/wire/crud.py`): `find` on `local.oplog.rs` needs a
+PRIMARY or SECONDARY (`check_role`), returns the entries from `{ts: {$gte}}`
+and opens a tailable cursor; `getMore` has no role check and serves whatever
+follows the cursor's last key, waiting (awaitData) until the next commit or
+`maxTimeMS`. Cursors live in memory (a crash loses them: CursorNotFound, 43).
+The rollback runner's reads (our optimes newest first; the documents to
+refetch with the source's top) need a readable member too. Bounded: at most
+`MAX_CURSORS` cursors and `MAX_PARKED_FETCHES` waiting getMores.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oplog.errors import MongoError
+from replset.member import MemberState
+from tests.sim import rpc
+from tests.sim.disk import Entry
+
+if TYPE_CHECKING:
+    from tests.sim.node import SimNode
+
+MAX_CURSORS = 1000
+MAX_PARKED_FETCHES = 64
+INF = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReply:
+    entries: tuple[Entry, ...]
+    metadata: dict[str, Any]
+    cursor: int
+    has_required: bool = True     # the source holds the requested minValid entry
+
+
+class OplogSource:
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.cursors: collections.OrderedDict[int, int] = collections.OrderedDict()  # id -> last key served
+        self.parked: list[tuple[rpc.Request, int]] = []
+
+    def next_wakeup(self) -> int:
+        return min((deadline for _req, deadline in self.parked), default=INF)
+
+    def check_readable(self) -> None:
+        if self.node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
+            raise MongoError(13436, "node is not in primary or recovering state")
+
+    def on_fetch_request(self, req: rpc.Request) -> None:
+        node, disk = self.node, self.node.disk
+        body: rpc.FetchBody = req.body
+        if body.cursor is None:
+            self.check_readable()
+            index = disk.first_index_at_or_after(body.after.ts_key)
+            batch = disk.oplog[index:index + body.limit]
+            cursor = self._new_cursor(batch[-1].optime.ts_key if batch else body.after.ts_key - 1)
+            has_required = body.required is None or disk.index_of(body.required) is not None
+            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor, has_required))
+            return
+        if body.cursor not in self.cursors:
+            raise MongoError(43, f"cursor id {body.cursor} not found")
+        batch = self._next_batch(body.cursor, body.limit)
+        if not batch and body.await_ms > 0 and len(self.parked) < MAX_PARKED_FETCHES:
+            self.parked.append((req, node.now + body.await_ms))  # wait_for_oplog: the next commit or maxTimeMS
+            return
+        node.reply(req, FetchReply(tuple(batch), node.metadata_document(), body.cursor))
+
+    def kill_cursors(self) -> None:
+        self.cursors.clear()
+        for req, _deadline in self.parked:
+            self.node.reply(req, None, error="43")
+        self.parked = []
+
+    def _new_cursor(self, last_key: int) -> int:
+        cursor = self.node.new_id()
+        self.cursors[cursor] = last_key
+        while len(self.cursors) > MAX_CURSORS:
+            self.cursors.popitem(last=False)
+        return cursor
+
+    def _next_batch(self, cursor: int, limit: int) -> list[Entry]:
+        last_key = self.cursors[cursor]
+        self.cursors.move_to_end(cursor)
+        disk = self.node.disk
+        index = disk.first_index_at_or_after(last_key + 1)
+        batch = disk.oplog[index:index + limit]
+        if batch:
+            self.cursors[cursor] = batch[-1].optime.ts_key
+        return batch
+
+    def answer_parked(self, *, expired_only: bool = False) -> None:
+        """Wakes the waiting getMores (all after a commit; at a tick only those whose time is up)."""
+        node = self.node
+        keep = []
+        for req, deadline in self.parked:
+            if expired_only and deadline > node.now:
+                keep.append((req, deadline))
+                continue
+            cursor = req.body.cursor
+            if cursor not in self.cursors:
+                node.reply(req, None, error="43")
+                continue
+            batch = self._next_batch(cursor, req.body.limit)
+            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor))
+        self.parked = keep
+
+    def expire_parked(self) -> None:
+        if any(deadline <= self.node.now for _req, deadline in self.parked):
+            self.answer_parked(expired_only=True)
+
+    def serve_rollback_read(self, req: rpc.Request) -> Any:
+        self.check_readable()
+        disk = self.node.disk
+        if req.kind == rpc.SCAN:
+            before_ts_key, limit = req.body
+            return tuple(disk.optimes_newest_first(before_ts_key, limit))
+        keys: tuple[int, ...] = req.body
+        return ({key: disk.data.get(key) for key in keys}, disk.last)

@@ -1,0 +1,147 @@
+"""The simulator's checkers fail on bad histories (and pass a good one).
+
+Each test builds a `History` by hand with exactly one thing wrong: if a
+checker stayed silent here, a simulator run with that bug would pass too.
+"""
+
+from __future__ import annotations
+
+from oplog.optime import NULL_OPTIME, OpTime
+from tests.sim.checkers import (
+    acknowledged_writes_kept,
+    check,
+    committed_prefixes_agree,
+    converged_in_time,
+    majority_reads_committed,
+    one_primary_per_term,
+    w_n_acks_had_holders,
+)
+from tests.sim.history import Ack, Committed, FinalState, History, MajorityRead, RolledBack, Stored
+
+A, B, C = 101, 102, 103   # entry hashes (a hash chain value stands for the whole prefix)
+T1 = OpTime(10, 1, 1)
+T2 = OpTime(11, 1, 1)
+T3 = OpTime(12, 1, 1)
+
+
+def final(hashes: list[int], write_ids: list[int]) -> FinalState:
+    last = OpTime(10 + len(hashes), 1, 1)
+    return FinalState("SECONDARY", hashes, write_ids, last, last, {}, {})
+
+
+def good() -> History:
+    """Three members, one primary (m0, term 1), writes 1 (w:majority) and 2 (w:1) replicated everywhere."""
+    h = History(write_majority=2, voting_data_members=frozenset({0, 1, 2}), liveness_bound_ms=10_000)
+    h.primaries.append((100, 0, 1))
+    for member, t in ((0, 200), (1, 210), (2, 220)):
+        h.stored += [Stored(t, member, A), Stored(t + 100, member, B)]
+    h.acks.append(Ack(215, 0, 1, "majority", T1, A))
+    h.acks.append(Ack(300, 0, 2, 1, T2, B))
+    h.committed += [Committed(216, 0, T1, A), Committed(330, 0, T2, B), Committed(400, 1, T2, B)]
+    h.majority_reads.append(MajorityRead(500, 1, 0, 1))
+    h.heal_ms, h.converged_ms = 1000, 1500
+    for member in (0, 1, 2):
+        h.final[member] = final([A, B], [1, 2])
+    return h
+
+
+def test_a_good_history_passes_every_checker() -> None:
+    assert check(good()) == []
+
+
+def test_two_primaries_in_one_term_fail() -> None:
+    h = good()
+    h.primaries.append((900, 1, 1))
+    assert one_primary_per_term(h) == ["two primaries in term 1: m0 and m1 (at 900 ms)"]
+    h2 = good()
+    h2.primaries.append((900, 1, 2))  # a new primary in a new term is fine
+    assert one_primary_per_term(h2) == []
+
+
+def test_a_lost_majority_write_fails() -> None:
+    h = good()
+    for member in (0, 1, 2):
+        h.final[member] = final([C], [3])  # the acknowledged entry A is not in the final oplog
+    assert any("w:majority write 1" in v and "lost" in v for v in acknowledged_writes_kept(h))
+
+
+def test_a_majority_write_rolled_back_after_its_ack_fails() -> None:
+    h = good()
+    h.rolled_back.append(RolledBack(600, 2, T1, A, 1))
+    assert any("was rolled back at 600 ms" in v for v in acknowledged_writes_kept(h))
+
+
+def test_a_w1_write_may_roll_back_if_saved_but_never_vanish() -> None:
+    h = good()
+    for member in (0, 1, 2):
+        h.final[member] = final([A], [1])           # write 2 (w:1) is gone from the final oplog...
+    assert any("write 2" in v and "vanished" in v for v in acknowledged_writes_kept(h))
+    h.rolled_back.append(RolledBack(700, 0, T2, B, 2))  # truncated is not enough...
+    assert any("vanished" in v for v in acknowledged_writes_kept(h))
+    h.saved_writes.add(2)                                # ...it must be saved to a rollback file
+    assert acknowledged_writes_kept(h) == []
+
+
+def test_a_wn_ack_with_fewer_holders_fails() -> None:
+    h = good()
+    h.acks.append(Ack(205, 0, 1, 2, T1, A))          # only m0 had A at 205 ms (m1 stored it at 210)
+    assert w_n_acks_had_holders(h) == ["w:2 ack of write 1 by m0 at 205 ms: only [0] had it"]
+
+
+def test_a_majority_ack_before_a_majority_stored_it_fails() -> None:
+    h = good()
+    h.acks.append(Ack(209, 0, 1, "majority", T1, A))
+    assert len(w_n_acks_had_holders(h)) == 1
+
+
+def test_divergent_committed_prefixes_fail() -> None:
+    h = good()
+    h.committed.append(Committed(450, 2, T2, C))     # m2 calls a different entry committed at T2
+    assert any("committed prefixes disagree" in v for v in committed_prefixes_agree(h))
+
+
+def test_a_committed_entry_rolled_back_fails_but_an_earlier_rollback_is_fine() -> None:
+    h = good()
+    h.rolled_back.append(RolledBack(100, 2, T2, B, 2))   # before anyone committed B: allowed
+    assert committed_prefixes_agree(h) == []
+    h.rolled_back.append(RolledBack(800, 2, T2, B, 2))   # after m0 committed it at 330 ms: not allowed
+    assert any("rolled back" in v for v in committed_prefixes_agree(h))
+
+
+def test_a_committed_entry_missing_from_the_final_oplog_fails() -> None:
+    h = good()
+    h.committed.append(Committed(450, 0, T3, C))
+    assert any("not in the final oplog" in v for v in committed_prefixes_agree(h))
+
+
+def test_a_failed_write_that_shows_up_fails() -> None:
+    h = good()
+    h.failed_writes.add(2)
+    assert any("answered with an error" in v for v in acknowledged_writes_kept(h))
+
+
+def test_a_write_applied_twice_fails() -> None:
+    h = good()
+    for member in (0, 1, 2):
+        h.final[member] = final([A, B, C], [1, 2, 2])
+    assert any("twice" in v for v in acknowledged_writes_kept(h))
+
+
+def test_a_majority_read_of_a_lost_write_fails() -> None:
+    h = good()
+    h.majority_reads.append(MajorityRead(600, 2, 0, 99))
+    assert len(majority_reads_committed(h)) == 1
+
+
+def test_no_convergence_fails() -> None:
+    h = good()
+    h.converged_ms = None
+    h.final[2] = FinalState("RECOVERING", [A], [1], T1, NULL_OPTIME, {}, {})
+    assert len(converged_in_time(h)) == 1
+    assert converged_in_time(History(2, frozenset())) == ["the run never reached the liveness phase"]
+
+
+def test_recorded_problems_fail() -> None:
+    h = good()
+    h.problems.append("IllegalTransition at 5 ms")
+    assert check(h) == ["recorded_problems: IllegalTransition at 5 ms"]
