@@ -284,6 +284,7 @@ class StoreTxn(_Reader):
         self._conn.execute(f"DROP TABLE {info.table}")
         self._conn.execute("DELETE FROM indexes WHERE ns=?", (ns,))
         self._conn.execute("DELETE FROM collections WHERE ns=?", (ns,))
+        self._catalog_changed()  # the lookups above cached the dropped collection
         return len(indexes)
 
     def rename_collection(self, source: str, target: str) -> None:
@@ -323,6 +324,7 @@ class StoreTxn(_Reader):
             return False
         self._conn.execute(f"DROP TABLE IF EXISTS {index.table}")
         self._conn.execute("DELETE FROM indexes WHERE ns=? AND name=?", (ns, name))
+        self._catalog_changed()  # the lookup above cached the dropped index
         return True
 
     @contextmanager

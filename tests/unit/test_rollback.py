@@ -69,3 +69,21 @@ def test_plan_collects_documents_and_collections() -> None:
     assert "db.c" not in plan.documents  # recloned whole
     assert plan.databases == {"other"}
     assert plan.document_count == 3
+
+
+def test_a_transaction_can_drop_and_recreate_a_collection_and_an_index() -> None:
+    """A rollback recloning a collection drops and recreates it in one transaction."""
+    from oplog.sqlite_store import SQLiteStore
+
+    store = SQLiteStore(None)
+    txn = store.begin()
+    txn.insert("db.c", {"_id": 1, "k": 1})
+    txn.create_index("db.c", {"v": 2, "key": {"k": 1}, "name": "k_1", "unique": True})
+    txn.drop_index("db.c", "k_1")
+    txn.insert("db.c", {"_id": 2, "k": 1})  # no stale unique index left behind
+    txn.drop_collection("db.c")
+    txn.create_collection("db.c")
+    txn.insert("db.c", {"_id": 3})
+    store.commit()
+    assert [d["_id"] for d in store.reader.scan("db.c")] == [3]
+    store.close()
