@@ -8,7 +8,6 @@ it twice equals applying it once (see `oplog.apply`). Shapes follow MongoDB's
 from __future__ import annotations
 
 import datetime
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,11 +31,6 @@ def update_entry(ns: str, id_value: Any, o: Mapping[str, Any], ui: Binary | None
 
 def delete_entry(ns: str, id_value: Any, ui: Binary | None = None) -> dict[str, Any]:
     return _base("d", ns, ui) | {"o": {"_id": id_value}}
-
-
-def new_collection_uuid() -> Binary:
-    """A collection's UUID, chosen when its `create` entry is written so every member shares it."""
-    return Binary(uuid.uuid4().bytes, 4)
 
 
 def command_entry(db: str, o: Mapping[str, Any], ui: Binary | None = None) -> dict[str, Any]:

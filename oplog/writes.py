@@ -11,15 +11,17 @@ one goes on — MongoDB's semantics. No I/O of its own beyond the transaction.
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import bson
+from bson.binary import Binary
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
-from oplog.entry import command_entry, delete_entry, insert_entry, new_collection_uuid, update_entry
+from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
 from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
 from oplog.query import Matcher, compile_filter, sort_documents
@@ -70,6 +72,11 @@ def validate_namespace(db: str, coll: str) -> None:
         raise MongoError(73, f"Invalid collection name: {coll!r}")
     if len(db) + len(coll) + 1 > 255:
         raise MongoError(73, f"Fully qualified namespace is too long: {db}.{coll}")
+
+
+def new_collection_uuid() -> Binary:
+    """A collection's UUID, chosen when its `create` entry is written so every member shares it."""
+    return Binary(uuid.uuid4().bytes, 4)
 
 
 def ensure_collection(env: WriteEnv, ns: str) -> None:

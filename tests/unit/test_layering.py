@@ -19,6 +19,7 @@ CORE_MODULES = [
     "replset/write_concern.py", "replset/wire/codec.py", "replset/quorum.py", "replset/election.py",
     "replset/topology.py", "replset/messages.py", "replset/failpoints.py",
     "sync/sync_source.py", "sync/ping_stats.py", "sync/initial_sync_progress.py", "sync/too_stale.py",
+    "sync/rollback.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "aiohttp", "sqlite3", "threading", "subprocess",
              "oplog.sqlite_store", "replset.node", "replset.wire.server", "replset.http"}
