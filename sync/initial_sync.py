@@ -88,6 +88,7 @@ from sync.initial_sync_progress import (
     InitialSyncProgress,
     elapsed_ms,
 )
+from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -99,7 +100,6 @@ MIN_VALID_META = "minValid"  # a rollback's consistency point: meaningless once 
 FIND_BATCH = 10_000
 OPLOG_BATCH = 5_000
 COMMAND_TIMEOUT_S = 60.0
-SECONDARY_OK = {"mode": "secondaryPreferred"}
 SOURCE_DENY_MS = 5_000
 MIN_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
@@ -209,10 +209,7 @@ class InitialSyncer:
             client.close()
 
     async def _command(self, client: PeerClient, body: dict[str, Any]) -> dict[str, Any]:
-        reply = await client.command(body | {"$readPreference": SECONDARY_OK}, timeout_s=COMMAND_TIMEOUT_S)
-        if not reply.get("ok"):
-            raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
-        return reply
+        return await source_command(client, body, timeout_s=COMMAND_TIMEOUT_S)
 
     async def _hang_while(self, fail_point: str) -> None:
         if self.node.failpoints.is_on(fail_point):
@@ -244,12 +241,10 @@ class InitialSyncer:
         return int(reply.get("rbid", 0))
 
     async def _newest_entry(self, client: PeerClient) -> dict[str, Any]:
-        reply = await self._command(client, {"find": "oplog.rs", "filter": {}, "sort": {"$natural": -1},
-                                             "limit": 1, "singleBatch": True, "$db": "local"})
-        batch = reply["cursor"].get("firstBatch", [])
-        if not batch:
+        entry = await oplog_end(client, newest=True, timeout_s=COMMAND_TIMEOUT_S)
+        if entry is None:
             raise InitialSyncFailed("the sync source's oplog is empty")
-        return dict(batch[0])
+        return entry
 
     # -- step 3: clone ----------------------------------------------------------------------------
 
@@ -389,7 +384,7 @@ class InitialSyncer:
                     batch, cursor_id = list(cursor.get("nextBatch", [])), int(cursor.get("id", 0))
         finally:
             if cursor_id:
-                await self._kill_cursor(client, cursor_id)
+                await kill_oplog_cursor(client, cursor_id)
         if last != stop:
             raise InitialSyncFailed(f"the sync source's oplog does not hold the stop point {stop} "
                                     f"(it went on from {last}): it rolled back")
@@ -399,19 +394,10 @@ class InitialSyncer:
     async def _check_still_holds(self, client: PeerClient, begin: OpTime) -> None:
         """Trimming removes the oldest entries first: while the source still holds beginApplying,
         no entry we read after it can have been trimmed away between two batches."""
-        reply = await self._command(client, {"find": "oplog.rs", "filter": {}, "sort": {"$natural": 1},
-                                             "limit": 1, "singleBatch": True, "$db": "local"})
-        batch = reply["cursor"].get("firstBatch", [])
-        if not batch or OpTime.from_document(batch[0]).ts_key > begin.ts_key:
+        oldest = await oplog_end(client, newest=False, timeout_s=COMMAND_TIMEOUT_S)
+        if oldest is None or OpTime.from_document(oldest).ts_key > begin.ts_key:
             raise InitialSyncFailed("the sync source trimmed its oplog past the beginApplying entry while it "
                                     "was being read (a larger --oplogSizeMB there helps)")
-
-    async def _kill_cursor(self, client: PeerClient, cursor_id: int) -> None:
-        try:
-            await client.command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"},
-                                 timeout_s=1.0)
-        except PeerError:
-            pass  # best effort: the source expires idle cursors
 
     async def _apply_batch(self, entries: list[dict[str, Any]], *, seed: bool) -> None:
         """Applies (unless `seed`) and appends `entries` to our oplog in one transaction."""

@@ -45,6 +45,7 @@ from sync.rollback import (
     majority_committed_past,
     plan_rollback,
 )
+from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 WINDOW = 1000
 REFETCH_CHUNK = 500
 COMMAND_TIMEOUT_S = 30.0
-SECONDARY_OK = {"mode": "secondaryPreferred"}
 MIN_VALID_META = "minValid"
 RBID_META = "rbid"
 
@@ -98,10 +98,7 @@ class RollbackRunner:
             self.client.close()
 
     async def _command(self, body: dict[str, Any]) -> dict[str, Any]:
-        reply = await self.client.command(body | {"$readPreference": SECONDARY_OK}, timeout_s=COMMAND_TIMEOUT_S)
-        if not reply.get("ok"):
-            raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
-        return reply
+        return await source_command(self.client, body, timeout_s=COMMAND_TIMEOUT_S)
 
     async def _run(self) -> RollbackOutcome:
         node = self.node
@@ -153,13 +150,7 @@ class RollbackRunner:
                     batch, cursor_id = reply["cursor"].get("nextBatch", []), reply["cursor"].get("id", 0)
         finally:
             if cursor_id:
-                await self._kill_cursor(cursor_id)
-
-    async def _kill_cursor(self, cursor_id: int) -> None:
-        try:
-            await self._command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"})
-        except Exception:  # best effort: the source times idle cursors out anyway
-            log.debug("killCursors on %s failed", self.source)
+                await kill_oplog_cursor(self.client, cursor_id)
 
     # -- 3. refetching ------------------------------------------------------------------------------
 
@@ -210,12 +201,10 @@ class RollbackRunner:
         return result
 
     async def _source_top(self) -> OpTime:
-        reply = await self._command({"find": "oplog.rs", "filter": {}, "sort": {"$natural": -1}, "limit": 1,
-                                     "projection": {"ts": 1, "t": 1}, "$db": "local"})
-        batch = reply["cursor"].get("firstBatch", [])
-        if not batch:
+        newest = await oplog_end(self.client, newest=True, timeout_s=COMMAND_TIMEOUT_S)
+        if newest is None:
             raise RollbackFailed(f"{self.source} has an empty oplog")
-        return OpTime.from_document(batch[0])
+        return OpTime.from_document(newest)
 
     # -- 4. rollback files --------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from replset.messages import parse_repl_metadata
 from replset.peer import PeerClient, PeerError
 from sync.rollback import RollbackRefused
 from sync.rollback_runner import RollbackFailed, RollbackRunner
+from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 from sync.too_stale import StaleVerdict, describe_optime
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ MAX_APPLY_BATCH = 5000
 FETCH_BATCH = 5000
 ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
-SECONDARY_OK = {"mode": "secondaryPreferred"}
 STOP_TIMEOUT_S = 5.0
 ROLLBACK_FINISH_S = 120.0
 
@@ -191,7 +191,7 @@ class SyncWorker:
             query: dict[str, Any] = {} if last == NULL_OPTIME else {"ts": {"$gte": last.ts}}
             reply = await self._command(client, {
                 "find": "oplog.rs", "filter": query, "tailable": True, "awaitData": True,
-                "batchSize": FETCH_BATCH, "$readPreference": SECONDARY_OK, "$db": "local"})
+                "batchSize": FETCH_BATCH, "$db": "local"})
             cursor = reply["cursor"]
             docs = self._check_first_batch(list(cursor.get("firstBatch", [])), last)
             if docs is None:
@@ -203,8 +203,7 @@ class SyncWorker:
                 await self._wait_while_stopped()
                 reply = await self._command(client, {
                     "getMore": cursor_id, "collection": "oplog.rs", "batchSize": FETCH_BATCH,
-                    "maxTimeMS": self.node.repl.await_data_ms, "$readPreference": SECONDARY_OK,
-                    "$db": "local"})
+                    "maxTimeMS": self.node.repl.await_data_ms, "$db": "local"})
                 cursor = reply["cursor"]
                 await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
                 await self._enqueue(list(cursor.get("nextBatch", [])))
@@ -220,10 +219,7 @@ class SyncWorker:
             client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms,
                                 route=self.node.failpoints.peer_route)
             try:
-                await client.command({"killCursors": "oplog.rs", "cursors": [cursor_id], "$db": "local"},
-                                     timeout_s=1.0)
-            except PeerError:
-                pass
+                await kill_oplog_cursor(client, cursor_id)
             finally:
                 client.close()
 
@@ -233,9 +229,7 @@ class SyncWorker:
 
     async def _command(self, client: PeerClient, body: dict[str, Any]) -> dict[str, Any]:
         timeout_s = self.node.repl.await_data_ms / 1000 + self.node.repl.heartbeat_timeout_s
-        reply = await client.command(body, timeout_s=timeout_s)
-        if not reply.get("ok"):
-            raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
+        reply = await source_command(client, body, timeout_s=timeout_s)
         meta = parse_repl_metadata(reply)
         if meta is not None:
             self.node.repl.on_sync_source_metadata(meta)
@@ -254,12 +248,9 @@ class SyncWorker:
         return docs[1:]
 
     async def _diagnose_missing(self, client: PeerClient, last: OpTime) -> None:
-        reply = await self._command(client, {"find": "oplog.rs", "filter": {}, "limit": 1,
-                                             "sort": {"$natural": 1}, "$readPreference": SECONDARY_OK,
-                                             "$db": "local"})
-        batch = reply["cursor"].get("firstBatch", [])
-        if batch and OpTime.from_document(batch[0]).ts_key > last.ts_key:
-            raise TooStale(last, OpTime.from_document(batch[0]))
+        oldest = await oplog_end(client, newest=False, timeout_s=self.node.repl.heartbeat_timeout_s)
+        if oldest is not None and OpTime.from_document(oldest).ts_key > last.ts_key:
+            raise TooStale(last, OpTime.from_document(oldest))
         raise Diverged(f"our last fetched optime {last} is ahead of the source's newest entry "
                        "or missing from it: the histories diverged")
 
