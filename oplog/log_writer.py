@@ -29,7 +29,6 @@ class LogWriter:
 
     def __init__(self, last: OpTime) -> None:
         self.last = last
-        self.bytes_appended = 0
 
     def write(self, txn: StoreTxn, entry: Mapping[str, Any], *, term: int,
               now: datetime.datetime) -> dict[str, Any]:
@@ -41,6 +40,5 @@ class LogWriter:
         apply_entry(txn, stamped, replay=False)
         blob = bson.encode(stamped)
         txn.append_oplog([(optime.ts_key, blob)])
-        self.bytes_appended += len(blob)
         self.last = optime
         return stamped

@@ -6,8 +6,20 @@ transaction and one fsync); one *reader* connection serves queries from the last
 committed snapshot, so reads never see a half-applied write. Each collection is a
 table `c<N>` (rowid = natural order, `idkey` = canonical `_id` bytes, `doc` = BSON);
 each unique index is a table `u<N>` mapping canonical key bytes to the rowid. The
-oplog is a table keyed by the 64-bit timestamp. `synchronous=FULL` makes every
-commit durable (fsync of the WAL) before it returns.
+oplog is a table keyed by the 64-bit timestamp.
+
+Durability is MongoDB's: `synchronous=NORMAL` makes a commit write the WAL without an
+fsync (it survives a crash of the process, not of the machine); `sync_wal` is the
+explicit durable barrier (an fsync of the WAL) that the journal flusher
+(`replset.group_commit`) runs for `j: true` and `w: "majority"` writes and every
+100 ms. Checkpoints never run inside a commit (`wal_autocheckpoint=0`): `checkpoint`
+runs them on a connection and thread of their own.
+
+Every statement here is on some path a client or a peer can drive; none may scan the
+oplog or a collection when it is reached from a write, an oplog read or an apply
+(`tests/integration/test_query_plans.py` checks the plans of the statements a real set
+runs). SQLite answers a lone `min()` or `max()` of the key from the b-tree, but not both
+in one statement, hence two statements in `oplog_bounds`.
 
 This is a shell module: it does I/O. Everything that decides *what* to write
 lives in the pure modules and calls the `StoreTxn` methods here.
@@ -15,6 +27,7 @@ lives in the pure modules and calls the `StoreTxn` methods here.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import uuid
@@ -188,15 +201,25 @@ class _Reader:
             "SELECT ts, entry FROM oplog WHERE ts < ? ORDER BY ts DESC LIMIT ?", (before_key, limit)
         ).fetchall()
 
+    def oplog_oldest_key(self) -> int | None:
+        row = self._conn.execute("SELECT min(ts) FROM oplog").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def oplog_newest_key(self) -> int | None:
+        row = self._conn.execute("SELECT max(ts) FROM oplog").fetchone()
+        return None if row[0] is None else int(row[0])
+
     def oplog_bounds(self) -> tuple[int, int] | None:
-        row = self._conn.execute("SELECT min(ts), max(ts) FROM oplog").fetchone()
-        return None if row[0] is None else (int(row[0]), int(row[1]))
+        """The oldest and newest keys: two statements, each answered from the b-tree in O(log n)."""
+        oldest = self.oplog_oldest_key()
+        newest = self.oplog_newest_key()
+        return None if oldest is None or newest is None else (oldest, newest)
 
-    def oplog_size_bytes(self) -> int:
-        return int(self._conn.execute("SELECT coalesce(sum(length(entry)), 0) FROM oplog").fetchone()[0])
-
-    def oplog_count(self) -> int:
-        return int(self._conn.execute("SELECT count(*) FROM oplog").fetchone()[0])
+    def count_oplog(self) -> tuple[int, int]:
+        """(entries, bytes) of the whole oplog: a full scan, for start-up only (the runtime keeps
+        both up to date in memory from then on)."""
+        row = self._conn.execute("SELECT count(*), coalesce(sum(length(entry)), 0) FROM oplog").fetchone()
+        return int(row[0]), int(row[1])
 
     def oplog_entry(self, key: int) -> bytes | None:
         row = self._conn.execute("SELECT entry FROM oplog WHERE ts=?", (key,)).fetchone()
@@ -211,9 +234,13 @@ class StoreTxn(_Reader):
     times. Any DDL, and any rollback to a savepoint, clears the cache.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, oplog_totals: tuple[int, int] = (0, 0)) -> None:
         self._conn = conn
         self._savepoints = 0
+        self._savepoint_totals: dict[str, tuple[int, int]] = {}
+        # (entries, bytes) of the oplog as this transaction leaves it: kept incrementally, so no
+        # statement ever has to count or sum the oplog.
+        self.oplog_totals = oplog_totals
         self._collections: dict[str, CollectionInfo | None] = {}
         self._indexes: dict[str, list[IndexInfo]] = {}
         self._deferred: DeferredIndexes | None = None  # set only inside `deferring_index_builds`
@@ -238,15 +265,22 @@ class StoreTxn(_Reader):
         self._savepoints += 1
         name = f"sp{self._savepoints}"
         self._conn.execute(f"SAVEPOINT {name}")
+        self._savepoint_totals[name] = self.oplog_totals
         return name
 
     def release(self, name: str) -> None:
         self._conn.execute(f"RELEASE {name}")
+        self._savepoint_totals.pop(name, None)
 
     def rollback_to(self, name: str) -> None:
         self._conn.execute(f"ROLLBACK TO {name}")
         self._conn.execute(f"RELEASE {name}")
+        self.oplog_totals = self._savepoint_totals.pop(name, self.oplog_totals)
         self._catalog_changed()
+
+    def _oplog_changed(self, entries: int, size: int) -> None:
+        count, total = self.oplog_totals
+        self.oplog_totals = (max(count + entries, 0), max(total + size, 0))
 
     # -- collections and indexes ----------------------------------------------
     def create_collection(self, ns: str, options: Mapping[str, Any] | None = None,
@@ -426,25 +460,33 @@ class StoreTxn(_Reader):
 
     # -- oplog and metadata ------------------------------------------------------
     def append_oplog(self, rows: list[tuple[int, bytes]]) -> None:
+        """Appends entries (an entry with a key already there replaces it, and is counted twice
+        until the next start: only initial sync's overlapping replay does that)."""
         self._conn.executemany("INSERT OR REPLACE INTO oplog(ts, entry) VALUES (?, ?)", rows)
+        self._oplog_changed(len(rows), sum(len(blob) for _key, blob in rows))
 
     def truncate_oplog_after(self, key: int) -> int:
+        count, size = self._conn.execute(
+            "SELECT count(*), coalesce(sum(length(entry)), 0) FROM oplog WHERE ts > ?", (key,)).fetchone()
+        self._oplog_changed(-int(count), -int(size))
         return self._conn.execute("DELETE FROM oplog WHERE ts > ?", (key,)).rowcount
 
-    def trim_oplog(self, excess_bytes: int, keep_after: int) -> int:
+    def trim_oplog(self, excess_bytes: int, keep_after: int) -> tuple[int, int]:
         """Deletes the oldest entries totalling at least `excess_bytes` (never past
-        `keep_after`); returns the bytes removed."""
-        removed, last_key = 0, None
+        `keep_after`); returns (entries, bytes) removed."""
+        removed, count, last_key = 0, 0, None
         cur = self._conn.execute("SELECT ts, length(entry) FROM oplog WHERE ts < ? ORDER BY ts", (keep_after,))
         for key, size in cur:
             removed += size
+            count += 1
             last_key = key
             if removed >= excess_bytes:
                 break
         cur.close()
         if last_key is not None:
             self._conn.execute("DELETE FROM oplog WHERE ts <= ?", (last_key,))
-        return removed
+        self._oplog_changed(-count, -removed)
+        return count, removed
 
     def set_meta(self, key: str, value: Mapping[str, Any]) -> None:
         self._conn.execute(
@@ -464,6 +506,7 @@ class StoreTxn(_Reader):
                 self.drop_collection(info.ns)
                 dropped += 1
         self._conn.execute("DELETE FROM oplog")
+        self.oplog_totals = (0, 0)
         return dropped
 
     def bulk_insert(self, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
@@ -505,8 +548,10 @@ class SQLiteStore:
 
     _memory_ids = 0
 
-    def __init__(self, dbpath: str | None) -> None:
-        """Opens `<dbpath>/replset.sqlite3`; `dbpath=None` gives a private in-memory store."""
+    def __init__(self, dbpath: str | None, *, trace_path: str | None = None) -> None:
+        """Opens `<dbpath>/replset.sqlite3`; `dbpath=None` gives a private in-memory store. With
+        `trace_path`, every statement run (values bound) is appended there, one JSON string a line."""
+        self._trace = open(trace_path, "a", buffering=1, encoding="utf-8") if trace_path else None
         if dbpath is None:
             SQLiteStore._memory_ids += 1
             self.path = f"file:replset-mem-{id(self)}-{SQLiteStore._memory_ids}?mode=memory&cache=shared"
@@ -514,29 +559,66 @@ class SQLiteStore:
             os.makedirs(dbpath, exist_ok=True)
             self.path = os.path.join(dbpath, self.FILE_NAME)
         self._writer = self._connect()
+        self._writer.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in `checkpoint`, not in commits
         self._writer.executescript(_SCHEMA)
         self.reader = _ReadConnection(self._connect())
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
+        # (entries, bytes) of the oplog as committed: one scan at start, then kept by each transaction.
+        self.oplog_totals = self.reader.count_oplog()
+
+    @property
+    def in_memory(self) -> bool:
+        return self.path.startswith("file:")
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               uri=self.path.startswith("file:"))
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=self.in_memory)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA cache_size=-65536")
         conn.execute("PRAGMA busy_timeout=10000")
+        if self._trace is not None:
+            trace = self._trace
+            conn.set_trace_callback(lambda statement: trace.write(json.dumps(statement) + "\n"))
         return conn
+
+    def sync_wal(self) -> None:
+        """The durable barrier: fsyncs the WAL, so every transaction committed before the call survives
+        a power cut. Blocking (run it in a worker thread). The WAL file keeps its inode while the store
+        is open (checkpoints restart it in place), so one descriptor serves for the store's life."""
+        if self.in_memory:
+            return
+        if self._wal_fd is None:
+            try:
+                self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY)
+            except FileNotFoundError:
+                return  # nothing was ever written through the WAL
+        os.fsync(self._wal_fd)
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Copies committed WAL frames into the database file without blocking the writer (a passive
+        checkpoint, with its own connection; it fsyncs the WAL first and the database file after).
+        Blocking (run it in a worker thread). Returns (frames in the WAL, frames checkpointed)."""
+        if self.in_memory:
+            return 0, 0
+        if self._checkpoint_conn is None:
+            self._checkpoint_conn = self._connect()
+        _busy, frames, done = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(frames), int(done)
 
     def begin(self) -> StoreTxn:
         if self._txn is not None:
             raise RuntimeError("a write transaction is already open")
         self._writer.execute("BEGIN IMMEDIATE")
-        self._txn = StoreTxn(self._writer)
+        self._txn = StoreTxn(self._writer, self.oplog_totals)
         return self._txn
 
     def commit(self) -> None:
-        """Commits and fsyncs the open transaction (may run in a worker thread)."""
+        """Commits the open transaction (written to the WAL, not fsynced: see `sync_wal`)."""
         self._writer.execute("COMMIT")
+        if self._txn is not None:
+            self.oplog_totals = self._txn.oplog_totals
         self._txn = None
 
     def rollback(self) -> None:
@@ -548,7 +630,7 @@ class SQLiteStore:
         """Copies a consistent snapshot of the database file into `directory` (SQLite's online
         backup, through a connection of its own, so it may run in a worker thread while the
         member goes on). Returns the copy's path, or None for an in-memory store."""
-        if self.path.startswith("file:"):
+        if self.in_memory:
             return None
         os.makedirs(directory, exist_ok=True)
         target = os.path.join(directory, self.FILE_NAME)
@@ -569,7 +651,14 @@ class SQLiteStore:
     def close(self) -> None:
         self.rollback()
         self.reader.close()
-        self._writer.close()
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+        self._writer.close()  # the last connection: SQLite checkpoints (with fsyncs) and removes the WAL
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
+        if self._trace is not None:
+            self._trace.close()
 
 
 class _ReadConnection(_Reader):

@@ -31,6 +31,9 @@ def _node_parser(sub: Any) -> None:
                    help="HTTP status port (default: port + 1000)")
     p.add_argument("--enableTestCommands", dest="enable_test_commands", action="store_true")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
+    p.add_argument("--traceSQL", dest="trace_sql", default=None, metavar="FILE",
+                   help="append every SQL statement the member runs to FILE (one JSON string a line), "
+                        "to check query plans")
 
 
 def _up_parser(sub: Any) -> None:
@@ -62,7 +65,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath, bind_ip=args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
-                         http_port=args.http_port))
+                         http_port=args.http_port, trace_sql=args.trace_sql))
     return 0
 
 

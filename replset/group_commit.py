@@ -1,10 +1,26 @@
-"""Group commit: many concurrent writes share one SQLite transaction and one fsync.
+"""Group commit and the journal flusher: many writes share one SQLite transaction; durability is a
+separate, explicit barrier, as in MongoDB.
 
 Theory of operation: callers `submit(fn)`; a single writer task takes every queued
 request at once, runs each `fn(txn)` in its own savepoint inside one open
-transaction (a failing request rolls back alone), then commits — the fsync runs in
-a worker thread so the event loop keeps serving reads and heartbeats — and only
-then resolves the callers' futures. Nothing is acknowledged before it is durable.
+transaction (a failing request rolls back alone), then commits. SQLite runs in WAL
+mode with `synchronous=NORMAL`, so a commit writes the WAL (it survives a crash of
+this process: the bytes are in the operating system's page cache) but does not fsync
+it. That is MongoDB's `{w: 1}`: acknowledged once applied, not yet journaled.
+
+The **flusher** makes commits durable: it fsyncs the WAL in a worker thread and then
+reports the position that was committed when the fsync began (`on_durable`). It runs
+at once when someone waits for durability (`request_flush`: a `j: true` or
+`w: "majority"` write, a secondary's applied batch, a request submitted with
+`durable=True` such as a vote) and otherwise at most `JOURNAL_COMMIT_INTERVAL_S` after
+a commit (MongoDB's `journalCommitInterval`, 100 ms). A request submitted with
+`durable=True` is answered only after the flush that covers its commit. Flushes
+coalesce: commits made while one fsync runs are covered by the next.
+
+Checkpoints (copying the WAL into the database file) run in a thread and connection
+of their own (`SQLiteStore.checkpoint`), never inside a commit, so a commit costs a
+few page writes and no fsync, and the event loop is never stalled by one.
+
 The queue is bounded: when it is full, `submit` waits (backpressure).
 """
 
@@ -12,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -24,80 +42,201 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUED = 10_000
 MAX_BATCH = 2_000
+JOURNAL_COMMIT_INTERVAL_S = 0.1
+CHECKPOINT_INTERVAL_S = 0.5
+
+Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], bool]
 
 
 class GroupCommitWriter:
     def __init__(self, store: SQLiteStore, on_commit: Callable[[], None],
-                 on_abort: Callable[[], None] | None = None) -> None:
+                 on_abort: Callable[[], None] | None = None, *,
+                 position: Callable[[], Any] = lambda: None,
+                 on_durable: Callable[[Any], None] = lambda _position: None) -> None:
         self._on_abort = on_abort or (lambda: None)
         self._store = store
         self._on_commit = on_commit
-        self._queue: asyncio.Queue[tuple[Callable[[StoreTxn], Any], asyncio.Future[Any]]] = asyncio.Queue(
-            MAX_QUEUED
-        )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
-        self._task: asyncio.Task[None] | None = None
+        self._position = position
+        self._on_durable = on_durable
+        self._queue: asyncio.Queue[Request] = asyncio.Queue(MAX_QUEUED)
+        self._fsync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
+        self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_wanted = asyncio.Event()
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._checkpoint_running = False
+        self._last_checkpoint = 0.0
+        # Commits are numbered; a durable request waits until the flushed number reaches its commit's.
+        self.committed_seq = 0
+        self.durable_seq = 0
+        self._durable_waiters: list[tuple[int, asyncio.Future[Any], Any]] = []
         self.batches = 0
         self.requests = 0
+        self.flushes = 0
+        self.checkpoints = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name="group-commit"),
+                       loop.create_task(self._flush_loop(), name="journal-flusher")]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        # The flusher first makes everything committed durable (a clean shutdown loses nothing).
+        writer, *rest = self._tasks or [None]
+        if writer is not None:
+            writer.cancel()
             try:
-                await self._task
+                await writer
             except asyncio.CancelledError:
                 pass
-            self._task = None
+        if self.committed_seq > self.durable_seq:
+            self.request_flush()
+            try:
+                await asyncio.wait_for(self._wait_durable(self.committed_seq), 10.0)
+            except (TimeoutError, MongoError):
+                log.warning("could not flush the journal before shutting down")
+        for task in rest:
+            if task is not None:
+                task.cancel()
+        if rest:
+            await asyncio.wait([t for t in rest if t is not None])
+        self._tasks = []
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
         while not self._queue.empty():
-            _fn, fut = self._queue.get_nowait()
+            _fn, fut, _durable = self._queue.get_nowait()
             if not fut.done():
                 fut.set_exception(MongoError(91, "The server is in quiesce mode and will shut down"))
-        self._executor.shutdown(wait=True)
+        self._fail_durable_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
+        self._fsync.shutdown(wait=True)
+        self._checkpointer.shutdown(wait=True)
 
-    async def submit(self, fn: Callable[[StoreTxn], T]) -> T:
+    async def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True) -> T:
+        """Runs `fn(txn)` in the next group commit. With `durable` (the default: votes, configs,
+        rollbacks, initial sync steps), returns only once the commit is fsynced; without it, once
+        committed (client writes and applied batches, whose durability the write concern decides)."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self._queue.put((fn, fut))
+        await self._queue.put((fn, fut, durable))
         return await fut
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def request_flush(self) -> None:
+        """Someone waits for durability: flush now (coalesced with a flush already under way)."""
+        self._flush_wanted.set()
+
+    def _schedule_flush(self) -> None:
+        """A commit happened: make it durable within the journal commit interval at the latest."""
+        if self._flush_timer is None and not self._flush_wanted.is_set():
+            self._flush_timer = asyncio.get_running_loop().call_later(
+                JOURNAL_COMMIT_INTERVAL_S, self._flush_wanted.set)
+
+    async def _wait_durable(self, seq: int) -> None:
+        if self.durable_seq >= seq:
+            return
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._durable_waiters.append((seq, fut, None))
+        self.request_flush()
+        await fut
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            if self._flush_timer is not None:
+                self._flush_timer.cancel()
+                self._flush_timer = None
+            seq, position = self.committed_seq, self._position()
+            if seq > self.durable_seq:
+                try:
+                    await loop.run_in_executor(self._fsync, self._store.sync_wal)
+                except OSError as exc:
+                    # After a failed fsync the kernel may have dropped the dirty pages: retrying could
+                    # report data durable that is not. Stop; a restart recovers from what is on disk.
+                    log.critical("fsync of the journal failed, shutting down: %s", exc)
+                    os._exit(70)
+                self.flushes += 1
+                self.durable_seq = seq
+                self._on_durable(position)
+            self._release_durable_waiters()
+            self._maybe_checkpoint()
+
+    def _release_durable_waiters(self) -> None:
+        if not self._durable_waiters:
+            return
+        waiting = []
+        for seq, fut, value in self._durable_waiters:
+            if seq > self.durable_seq:
+                waiting.append((seq, fut, value))
+            elif not fut.done():
+                fut.set_result(value)
+        self._durable_waiters = waiting
+        if waiting:
+            self.request_flush()
+
+    def _fail_durable_waiters(self, error: MongoError) -> None:
+        for _seq, fut, _value in self._durable_waiters:
+            if not fut.done():
+                fut.set_exception(error)
+        self._durable_waiters = []
+
+    def _maybe_checkpoint(self) -> None:
+        now = time.monotonic()
+        if self._checkpoint_running or now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
+            return
+        self._checkpoint_running, self._last_checkpoint = True, now
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            self._checkpoint_running = False
+            if not fut.cancelled() and fut.exception() is not None:
+                log.warning("checkpoint failed: %s", fut.exception())
+            else:
+                self.checkpoints += 1
+
+        asyncio.get_running_loop().run_in_executor(self._checkpointer, self._store.checkpoint).add_done_callback(done)
+
+    # -- the writer -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            await self._commit_batch(batch)
+            self._commit_batch(batch)
 
-    async def _commit_batch(self, batch: list[tuple[Callable[[StoreTxn], Any], asyncio.Future[Any]]]) -> None:
+    def _commit_batch(self, batch: list[Request]) -> None:
         outcomes: list[tuple[bool, Any]] = []
         txn = self._store.begin()
         try:
-            for fn, _fut in batch:
+            for fn, _fut, _durable in batch:
                 outcomes.append(self._run_one(txn, fn))
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._store.commit)
-        except BaseException as exc:
+            self._store.commit()
+        except Exception as exc:
             self._store.rollback()
             self._on_abort()  # in-memory positions the batch advanced must go back with it
             error = MongoError(1, f"storage commit failed: {exc}")
-            for _fn, fut in batch:
+            for _fn, fut, _durable in batch:
                 if not fut.done():
                     fut.set_exception(error)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             log.exception("group commit failed")
             self._on_commit()
             return
         self.batches += 1
         self.requests += len(batch)
+        self.committed_seq += 1
         self._on_commit()
-        for (_fn, fut), (ok, value) in zip(batch, outcomes):
+        self._schedule_flush()
+        for (_fn, fut, durable), (ok, value) in zip(batch, outcomes):
             if fut.done():
                 continue
-            if ok:
-                fut.set_result(value)
-            else:
+            if not ok:
                 fut.set_exception(value)
+            elif durable:
+                self._durable_waiters.append((self.committed_seq, fut, value))
+                self.request_flush()
+            else:
+                fut.set_result(value)
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:

@@ -70,6 +70,7 @@ class NodeOptions:
     oplog_size_mb: int = 1024
     enable_test_commands: bool = False
     http_port: int | None = None
+    trace_sql: str | None = None
 
     @property
     def me(self) -> str:
@@ -85,23 +86,25 @@ class Node:
     def __init__(self, options: NodeOptions) -> None:
         self.options = options
         self.started_at = time.monotonic()
-        self.store = SQLiteStore(options.dbpath)
+        self.store = SQLiteStore(options.dbpath, trace_path=options.trace_sql)
         self.rng = random.Random()
         self.cursors = CursorRegistry(self.rng)
         self.config: ReplSetConfig | None = None
         self.state = MemberState.STARTUP
         self.term = 0
         self.log = LogWriter(NULL_OPTIME)
-        self.last_committed_optime = NULL_OPTIME
+        self.last_committed_optime = NULL_OPTIME  # applied: committed, visible, not necessarily fsynced
+        self.last_durable_optime = NULL_OPTIME  # fsynced (the journal flusher's last barrier)
+        self._history_epoch = 0  # bumped when the oplog is cut back or dropped (rollback, initial sync)
         self.last_committed_wall = datetime.datetime.fromtimestamp(0, datetime.UTC)
         self.topology_process_id = ObjectId()
         self.topology_counter = 0
         self._state_changed = Pulse()
         self._oplog_advanced = Pulse()
-        self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort)
+        self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort,
+                                        position=self._flush_position, on_durable=self._on_durable)
         self._connection_ids = 0
         self.shutting_down = False
-        self._oplog_bytes = 0
         self._trimming = False
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
         self.last_vote: LastVote | None = None
@@ -112,12 +115,15 @@ class Node:
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
+        # What the last run committed may still sit in the page cache only (it was killed, or a
+        # w:1 write was not yet flushed): make it durable before calling it durable.
+        await asyncio.to_thread(self.store.sync_wal)
         self.writer.start()
         self._recover_last_optime()
         if self.store.reader.meta(INITIAL_SYNC_META) is not None:
             self.log = LogWriter(NULL_OPTIME)  # an interrupted initial sync's partial copy is not data
             self.last_committed_optime = NULL_OPTIME
-        self._oplog_bytes = self.store.reader.oplog_size_bytes()
+        self.last_durable_optime = self.last_committed_optime
         self.rbid = load_rbid(self)
         min_valid = load_min_valid(self)
         if min_valid is not None and self.last_committed_optime < min_valid:
@@ -140,11 +146,11 @@ class Node:
         self.store.close()
 
     def _recover_last_optime(self) -> None:
-        bounds = self.store.reader.oplog_bounds()
-        if bounds is None:
+        newest = self.store.reader.oplog_newest_key()
+        if newest is None:
             self._recover_election_meta()
             return
-        blob = self.store.reader.oplog_entry(bounds[1])
+        blob = self.store.reader.oplog_entry(newest)
         assert blob is not None
         entry = bson.decode(blob, DOC_OPTIONS)
         last = OpTime.from_document(entry)
@@ -174,10 +180,10 @@ class Node:
     connections_open = 0
 
     def oplog_size_bytes(self) -> int:
-        return self.store.reader.oplog_size_bytes()
+        return self.store.oplog_totals[1]
 
     def oplog_count(self) -> int:
-        return self.store.reader.oplog_count()
+        return self.store.oplog_totals[0]
 
     # -- state --------------------------------------------------------------------
     @property
@@ -217,11 +223,36 @@ class Node:
 
     def _on_commit(self) -> None:
         self.last_committed_optime = self.log.last
+        if self.last_durable_optime > self.last_committed_optime:
+            self.last_durable_optime = self.last_committed_optime  # the log was cut back (rollback)
         self._oplog_advanced.fire()
-        self._oplog_bytes += self.log.bytes_appended
-        self.log.bytes_appended = 0
         self.repl.on_local_commit()
         self._maybe_trim_oplog()
+
+    # -- durability (the journal flusher in `replset.group_commit`) ------------------------------------
+
+    def _flush_position(self) -> tuple[int, OpTime]:
+        """Taken when a flush begins: everything committed up to here is durable once it ends."""
+        return self._history_epoch, self.last_committed_optime
+
+    def _on_durable(self, position: tuple[int, OpTime]) -> None:
+        epoch, optime = position
+        if epoch != self._history_epoch:
+            return  # the flush began before a rollback or a resync replaced that history
+        if optime > self.last_durable_optime:
+            self.last_durable_optime = min(optime, self.last_committed_optime)
+            self.repl.on_local_durable()
+            self._maybe_trim_oplog()  # the commit point may have moved, and trimming waits for it
+
+    def request_flush(self) -> None:
+        """A write waits for durability (`j: true`, `w: "majority"`, a secondary's applied batch)."""
+        self.writer.request_flush()
+
+    def on_history_replaced(self) -> None:
+        """The oplog is being cut back (rollback) or dropped (initial sync), inside that transaction:
+        a flush that began earlier proves nothing about the history that replaces it."""
+        self._history_epoch += 1
+        self.last_durable_optime = min(self.last_durable_optime, self.log.last)
 
     def data_state(self) -> MemberState:
         """SECONDARY, or RECOVERING while a rollback's minValid is not reached (data not yet consistent),
@@ -232,34 +263,36 @@ class Node:
 
     def needs_initial_sync(self) -> bool:
         reader = self.store.reader
-        return reader.oplog_bounds() is None or reader.meta(INITIAL_SYNC_META) is not None
+        return reader.oplog_newest_key() is None or reader.meta(INITIAL_SYNC_META) is not None
 
     def on_data_dropped(self) -> None:
         """Initial sync dropped the data and the oplog (called inside that write transaction)."""
         self.log.last = NULL_OPTIME
-        self.log.bytes_appended = 0
-        self._oplog_bytes = 0
+        self.on_history_replaced()
         self.min_valid = None
         self.cursors.kill_all("the member is resyncing")
 
     def _on_abort(self) -> None:
         """A batch's transaction was rolled back: the log ends at the last committed entry again."""
         self.log.last = self.last_committed_optime
-        self.log.bytes_appended = 0
 
     def _maybe_trim_oplog(self) -> None:
         """Capped oplog: once over the limit, trim the oldest entries down to 90% in
-        the background (a request of its own in the group commit)."""
-        if self._trimming or self._oplog_bytes <= self.max_oplog_bytes or self.shutting_down:
+        the background (a request of its own in the group commit). As in MongoDB (4.4+), never
+        past the majority commit point: the oplog grows past its size rather than delete entries a
+        lagging majority member still has to fetch."""
+        size = self.oplog_size_bytes()
+        if self._trimming or size <= self.max_oplog_bytes or self.shutting_down:
             return
         self._trimming = True
-        excess = self._oplog_bytes - int(self.max_oplog_bytes * 0.9)
+        excess = size - int(self.max_oplog_bytes * 0.9)
         keep_after = self.last_committed_optime.ts_key
+        if self.config is not None:
+            keep_after = min(keep_after, self.majority_commit_point.ts_key)
 
         async def trim() -> None:
             try:
-                removed = await self.writer.submit(lambda txn: txn.trim_oplog(excess, keep_after))
-                self._oplog_bytes -= removed
+                await self.writer.submit(lambda txn: txn.trim_oplog(excess, keep_after), durable=False)
             except MongoError:
                 log.warning("oplog trim failed", exc_info=True)
             finally:
@@ -293,7 +326,10 @@ class Node:
         return self.repl.commit_point
 
     # -- writes ---------------------------------------------------------------------
-    async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True) -> T:
+    async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True,
+                           durable: bool = True) -> T:
+        """Runs a write through the log writer in the next group commit. Client writes pass
+        `durable=False`: their write concern decides whether they wait for the journal."""
         if self.shutting_down:
             raise MongoError(91, "The server is in quiesce mode and will shut down")
 
@@ -307,7 +343,7 @@ class Node:
                 self.log.last = last  # its savepoint is rolled back, so are the optimes it took
                 raise
 
-        return await self.writer.submit(run)
+        return await self.writer.submit(run, durable=durable)
 
     def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
         return self.repl.write_concern_error(wc)
@@ -418,7 +454,7 @@ class Node:
             majority_vote_count=self.config.majority_vote_count,
             write_majority_count=self.config.write_majority_count, voting_members=len(voters),
             writable_voting_members=sum(1 for m in voters if m.data_bearing),
-            commit_point=self.majority_commit_point, applied=last, durable=last,
+            commit_point=self.majority_commit_point, applied=last, durable=self.last_durable_optime,
             members=repl.member_views(), extra=repl.status_extra(),
         )
 

@@ -14,7 +14,8 @@ connections; every decision comes from `topology` (cluster view), `election`
         point --> write-concern waiters wake
 
 Ordering contracts: a vote and a term are fsynced before the reply that grants
-or announces them; a position is reported only after the batch is durable; a
+or announces them; applied and durable positions are reported separately (durable
+only after the journal flusher's fsync) and the commit point counts durable ones; a
 primary that learns of a higher term stops accepting writes before anything
 else happens.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import heapq
 import logging
 import math
 import random
@@ -66,7 +68,7 @@ from replset.pulse import Pulse
 from replset.quorum import follower_commit_point, majority_commit_point, write_concern_satisfied
 from replset.status import MemberView
 from replset.topology import Topology
-from replset.write_concern import WriteConcern, check_satisfiable, timeout_error
+from replset.write_concern import MAJORITY, WriteConcern, check_satisfiable, timeout_error
 from sync.resync import ResyncCoordinator
 from sync.sync_source import active_denylist, explain_sync_source, should_change_sync_source
 from sync.worker import SyncWorker
@@ -108,7 +110,10 @@ class Replication:
         self._report_needed = asyncio.Event()
         self._positions_moved = Pulse()
         self._denylist: dict[str, int] = {}
-        # Insertion-ordered; keyed by the future so a finished waiter leaves in O(1).
+        # w:"majority" waiters in a heap on their optime: a commit point move pops exactly the ones it
+        # satisfies. Other concerns (w:N, j, tags), keyed by the future so a finished one leaves in O(1).
+        self._majority_waiters: list[tuple[OpTime, int, asyncio.Future[MongoError | None]]] = []
+        self._waiter_seq = 0
         self._waiters: dict[asyncio.Future[MongoError | None], tuple[WriteConcern, OpTime]] = {}
         self._vote_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -344,7 +349,7 @@ class Replication:
         primary_id = self.topology.primary_id(node.state, node.term)
         return heartbeat_reply(HeartbeatReply(
             set_name=config.name, state=node.state, term=node.term, applied=node.last_committed_optime,
-            durable=node.last_committed_optime, config_version=config.version, config_term=config.term,
+            durable=node.last_durable_optime, config_version=config.version, config_term=config.term,
             sync_source=self.sync_source_host, commit_point=self.commit_point,
             primary_id=-1 if primary_id is None else primary_id,
             election_date=self.election_date if node.is_primary else None,
@@ -585,8 +590,19 @@ class Replication:
 
     # -- positions, commit point, write concern ---------------------------------------------------------
 
+    def on_local_durable(self) -> None:
+        """The journal flusher made our entries durable up to `node.last_durable_optime`."""
+        node = self.node
+        if node.is_primary:
+            self._advance_commit_point()
+        elif self.topology is not None:
+            self._report_needed.set()
+        elif node.config is None:
+            self.commit_point = node.last_durable_optime
+        self._check_waiters()
+
     def on_local_commit(self) -> None:
-        """Our applied/durable optime moved (a primary write or an applied batch, fsynced)."""
+        """Our applied optime moved (a primary write or an applied batch, committed, maybe not fsynced)."""
         node = self.node
         if node.is_primary:
             self._advance_commit_point()
@@ -596,8 +612,6 @@ class Replication:
             self.commit_point = follower_commit_point(self._learned_commit_point, node.last_committed_optime,
                                                       self.commit_point)
             self._report_needed.set()
-        elif node.config is None:
-            self.commit_point = node.last_committed_optime
         self._check_waiters()
 
     def _maybe_end_recovering(self) -> None:
@@ -627,8 +641,8 @@ class Replication:
     def _advance_commit_point(self) -> None:
         if self.topology is None:
             return
-        last = self.node.last_committed_optime
-        _applied, durable = self.topology.positions(last, last)
+        node = self.node
+        _applied, durable = self.topology.positions(node.last_committed_optime, node.last_durable_optime)
         self.commit_point = majority_commit_point(self.config, durable, self.node.term, self.commit_point)
 
     def _learn_commit_point(self, commit_point: OpTime) -> None:
@@ -692,8 +706,9 @@ class Replication:
                         client.close()
                     client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms,
                                         route=self.node.failpoints.peer_route)
-                last = self.node.last_committed_optime
-                cmd = update_position_command(self.topology.positions_to_report(last, last), self.node.term)
+                node = self.node
+                positions = self.topology.positions_to_report(node.last_committed_optime, node.last_durable_optime)
+                cmd = update_position_command(positions, node.term)
                 try:
                     await client.command(cmd, timeout_s=self.heartbeat_timeout_s)
                 except PeerError as exc:
@@ -705,12 +720,14 @@ class Replication:
     def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
         return check_satisfiable(wc, self.node.config)
 
-    def _satisfied(self, wc: WriteConcern, target: OpTime) -> bool:
+    def _satisfied(self, wc: WriteConcern, target: OpTime,
+                   positions: tuple[dict[int, OpTime], dict[int, OpTime]] | None = None) -> bool:
         node = self.node
         if node.config is None or self.topology is None:
-            return node.last_committed_optime >= target
-        last = node.last_committed_optime
-        applied, durable = self.topology.positions(last, last)
+            return (node.last_durable_optime if wc.j or wc.w == MAJORITY else node.last_committed_optime) >= target
+        if positions is None:
+            positions = self.topology.positions(node.last_committed_optime, node.last_durable_optime)
+        applied, durable = positions
         return write_concern_satisfied(wc, target, config=node.config, applied=applied, durable=durable,
                                        commit_point=self.commit_point)
 
@@ -719,35 +736,55 @@ class Replication:
         error = self.write_concern_error(wc)
         if error is not None or wc.unacknowledged:
             return error
+        if wc.w == 1 and not wc.j and self.node.last_committed_optime >= target:
+            return None  # w:1: acknowledged once applied, which it is when the write returns
         local_only = isinstance(wc.w, int) and wc.w <= 1
         if not local_only and (not self.node.is_primary or self.node.term != target.term):
             # Positions of members in a newer term are on another branch: they prove nothing here.
             return MongoError(189, "Primary stepped down while waiting for replication")
         if self._satisfied(wc, target):
             return None
-        if not self.node.is_primary:
+        if not self.node.is_primary and not local_only:
             return MongoError(189, "Primary stepped down while waiting for replication")
-        if len(self._waiters) >= MAX_WAITERS:
+        if len(self._waiters) + len(self._majority_waiters) >= MAX_WAITERS:
             return MongoError(64, "too many writes waiting for replication")
+        if wc.j or wc.w == MAJORITY:
+            self.node.request_flush()  # MongoDB flushes the journal at once for a write that waits on it
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
-        self._waiters[waiter] = (wc, target)
+        if wc.w == MAJORITY:
+            self._waiter_seq += 1
+            heapq.heappush(self._majority_waiters, (target, self._waiter_seq, waiter))
+        else:
+            self._waiters[waiter] = (wc, target)
         try:
             timeout_s = wc.wtimeout_ms / 1000 if wc.wtimeout_ms > 0 else None
             return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
         except TimeoutError:
             return timeout_error(wc)
         finally:
+            # A timed-out majority waiter stays in the heap, done, until the commit point passes it.
             self._waiters.pop(waiter, None)
 
     def _check_waiters(self) -> None:
+        heap = self._majority_waiters
+        while heap and heap[0][0] <= self.commit_point:
+            _target, _seq, waiter = heapq.heappop(heap)
+            if not waiter.done():
+                waiter.set_result(None)
+        if not self._waiters:
+            return
+        node, topology = self.node, self.topology
+        positions = (topology.positions(node.last_committed_optime, node.last_durable_optime)
+                     if topology is not None else None)
         for waiter, (wc, target) in self._waiters.items():
-            if not waiter.done() and self._satisfied(wc, target):
+            if not waiter.done() and self._satisfied(wc, target, positions):
                 waiter.set_result(None)
 
     def _fail_waiters(self, error: MongoError) -> None:
-        for waiter in self._waiters:
+        for waiter in [*self._waiters, *(w for _t, _s, w in self._majority_waiters)]:
             if not waiter.done():
                 waiter.set_result(error)
+        self._majority_waiters = []
 
     async def wait_for_positions(self, timeout_s: float) -> None:
         """Returns when a member's position moved or a heartbeat updated the view (a member that just
@@ -867,7 +904,7 @@ class Replication:
             if m.host == node.options.me or data is None:
                 views.append(MemberView(
                     id=m.id, name=m.host, is_self=m.host == node.options.me, health=True, state=node.state,
-                    optime=node.last_committed_optime, durable_optime=node.last_committed_optime,
+                    optime=node.last_committed_optime, durable_optime=node.last_durable_optime,
                     sync_source_host=self.sync_source_host, sync_source_id=self._member_id_or(self.sync_source_host),
                     uptime_s=int(node.uptime_s()), config_version=config.version, config_term=config.term,
                     election_date=self.election_date if node.is_primary else None,

@@ -410,7 +410,6 @@ class InitialSyncer:
                     apply_for_initial_sync(txn, entry, deferred)
                 blob = bson.encode(entry)
                 rows.append((OpTime.from_document(entry).ts_key, blob))
-                node.log.bytes_appended += len(blob)
             txn.append_oplog(rows)
 
         await node.writer.submit(write)
@@ -450,7 +449,7 @@ def has_data_of_its_own(node: Node) -> bool:
     reader = node.store.reader
     if reader.meta(INITIAL_SYNC_META) is not None:
         return False
-    return reader.oplog_bounds() is not None or any(c.db != "local" for c in reader.collections())
+    return reader.oplog_newest_key() is not None or any(c.db != "local" for c in reader.collections())
 
 
 def backup_dir(dbpath: str, now: datetime.datetime) -> str:

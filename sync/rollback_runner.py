@@ -281,6 +281,7 @@ class RollbackRunner:
             txn.set_meta(MIN_VALID_META, min_valid.to_document())
             txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
             node.log.last = common
+            node.on_history_replaced()
             # Members tailing our oplog read on from a key that is about to hold another history.
             node.cursors.kill_all("the member rolled back")
             return ""

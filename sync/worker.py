@@ -13,9 +13,9 @@ A shell. While the member is SECONDARY:
   (backpressure). The runtime may cancel a fetch to switch sources.
 * The **applier** takes everything buffered (up to `MAX_APPLY_BATCH` entries),
   applies it in one group-commit transaction with the idempotent `apply_entry`
-  in replay mode and appends the same entries to our oplog; the commit fsyncs,
-  so applied = durable, and only then are positions reported upstream (one
-  report for the whole batch).
+  in replay mode and appends the same entries to our oplog; the applied position
+  is reported upstream at once (one report for the whole batch), and the journal
+  flush that follows reports the durable one.
 
 A member with no oplog never gets here: it initial-syncs first (STARTUP2,
 `sync.initial_sync`). A source whose oldest entry is newer than our last one
@@ -337,14 +337,16 @@ class SyncWorker:
                 apply_entry(txn, entry, replay=True)
                 blob = bson.encode(entry)
                 rows.append((optime.ts_key, blob))
-                node.log.bytes_appended += len(blob)
                 last = optime
             txn.append_oplog(rows)
             node.log.last = last
 
         while True:
             try:
-                await node.writer.submit(write)
+                await node.writer.submit(write, durable=False)
+                # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal
+                # flush that makes it durable (for w:"majority" and j) starts now, not in 100 ms.
+                node.request_flush()
                 return
             except MongoError as exc:
                 if node.shutting_down:

@@ -199,8 +199,7 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
 def coll_stats_document(ctx: CommandContext, ns: str, spec: Any) -> dict[str, Any]:
     reader = ctx.node.store.reader
     if ns == OPLOG_NS:
-        bounds = reader.oplog_bounds()
-        size, count = ctx.node.oplog_size_bytes(), 0 if bounds is None else ctx.node.oplog_count()
+        size, count = ctx.node.oplog_size_bytes(), ctx.node.oplog_count()
         max_size = ctx.node.options.oplog_size_mb * 1024 * 1024
     else:
         size, count, max_size = reader.data_size(ns), reader.count(ns), 0

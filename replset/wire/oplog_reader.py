@@ -55,8 +55,8 @@ def start_key_is_whole_filter(query: dict[str, Any]) -> bool:
 def check_tail_position(reader: Any, last_key: int) -> None:
     """A tailing cursor resumes after the entry it returned last; if the capped oplog trimmed
     that entry, later ones may be gone too, and reading on would silently skip them."""
-    bounds = reader.oplog_bounds()
-    if last_key and (bounds is None or bounds[0] > last_key):
+    oldest = reader.oplog_oldest_key()
+    if last_key and (oldest is None or oldest > last_key):
         raise MongoError(136, "CappedPositionLost: the oplog was trimmed past this cursor's position")
 
 

@@ -5,30 +5,17 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import bson
-import pytest
 from bson.raw_bson import RawBSONDocument
 from pymongo import ASCENDING, MongoClient, ReadPreference, WriteConcern
 from pymongo.database import Database
 
 from tests.support.members import Member, wait_for
-from tests.support.replica_set import ReplicaSet, make_replica_set
+from tests.support.replica_set import ReplicaSet
 
 W1 = WriteConcern(w=1)
-
-
-@pytest.fixture()
-def rs3(tmp_path: Any) -> Iterator[ReplicaSet]:
-    s = make_replica_set(str(tmp_path), 3)
-    try:
-        s.start()
-        s.initiate()
-        yield s
-    finally:
-        s.stop()
 
 
 def _db(rs: ReplicaSet, member: Member) -> Database[Any]:
