@@ -33,7 +33,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import bson
@@ -226,23 +226,39 @@ class _Reader:
         return None if row is None else bytes(row[0])
 
 
+@dataclass(slots=True)
+class CatalogCache:
+    """Collection and index metadata as the writer last read it. Only the writer changes the catalog,
+    so the cache outlives transactions: any DDL, and any rollback, clears it."""
+
+    collections: dict[str, CollectionInfo | None] = field(default_factory=dict)
+    indexes: dict[str, list[IndexInfo]] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.collections.clear()
+        self.indexes.clear()
+
+
 class StoreTxn(_Reader):
     """Write operations inside the writer's open transaction.
 
-    Catalog lookups (collection and index metadata) are cached for the life of the
-    transaction: a group-commit batch asks for the same few namespaces thousands of
-    times. Any DDL, and any rollback to a savepoint, clears the cache.
+    Catalog lookups (collection and index metadata) come from the store's `CatalogCache`:
+    every write asks for the same few namespaces. Any DDL, and any rollback to a savepoint,
+    clears it.
     """
 
-    def __init__(self, conn: sqlite3.Connection, oplog_totals: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, conn: sqlite3.Connection, oplog_totals: tuple[int, int] = (0, 0),
+                 trimmed_through: int = 0, catalog: CatalogCache | None = None) -> None:
         self._conn = conn
         self._savepoints = 0
         self._savepoint_totals: dict[str, tuple[int, int]] = {}
         # (entries, bytes) of the oplog as this transaction leaves it: kept incrementally, so no
         # statement ever has to count or sum the oplog.
         self.oplog_totals = oplog_totals
-        self._collections: dict[str, CollectionInfo | None] = {}
-        self._indexes: dict[str, list[IndexInfo]] = {}
+        self.oplog_trimmed_through = trimmed_through  # the newest key a trim deleted
+        catalog = catalog if catalog is not None else CatalogCache()
+        self._collections = catalog.collections
+        self._indexes = catalog.indexes
         self._deferred: DeferredIndexes | None = None  # set only inside `deferring_index_builds`
 
     def _catalog_changed(self) -> None:
@@ -485,6 +501,7 @@ class StoreTxn(_Reader):
         cur.close()
         if last_key is not None:
             self._conn.execute("DELETE FROM oplog WHERE ts <= ?", (last_key,))
+            self.oplog_trimmed_through = max(self.oplog_trimmed_through, last_key)
         self._oplog_changed(-count, -removed)
         return count, removed
 
@@ -507,6 +524,7 @@ class StoreTxn(_Reader):
                 dropped += 1
         self._conn.execute("DELETE FROM oplog")
         self.oplog_totals = (0, 0)
+        self.oplog_trimmed_through = 0  # a new history: the fetcher's own first-entry check guards it
         return dropped
 
     def bulk_insert(self, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
@@ -565,8 +583,11 @@ class SQLiteStore:
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
+        self._catalog = CatalogCache()
         # (entries, bytes) of the oplog as committed: one scan at start, then kept by each transaction.
         self.oplog_totals = self.reader.count_oplog()
+        oldest = self.reader.oplog_oldest_key()
+        self.reader.oplog_trimmed_through = 0 if oldest is None else oldest - 1
 
     @property
     def in_memory(self) -> bool:
@@ -611,7 +632,7 @@ class SQLiteStore:
         if self._txn is not None:
             raise RuntimeError("a write transaction is already open")
         self._writer.execute("BEGIN IMMEDIATE")
-        self._txn = StoreTxn(self._writer, self.oplog_totals)
+        self._txn = StoreTxn(self._writer, self.oplog_totals, self.reader.oplog_trimmed_through, self._catalog)
         return self._txn
 
     def commit(self) -> None:
@@ -619,11 +640,13 @@ class SQLiteStore:
         self._writer.execute("COMMIT")
         if self._txn is not None:
             self.oplog_totals = self._txn.oplog_totals
+            self.reader.oplog_trimmed_through = self._txn.oplog_trimmed_through
         self._txn = None
 
     def rollback(self) -> None:
         if self._writer.in_transaction:
             self._writer.execute("ROLLBACK")
+        self._catalog.clear()  # the transaction may have changed the catalog
         self._txn = None
 
     def backup_to(self, directory: str) -> str | None:
@@ -667,6 +690,9 @@ class _ReadConnection(_Reader):
     def __init__(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA query_only=1")
         self._conn = conn
+        # The newest oplog key trimmed away (as committed): a tailing cursor whose last key is at or
+        # below it lost its position. Kept in memory, so checking costs no statement per getMore.
+        self.oplog_trimmed_through = 0
 
     def scan(self, ns: str) -> Iterator[dict[str, Any]]:
         """Documents in natural order, read in chunks so a cursor over a big collection holds one

@@ -65,6 +65,7 @@ class GroupCommitWriter:
         self._flush_wanted = asyncio.Event()
         self._flush_timer: asyncio.TimerHandle | None = None
         self._checkpoint_running = False
+        self._flushing = False
         self._last_checkpoint = 0.0
         # Commits are numbered; a durable request waits until the flushed number reaches its commit's.
         self.committed_seq = 0
@@ -121,6 +122,11 @@ class GroupCommitWriter:
 
     # -- durability -----------------------------------------------------------------------------
 
+    @property
+    def flush_pending(self) -> bool:
+        """A flush was asked for and has not ended yet (not merely scheduled by the interval)."""
+        return self._flushing or self._flush_wanted.is_set()
+
     def request_flush(self) -> None:
         """Someone waits for durability: flush now (coalesced with a flush already under way)."""
         self._flush_wanted.set()
@@ -149,6 +155,7 @@ class GroupCommitWriter:
                 self._flush_timer = None
             seq, position = self.committed_seq, self._position()
             if seq > self.durable_seq:
+                self._flushing = True
                 try:
                     await loop.run_in_executor(self._fsync, self._store.sync_wal)
                 except OSError as exc:
@@ -156,6 +163,7 @@ class GroupCommitWriter:
                     # report data durable that is not. Stop; a restart recovers from what is on disk.
                     log.critical("fsync of the journal failed, shutting down: %s", exc)
                     os._exit(70)
+                self._flushing = False
                 self.flushes += 1
                 self.durable_seq = seq
                 self._on_durable(position)

@@ -53,7 +53,8 @@ class PeerClient:
         """Runs one command; returns the reply document (which may have ok: 0)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._round_trip(body), timeout_s)
+                async with asyncio.timeout(timeout_s):  # no extra task per command, unlike wait_for
+                    return await self._round_trip(body)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error, ValueError) as exc:
                 self.close()
                 refused = isinstance(exc, ConnectionRefusedError)

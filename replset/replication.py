@@ -80,6 +80,9 @@ log = logging.getLogger(__name__)
 
 MAX_WAITERS = 100_000
 STOP_TIMEOUT_S = 5.0
+# A secondary's report waits this long at most for the journal flush that follows an applied batch, so
+# one report usually carries both positions instead of two reports a batch (fsync here: ~0.5 ms).
+REPORT_LINGER_S = 0.002
 
 
 def now_ms() -> int:
@@ -109,6 +112,7 @@ class Replication:
         self._initiator = False
         self._report_needed = asyncio.Event()
         self._positions_moved = Pulse()
+        self._durable_moved = Pulse()
         self._denylist: dict[str, int] = {}
         # w:"majority" waiters in a heap on their optime: a commit point move pops exactly the ones it
         # satisfies. Other concerns (w:N, j, tags), keyed by the future so a finished one leaves in O(1).
@@ -593,6 +597,7 @@ class Replication:
     def on_local_durable(self) -> None:
         """The journal flusher made our entries durable up to `node.last_durable_optime`."""
         node = self.node
+        self._durable_moved.fire()
         if node.is_primary:
             self._advance_commit_point()
         elif self.topology is not None:
@@ -701,6 +706,10 @@ class Replication:
                 source = self.sync_source_host
                 if self.node.is_primary or not source or self.topology is None:
                     continue
+                node = self.node
+                if node.last_durable_optime < node.last_committed_optime and node.writer.flush_pending:
+                    await self._durable_moved.wait(REPORT_LINGER_S)
+                    self._report_needed.clear()
                 if client is None or client.host != source:
                     if client is not None:
                         client.close()

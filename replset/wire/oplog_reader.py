@@ -55,8 +55,7 @@ def start_key_is_whole_filter(query: dict[str, Any]) -> bool:
 def check_tail_position(reader: Any, last_key: int) -> None:
     """A tailing cursor resumes after the entry it returned last; if the capped oplog trimmed
     that entry, later ones may be gone too, and reading on would silently skip them."""
-    oldest = reader.oplog_oldest_key()
-    if last_key and (oldest is None or oldest > last_key):
+    if last_key and last_key <= reader.oplog_trimmed_through:
         raise MongoError(136, "CappedPositionLost: the oplog was trimmed past this cursor's position")
 
 
