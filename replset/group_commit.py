@@ -233,8 +233,8 @@ class GroupCommitWriter:
         self.batches += 1
         self.requests += len(batch)
         self.committed_seq += 1
-        self._on_commit()
-        self._schedule_flush()
+        # The writers' continuations are queued before whatever `on_commit` wakes (tailing getMores,
+        # position reports): a w:1 reply does not wait behind the replication traffic it causes.
         for (_fn, fut, durable), (ok, value) in zip(batch, outcomes):
             if fut.done():
                 continue
@@ -245,6 +245,8 @@ class GroupCommitWriter:
                 self.request_flush()
             else:
                 fut.set_result(value)
+        self._on_commit()
+        self._schedule_flush()
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:
