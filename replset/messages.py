@@ -170,13 +170,23 @@ class MemberPosition:
     config_version: int
 
 
-def update_position_command(positions: Iterable[MemberPosition], term: int) -> dict[str, Any]:
-    return {"replSetUpdatePosition": 1, "optimes": [
+# A fetcher's getMore on the oplog carries the same report under this field: one message a batch
+# instead of a getMore and a replSetUpdatePosition (`sync.worker`).
+POSITIONS_FIELD = "$replPositions"
+
+
+def position_report(positions: Iterable[MemberPosition], term: int) -> dict[str, Any]:
+    """The body of a position report: `optimes` and the sender's term."""
+    return {"optimes": [
         {"appliedOpTime": p.applied.to_document(), "appliedWallTime": _wall(p.applied),
          "durableOpTime": p.durable.to_document(), "durableWallTime": _wall(p.durable),
          "memberId": p.member_id, "cfgver": p.config_version}
         for p in positions
-    ], "$replData": {"term": Int64(term)}, "$db": "admin"}
+    ], "$replData": {"term": Int64(term)}}
+
+
+def update_position_command(positions: Iterable[MemberPosition], term: int) -> dict[str, Any]:
+    return {"replSetUpdatePosition": 1, **position_report(positions, term), "$db": "admin"}
 
 
 def parse_update_position(cmd: Mapping[str, Any]) -> tuple[list[MemberPosition], int]:

@@ -203,6 +203,7 @@ class Node:
 
     def set_state(self, new: MemberState) -> None:
         check_transition(self.state, new)
+        self.writer.inline_fsync = new is not MemberState.PRIMARY  # see GroupCommitWriter._sync_wal
         if new is not self.state:
             log.info("member state %s -> %s", self.state.name, new.name)
             self.state = new

@@ -58,6 +58,7 @@ from replset.messages import (
     parse_update_position,
     parse_vote_reply,
     parse_vote_request,
+    position_report,
     repl_metadata,
     update_position_command,
     vote_reply,
@@ -83,6 +84,7 @@ STOP_TIMEOUT_S = 5.0
 # A secondary's report waits this long at most for the journal flush that follows an applied batch, so
 # one report usually carries both positions instead of two reports a batch (fsync here: ~0.5 ms).
 REPORT_LINGER_S = 0.002
+MAJORITY_FLUSH_BACKSTOP_S = 0.005
 
 
 def now_ms() -> int:
@@ -118,6 +120,7 @@ class Replication:
         # satisfies. Other concerns (w:N, j, tags), keyed by the future so a finished one leaves in O(1).
         self._majority_waiters: list[tuple[OpTime, int, asyncio.Future[MongoError | None]]] = []
         self._waiter_seq = 0
+        self._backstop_flush: asyncio.TimerHandle | None = None
         self._waiters: dict[asyncio.Future[MongoError | None], tuple[WriteConcern, OpTime]] = {}
         self._vote_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -600,7 +603,7 @@ class Replication:
         self._durable_moved.fire()
         if node.is_primary:
             self._advance_commit_point()
-        elif self.topology is not None:
+        elif self.topology is not None and not self._own_moves_ride_on_fetch():
             self._report_needed.set()
         elif node.config is None:
             self.commit_point = node.last_durable_optime
@@ -616,7 +619,8 @@ class Replication:
             self.resync.on_applied()
             self.commit_point = follower_commit_point(self._learned_commit_point, node.last_committed_optime,
                                                       self.commit_point)
-            self._report_needed.set()
+            if not self._own_moves_ride_on_fetch():
+                self._report_needed.set()
         self._check_waiters()
 
     def _maybe_end_recovering(self) -> None:
@@ -693,6 +697,27 @@ class Replication:
         config = node.config
         return repl_metadata(meta, config.version if config else -2, config.term if config else -1)
 
+    def _own_moves_ride_on_fetch(self) -> bool:
+        """Whether the fetcher's next getMore will carry our new positions (it is between a batch and
+        its next getMore): then no separate replSetUpdatePosition is needed for them."""
+        worker = self.worker
+        return worker is not None and worker.carrying_reports and not worker.awaiting_source
+
+    def fetch_position_report(self) -> dict[str, Any] | None:
+        """Our positions and those reported to us, for the fetcher's next getMore (`POSITIONS_FIELD`)."""
+        if self.topology is None:
+            return None
+        node = self.node
+        positions = self.topology.positions_to_report(node.last_committed_optime, node.last_durable_optime)
+        return position_report(positions, node.term)
+
+    async def settle_durable(self) -> None:
+        """Waits (at most `REPORT_LINGER_S`) for a journal flush under way, so one report carries both
+        the applied and the durable position of a batch."""
+        node = self.node
+        if node.last_durable_optime < node.last_committed_optime and node.writer.flush_pending:
+            await self._durable_moved.wait(REPORT_LINGER_S)
+
     async def _reporter_loop(self) -> None:
         client: PeerClient | None = None
         try:
@@ -706,10 +731,9 @@ class Replication:
                 source = self.sync_source_host
                 if self.node.is_primary or not source or self.topology is None:
                     continue
+                await self.settle_durable()
+                self._report_needed.clear()
                 node = self.node
-                if node.last_durable_optime < node.last_committed_optime and node.writer.flush_pending:
-                    await self._durable_moved.wait(REPORT_LINGER_S)
-                    self._report_needed.clear()
                 if client is None or client.host != source:
                     if client is not None:
                         client.close()
@@ -757,8 +781,7 @@ class Replication:
             return MongoError(189, "Primary stepped down while waiting for replication")
         if len(self._waiters) + len(self._majority_waiters) >= MAX_WAITERS:
             return MongoError(64, "too many writes waiting for replication")
-        if wc.j or wc.w == MAJORITY:
-            self.node.request_flush()  # MongoDB flushes the journal at once for a write that waits on it
+        self._maybe_flush_for(wc)
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
         if wc.w == MAJORITY:
             self._waiter_seq += 1
@@ -773,6 +796,22 @@ class Replication:
         finally:
             # A timed-out majority waiter stays in the heap, done, until the commit point passes it.
             self._waiters.pop(waiter, None)
+
+    def _maybe_flush_for(self, wc: WriteConcern) -> None:
+        """A write waits on durability: flush our journal at once (as MongoDB does) when our own durable
+        position can decide it, that is for `j`, and for `w: "majority"` when the other members cannot
+        form the majority alone. Otherwise their reports usually commit it first; a flush still
+        follows within `MAJORITY_FLUSH_BACKSTOP_S` in case they are slow."""
+        if wc.j or (wc.w == MAJORITY and (self.topology is None or not self.topology.majority_without_self())):
+            self.node.request_flush()
+        elif wc.w == MAJORITY and self._backstop_flush is None:
+            self._backstop_flush = asyncio.get_running_loop().call_later(
+                MAJORITY_FLUSH_BACKSTOP_S, self._on_backstop_flush)
+
+    def _on_backstop_flush(self) -> None:
+        self._backstop_flush = None
+        if any(not w.done() and t > self.node.last_durable_optime for t, _s, w in self._majority_waiters):
+            self.node.request_flush()
 
     def _check_waiters(self) -> None:
         heap = self._majority_waiters

@@ -37,7 +37,7 @@ from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
 from replset.member import MemberState
-from replset.messages import parse_repl_metadata
+from replset.messages import POSITIONS_FIELD, parse_repl_metadata
 from replset.peer import PeerClient, PeerError
 from sync.rollback import RollbackRefused
 from sync.rollback_runner import RollbackFailed, RollbackRunner
@@ -91,6 +91,12 @@ class SyncWorker:
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanup: set[asyncio.Task[None]] = set()
         self._rollback_task: asyncio.Task[None] | None = None
+        # While tailing, each getMore carries our positions (`POSITIONS_FIELD`): it is sent once the
+        # previous batch is applied (and, within a short wait, durable), so the source learns of it
+        # without a replSetUpdatePosition of its own. `awaiting_source` is True while a getMore is
+        # out: positions that move meanwhile go by the position reporter.
+        self.carrying_reports = False
+        self.awaiting_source = False
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -199,19 +205,37 @@ class SyncWorker:
             await self._enqueue(docs or [])
             cursor_id = cursor.get("id", 0)
             self.message = ""
+            self.carrying_reports = True
             while cursor_id:
                 await self._wait_while_stopped()
-                reply = await self._command(client, {
+                body: dict[str, Any] = {
                     "getMore": cursor_id, "collection": "oplog.rs", "batchSize": FETCH_BATCH,
-                    "maxTimeMS": self.node.repl.await_data_ms, "$db": "local"})
+                    "maxTimeMS": self.node.repl.await_data_ms, "$db": "local"}
+                report = await self._positions_after_apply()
+                if report is not None:
+                    body[POSITIONS_FIELD] = report
+                self.awaiting_source = True
+                try:
+                    reply = await self._command(client, body)
+                finally:
+                    self.awaiting_source = False
                 cursor = reply["cursor"]
                 await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
                 await self._enqueue(list(cursor.get("nextBatch", [])))
                 cursor_id = cursor.get("id", 0)
         finally:
+            self.carrying_reports = self.awaiting_source = False
             client.close()
             if cursor_id:
                 self._release_cursor(source, cursor_id)
+
+    async def _positions_after_apply(self) -> dict[str, Any] | None:
+        """Waits until every fetched batch is applied (and briefly for its journal flush), then returns
+        the position report the next getMore carries. Fetching the next batch waits for the last one
+        to be applied: one message a batch instead of two, which is what the source's CPU pays for."""
+        await self._buffer.join()
+        await self.node.repl.settle_durable()
+        return self.node.repl.fetch_position_report()
 
     def _release_cursor(self, source: str, cursor_id: int) -> None:
         """Best effort: the source would otherwise keep our tailable cursor until it idles out."""

@@ -21,8 +21,7 @@ from replset.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from replset.status import replset_status
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import _first_batch, collection_name, run_write
-
-OPLOG_NS = "local.oplog.rs"
+from replset.wire.oplog_reader import OPLOG_NS
 
 
 # -- handshake and diagnostics --------------------------------------------------------

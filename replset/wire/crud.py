@@ -33,10 +33,12 @@ from oplog.writes import (
     update_documents,
 )
 from replset.cursors import Cursor, cursor_reply
+from replset.messages import POSITIONS_FIELD
 from replset.node import utcnow
 from replset.wire import sessions
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
+    OPLOG_NS,
     check_tail_position,
     oplog_end_key,
     oplog_source,
@@ -183,7 +185,7 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
                       tail_state: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
     """Documents of a namespace in natural order (the oplog is a virtual collection)."""
     reader = ctx.node.store.reader
-    if ns == "local.oplog.rs":
+    if ns == OPLOG_NS:
         return oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
                             state=tail_state)
     exact, id_value = id_equality(query)
@@ -227,7 +229,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     matcher = compile_filter(query)
     tailable = bool(cmd.get("tailable"))
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
-    raw = (ns == "local.oplog.rs" and start_key_is_whole_filter(query) and not projection and not skip
+    raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
@@ -239,7 +241,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
                     await_data=bool(cmd.get("awaitData")))
     if tailable:
-        if ns != "local.oplog.rs":
+        if ns != OPLOG_NS:
             raise MongoError(2, "tailable cursor requested on non capped collection")
         cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
@@ -249,7 +251,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
 
 def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict[str, Any]:
     """Oplog reads carry the sender's term and commit point, as a sync source's replies do."""
-    if ns == "local.oplog.rs":
+    if ns == OPLOG_NS:
         reply["$replData"] = ctx.node.repl.metadata_document()
     return reply
 
@@ -292,6 +294,9 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx, 'collection')}"
     registry = ctx.node.cursors
     cursor = registry.get(int(cursor_id), ns, now_ms())
+    report = ctx.cmd.get(POSITIONS_FIELD)
+    if report is not None and ns == OPLOG_NS:
+        ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
     batch_size = _int_arg(ctx.cmd, "batchSize", 0)
     batch = cursor.next_batch(batch_size)
     if not batch and cursor.tailable and cursor.await_data:
@@ -361,7 +366,7 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     query = _document_arg(ctx.cmd, "query") or {}
     skip, limit = _int_arg(ctx.cmd, "skip"), abs(_int_arg(ctx.cmd, "limit"))
-    if not query and ns != "local.oplog.rs":
+    if not query and ns != OPLOG_NS:
         n = ctx.node.store.reader.count(ns)
     else:
         matcher = compile_filter(query)

@@ -15,6 +15,7 @@ from oplog.errors import MongoError
 from oplog.optime import ts_key
 
 CHUNK = 1000
+OPLOG_NS = "local.oplog.rs"
 
 
 def oplog_start_key(query: dict[str, Any]) -> int:
