@@ -44,6 +44,8 @@ MAX_QUEUED = 10_000
 MAX_BATCH = 2_000
 JOURNAL_COMMIT_INTERVAL_S = 0.1
 CHECKPOINT_INTERVAL_S = 0.5
+BATCH_SLICE_S = 0.02
+FINISH_CHECKPOINT_MAX_FRAMES = 2_000
 INLINE_FSYNC_LIMIT_S = 0.002
 THREADED_FSYNC_HOLD_S = 5.0
 
@@ -217,28 +219,51 @@ class GroupCommitWriter:
 
         def done(fut: asyncio.Future[Any]) -> None:
             self._checkpoint_running = False
-            if not fut.cancelled() and fut.exception() is not None:
+            if fut.cancelled():
+                return
+            if fut.exception() is not None:
                 log.warning("checkpoint failed: %s", fut.exception())
-            else:
-                self.checkpoints += 1
+                return
+            self.checkpoints += 1
+            frames, copied = fut.result()
+            if frames - copied <= FINISH_CHECKPOINT_MAX_FRAMES:
+                # On the event loop, between group commits: the writer cannot append meanwhile, so
+                # this pass completes and the next transaction restarts the WAL from its beginning.
+                try:
+                    self._store.finish_checkpoint()
+                except Exception as exc:  # a busy database: the next round tries again
+                    log.warning("checkpoint could not finish: %s", exc)
 
         asyncio.get_running_loop().run_in_executor(self._checkpointer, self._store.checkpoint).add_done_callback(done)
 
     # -- the writer -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        pending: list[Request] = []
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            self._commit_batch(batch)
+            if not pending:
+                pending = [await self._queue.get()]
+            while len(pending) < MAX_BATCH and not self._queue.empty():
+                pending.append(self._queue.get_nowait())
+            done = self._commit_batch(pending)
+            pending = pending[done:]
+            if pending:
+                await asyncio.sleep(0)  # the batch ran out of its time slice: let the loop serve others
 
-    def _commit_batch(self, batch: list[Request]) -> None:
+    def _commit_batch(self, pending: list[Request]) -> int:
+        """Runs and commits a prefix of `pending` in one transaction: every request, or as many as fit
+        in `BATCH_SLICE_S` (at least one), so one commit never holds the event loop much longer than
+        that, whatever the queue holds. Returns how many requests it took."""
         outcomes: list[tuple[bool, Any]] = []
         txn = self._store.begin()
+        batch = pending
         try:
-            for fn, _fut, _durable in batch:
+            started = time.perf_counter()
+            for i, (fn, _fut, _durable) in enumerate(pending):
                 outcomes.append(self._run_one(txn, fn))
+                if time.perf_counter() - started > BATCH_SLICE_S:
+                    batch = pending[:i + 1]
+                    break
             self._store.commit()
         except Exception as exc:
             self._store.rollback()
@@ -249,7 +274,7 @@ class GroupCommitWriter:
                     fut.set_exception(error)
             log.exception("group commit failed")
             self._on_commit()
-            return
+            return len(batch)
         self.batches += 1
         self.requests += len(batch)
         self.committed_seq += 1
@@ -267,6 +292,7 @@ class GroupCommitWriter:
                 fut.set_result(value)
         self._on_commit()
         self._schedule_flush()
+        return len(batch)
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:

@@ -58,6 +58,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 CONFIG_NS = "local.system.replset"
+TRIM_STEP_BYTES = 1024 * 1024
 ELECTION_META = "election"
 
 
@@ -106,6 +107,7 @@ class Node:
         self._connection_ids = 0
         self.shutting_down = False
         self._trimming = False
+        self._trim_again = False
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
         self.last_vote: LastVote | None = None
         self.rbid = 0  # rollback id: bumped by every rollback (replSetGetRBID)
@@ -282,22 +284,34 @@ class Node:
         the background (a request of its own in the group commit). As in MongoDB (4.4+), never
         past the majority commit point: the oplog grows past its size rather than delete entries a
         lagging majority member still has to fetch."""
-        size = self.oplog_size_bytes()
-        if self._trimming or size <= self.max_oplog_bytes or self.shutting_down:
+        if self.oplog_size_bytes() <= self.max_oplog_bytes or self.shutting_down:
             return
-        self._trimming = True
-        excess = size - int(self.max_oplog_bytes * 0.9)
-        keep_after = self.last_committed_optime.ts_key
-        if self.config is not None:
-            keep_after = min(keep_after, self.majority_commit_point.ts_key)
+        if self._trimming:
+            self._trim_again = True  # the commit point may have moved past what the running trim saw
+            return
+        self._trimming, self._trim_again = True, False
+        target = int(self.max_oplog_bytes * 0.9)
 
         async def trim() -> None:
+            # In steps of TRIM_STEP_BYTES, each its own group-commit request: one request deleting
+            # 10% of a 1 GB oplog would hold the event loop (heartbeats included) for seconds.
             try:
-                await self.writer.submit(lambda txn: txn.trim_oplog(excess, keep_after), durable=False)
+                while not self.shutting_down and (excess := self.oplog_size_bytes() - target) > 0:
+                    keep_after = self.last_committed_optime.ts_key
+                    if self.config is not None:
+                        keep_after = min(keep_after, self.majority_commit_point.ts_key)
+                    step = min(excess, TRIM_STEP_BYTES)
+                    removed, _bytes = await self.writer.submit(
+                        lambda txn, step=step, keep_after=keep_after: txn.trim_oplog(step, keep_after),
+                        durable=False)
+                    if not removed:
+                        break  # held back by the commit point: the next commit or flush tries again
             except MongoError:
                 log.warning("oplog trim failed", exc_info=True)
             finally:
                 self._trimming = False
+                if self._trim_again:
+                    self._maybe_trim_oplog()
 
         self._trim_task = asyncio.get_running_loop().create_task(trim())
 

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 BUFFER_BATCHES = 64
 MAX_APPLY_BATCH = 5000
+APPLY_SLICE = 500
 FETCH_BATCH = 5000
 ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
@@ -343,7 +344,10 @@ class SyncWorker:
                 batch.extend(self._buffer.get_nowait())
                 taken += 1
             try:
-                await self._apply(batch)
+                # In slices: one transaction holds the event loop while it applies, and heartbeats
+                # must not wait for 5,000 entries.
+                for start in range(0, len(batch), APPLY_SLICE):
+                    await self._apply(batch[start:start + APPLY_SLICE])
             finally:
                 for _ in range(taken):
                     self._buffer.task_done()
