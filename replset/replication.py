@@ -84,7 +84,6 @@ STOP_TIMEOUT_S = 5.0
 # A secondary's report waits this long at most for the journal flush that follows an applied batch, so
 # one report usually carries both positions instead of two reports a batch (fsync here: ~0.5 ms).
 REPORT_LINGER_S = 0.002
-MAJORITY_FLUSH_BACKSTOP_S = 0.005
 
 
 def now_ms() -> int:
@@ -120,7 +119,6 @@ class Replication:
         # satisfies. Other concerns (w:N, j, tags), keyed by the future so a finished one leaves in O(1).
         self._majority_waiters: list[tuple[OpTime, int, asyncio.Future[MongoError | None]]] = []
         self._waiter_seq = 0
-        self._backstop_flush: asyncio.TimerHandle | None = None
         self._waiters: dict[asyncio.Future[MongoError | None], tuple[WriteConcern, OpTime]] = {}
         self._vote_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -798,19 +796,10 @@ class Replication:
             self._waiters.pop(waiter, None)
 
     def _maybe_flush_for(self, wc: WriteConcern) -> None:
-        """A write waits on durability: flush our journal at once (as MongoDB does) when our own durable
-        position can decide it, that is for `j`, and for `w: "majority"` when the other members cannot
-        form the majority alone. Otherwise their reports usually commit it first; a flush still
-        follows within `MAJORITY_FLUSH_BACKSTOP_S` in case they are slow."""
-        if wc.j or (wc.w == MAJORITY and (self.topology is None or not self.topology.majority_without_self())):
-            self.node.request_flush()
-        elif wc.w == MAJORITY and self._backstop_flush is None:
-            self._backstop_flush = asyncio.get_running_loop().call_later(
-                MAJORITY_FLUSH_BACKSTOP_S, self._on_backstop_flush)
-
-    def _on_backstop_flush(self) -> None:
-        self._backstop_flush = None
-        if any(not w.done() and t > self.node.last_durable_optime for t, _s, w in self._majority_waiters):
+        """A write waits on durability: flush our journal at once, as MongoDB does. For w:"majority"
+        this runs alongside the secondaries' apply: the majority is then us and the fastest of them,
+        not the slowest two of them."""
+        if wc.j or wc.w == MAJORITY:
             self.node.request_flush()
 
     def _check_waiters(self) -> None:

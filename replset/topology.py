@@ -224,20 +224,6 @@ class Topology:
             and (d.config_term, d.config_version) == (config.term, config.version)))
         return have >= config.majority_vote_count
 
-    def majority_without_self(self) -> bool:
-        """Whether healthy voting, data-bearing members that sync from us directly are enough for a
-        write majority: then a w:"majority" write commits on their durable positions, which their next
-        getMore brings, and need not wait for (or trigger) our own journal flush. Members further down
-        a chain report through a relay, one hop later: they do not count here."""
-        me = self.config.member_by_id(self.self_id)
-        if me is None:
-            return False
-        direct = sum(1 for m in self.config.members
-                     if m.votes > 0 and m.data_bearing and m.id != self.self_id
-                     and (d := self.members.get(m.id)) is not None and d.healthy and d.state in UP_STATES
-                     and d.sync_source == me.host)
-        return direct >= self.config.write_majority_count
-
     def caught_up_electable(self, last_applied: OpTime) -> str | None:
         """A healthy electable SECONDARY that has applied `last_applied` (the stepdown handoff target)."""
         for member in self.config.members:

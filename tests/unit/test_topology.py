@@ -562,25 +562,3 @@ def test_the_handoff_target_is_a_caught_up_electable_secondary() -> None:
     topo.on_heartbeat_reply(S3_ID, reply(applied=ot(100)), 1.0, 0, my_term=1)
     assert topo.caught_up_electable(ot(100)) == S3
 
-
-def test_a_primary_needs_its_own_flush_for_majority_only_when_the_others_cannot_form_it() -> None:
-    """P with S1 and S2 syncing from it: two durable secondaries make a majority of three, so a
-    w:"majority" write need not trigger P's journal flush. With S2 down, or S2 syncing from S1 (its
-    position comes one relay later), P's own durable position is needed."""
-    three = config(*({"_id": i, "host": h} for i, h in enumerate((P, S1, S2))))
-    t = topology(three, me=P_ID)
-    assert not t.majority_without_self()  # not heard from yet
-    t.on_heartbeat_reply(S1_ID, reply(sync_source=P), 1.0, 10, 1)
-    t.on_heartbeat_reply(S2_ID, reply(sync_source=P), 1.0, 10, 1)
-    assert t.majority_without_self()
-    t.on_heartbeat_reply(S2_ID, reply(sync_source=S1), 1.0, 11, 1)
-    assert not t.majority_without_self()  # a chain: P <- S1 <- S2
-    t.on_heartbeat_reply(S2_ID, reply(sync_source=P), 1.0, 12, 1)
-    t.on_heartbeat_failure(S2_ID, 20, refused=True, message="refused")
-    assert not t.majority_without_self()
-    arbiter = config({"_id": 0, "host": P}, {"_id": 1, "host": S1}, {"_id": 2, "host": S2, "arbiterOnly": True,
-                                                                     "priority": 0})
-    t = topology(arbiter, me=P_ID)
-    t.on_heartbeat_reply(S1_ID, reply(sync_source=P), 1.0, 10, 1)
-    t.on_heartbeat_reply(S2_ID, reply(MemberState.ARBITER), 1.0, 10, 1)
-    assert not t.majority_without_self()  # an arbiter holds no data: P's flush is part of the majority
