@@ -24,7 +24,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from replset.wire.codec import HEADER, MAX_MESSAGE_SIZE, decode_reply, encode_op_msg_request
+from replset.wire.codec import HEADER, MAX_MESSAGE_SIZE, decode_raw_reply, decode_reply, encode_op_msg_request
 
 CONNECT_TIMEOUT_S = 2.0
 _request_ids = itertools.count(1)
@@ -49,19 +49,20 @@ class PeerClient:
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
 
-    async def command(self, body: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any]:
-        """Runs one command; returns the reply document (which may have ok: 0)."""
+    async def command(self, body: Mapping[str, Any], *, timeout_s: float, raw: bool = False) -> Any:
+        """Runs one command; returns the reply document (which may have ok: 0), a `RawBSONDocument`
+        with `raw` (its sub-documents keep their bytes)."""
         async with self._lock:
             try:
                 async with asyncio.timeout(timeout_s):  # no extra task per command, unlike wait_for
-                    return await self._round_trip(body)
+                    return await self._round_trip(body, raw)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, struct.error, ValueError) as exc:
                 self.close()
                 refused = isinstance(exc, ConnectionRefusedError)
                 detail = str(exc) or ("no reply within the timeout" if isinstance(exc, TimeoutError) else "")
                 raise PeerError(f"{self.host}: {type(exc).__name__}: {detail}", refused=refused) from exc
 
-    async def _round_trip(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def _round_trip(self, body: Mapping[str, Any], raw: bool = False) -> Any:
         delay = self._latency_ms(self.host) if self._latency_ms is not None else 0.0
         if delay > 0:
             await asyncio.sleep(delay / 1000)
@@ -83,7 +84,7 @@ class PeerClient:
         if not HEADER.size <= length <= MAX_MESSAGE_SIZE:
             raise ValueError(f"bad reply length {length}")
         frame = header + await reader.readexactly(length - HEADER.size)
-        response_to, reply = decode_reply(frame)
+        response_to, reply = decode_raw_reply(frame) if raw else decode_reply(frame)
         if response_to != request_id:
             raise ValueError(f"reply to request {response_to}, expected {request_id}")
         return reply

@@ -16,9 +16,11 @@ SECONDARY_OK = {"mode": "secondaryPreferred"}
 KILL_CURSOR_TIMEOUT_S = 1.0
 
 
-async def source_command(client: PeerClient, body: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-    """Runs one read on the source; raises MongoError for an `ok: 0` reply, PeerError for I/O."""
-    reply = await client.command(body | {"$readPreference": SECONDARY_OK}, timeout_s=timeout_s)
+async def source_command(client: PeerClient, body: dict[str, Any], *, timeout_s: float,
+                         raw: bool = False) -> Any:
+    """Runs one read on the source; raises MongoError for an `ok: 0` reply, PeerError for I/O. With
+    `raw`, the reply is a `RawBSONDocument` (see `PeerClient.command`)."""
+    reply = await client.command(body | {"$readPreference": SECONDARY_OK}, timeout_s=timeout_s, raw=raw)
     if not reply.get("ok"):
         raise MongoError(int(reply.get("code", 1)), str(reply.get("errmsg", "sync source error")))
     return reply

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import bson
 
 from oplog.apply import apply_entry
+from oplog.codec_options import DOC_OPTIONS
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
@@ -57,6 +58,11 @@ ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
 STOP_TIMEOUT_S = 5.0
 ROLLBACK_FINISH_S = 120.0
+
+
+# A fetched entry: decoded (to apply it) and the bytes the source sent (stored as they are), or None
+# when the entry came decoded only (the first batch of a cursor).
+FetchedEntry = tuple[dict[str, Any], bytes | None]
 
 
 class SyncSourceProblem(Exception):
@@ -87,7 +93,7 @@ class SyncWorker:
         self.last_fetched = node.log.last
         self.sync_source: str | None = None
         self.message = ""
-        self._buffer: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue(BUFFER_BATCHES)
+        self._buffer: asyncio.Queue[list[FetchedEntry]] = asyncio.Queue(BUFFER_BATCHES)
         self._fetch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanup: set[asyncio.Task[None]] = set()
@@ -203,7 +209,7 @@ class SyncWorker:
             docs = self._check_first_batch(list(cursor.get("firstBatch", [])), last)
             if docs is None:
                 await self._diagnose_missing(client, last)
-            await self._enqueue(docs or [])
+            await self._enqueue([(doc, None) for doc in docs or []])
             cursor_id = cursor.get("id", 0)
             self.message = ""
             self.carrying_reports = True
@@ -217,12 +223,14 @@ class SyncWorker:
                     body[POSITIONS_FIELD] = report
                 self.awaiting_source = True
                 try:
-                    reply = await self._command(client, body)
+                    reply = await self._command(client, body, raw=True)
                 finally:
                     self.awaiting_source = False
                 cursor = reply["cursor"]
                 await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
-                await self._enqueue(list(cursor.get("nextBatch", [])))
+                # Each entry is decoded once, to apply it, and stored with the bytes the source sent.
+                await self._enqueue([(bson.decode(doc.raw, DOC_OPTIONS), doc.raw)
+                                     for doc in cursor.get("nextBatch", [])])
                 cursor_id = cursor.get("id", 0)
         finally:
             self.carrying_reports = self.awaiting_source = False
@@ -252,9 +260,9 @@ class SyncWorker:
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
 
-    async def _command(self, client: PeerClient, body: dict[str, Any]) -> dict[str, Any]:
+    async def _command(self, client: PeerClient, body: dict[str, Any], *, raw: bool = False) -> Any:
         timeout_s = self.node.repl.await_data_ms / 1000 + self.node.repl.heartbeat_timeout_s
-        reply = await source_command(client, body, timeout_s=timeout_s)
+        reply = await source_command(client, body, timeout_s=timeout_s, raw=raw)
         meta = parse_repl_metadata(reply)
         if meta is not None:
             self.node.repl.on_sync_source_metadata(meta)
@@ -323,11 +331,11 @@ class SyncWorker:
         node.set_state(MemberState.RECOVERING)
         repl.on_local_commit()  # RECOVERING ends once minValid is applied (at once if already there)
 
-    async def _enqueue(self, docs: list[dict[str, Any]]) -> None:
-        if not docs:
+    async def _enqueue(self, entries: list[FetchedEntry]) -> None:
+        if not entries:
             return
-        self.last_fetched = OpTime.from_document(docs[-1])
-        await self._buffer.put(docs)
+        self.last_fetched = OpTime.from_document(entries[-1][0])
+        await self._buffer.put(entries)
 
     async def _wait_while_stopped(self) -> None:
         points = self.node.failpoints
@@ -352,19 +360,18 @@ class SyncWorker:
                 for _ in range(taken):
                     self._buffer.task_done()
 
-    async def _apply(self, entries: list[dict[str, Any]]) -> None:
+    async def _apply(self, entries: list[FetchedEntry]) -> None:
         node = self.node
 
         def write(txn: StoreTxn) -> None:
             rows: list[tuple[int, bytes]] = []
             last = node.log.last
-            for entry in entries:
+            for entry, raw in entries:
                 optime = OpTime.from_document(entry)
                 if optime.ts_key <= last.ts_key:
                     continue  # already applied (a refetched overlap)
                 apply_entry(txn, entry, replay=True)
-                blob = bson.encode(entry)
-                rows.append((optime.ts_key, blob))
+                rows.append((optime.ts_key, raw if raw is not None else bson.encode(entry)))
                 last = optime
             txn.append_oplog(rows)
             node.log.last = last

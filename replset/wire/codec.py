@@ -17,6 +17,7 @@ from typing import Any
 import bson
 import google_crc32c
 from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 
 OP_REPLY = 1
 OP_QUERY = 2004
@@ -39,6 +40,7 @@ _REPLY_PREFIX = struct.Struct("<iqii")
 # Documents decode to plain dicts; binary subtype 4 stays a bson Binary so that
 # session ids round-trip byte for byte.
 DECODE_OPTIONS: CodecOptions[dict[str, Any]] = CodecOptions(document_class=dict)
+RAW_OPTIONS: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSONDocument)
 
 # Kind-1 payloads the server accepts and merges into the command body.
 _SEQUENCE_FIELDS = {"insert": "documents", "update": "updates", "delete": "deletes"}
@@ -269,6 +271,20 @@ def encode_op_msg_request(
     if checksum:
         msg += _UINT32.pack(google_crc32c.value(msg))
     return msg
+
+
+def decode_raw_reply(frame: bytes) -> tuple[int, Mapping[str, Any]]:
+    """Like `decode_reply`, but an OP_MSG reply's body stays a `RawBSONDocument`: its fields decode
+    when read, and its sub-documents keep their bytes (an oplog fetcher stores them as they came)."""
+    _length, _rid, response_to, opcode = HEADER.unpack_from(frame, 0)
+    pos = HEADER.size + 4
+    if opcode != OP_MSG or len(frame) < pos + 5 or frame[pos] != 0:
+        return decode_reply(frame)
+    size = _bson_length(frame, pos + 1, len(frame))
+    try:
+        return response_to, RawBSONDocument(frame[pos + 1:pos + 1 + size], RAW_OPTIONS)
+    except Exception as exc:  # bson raises several types for corrupt input
+        raise ProtocolError(f"invalid BSON: {exc}") from None
 
 
 def decode_reply(frame: bytes) -> tuple[int, dict[str, Any]]:

@@ -8,6 +8,7 @@ import bson
 import pytest
 from bson.codec_options import DEFAULT_CODEC_OPTIONS
 from bson.int64 import Int64
+from bson.timestamp import Timestamp
 from pymongo.message import _op_msg, _OpMsg
 
 from replset.wire.codec import (
@@ -19,6 +20,7 @@ from replset.wire.codec import (
     OpQueryRequest,
     ProtocolError,
     decode_message,
+    decode_raw_reply,
     decode_reply,
     encode_op_msg,
     encode_op_msg_request,
@@ -159,3 +161,15 @@ def test_decode_message_rejects_body_and_sequence_conflict() -> None:
     assert isinstance(msg, OpMsgRequest)
     with pytest.raises(ProtocolError, match="duplicate"):
         msg.command()
+
+
+def test_a_raw_reply_keeps_the_bytes_of_its_sub_documents() -> None:
+    """An oplog fetcher stores entries with the bytes the source sent (no decode and re-encode)."""
+    entries = [{"ts": Timestamp(1, i), "op": "i", "ns": "db.c", "o": {"_id": i, "x": 1.5}} for i in range(3)]
+    frame = encode_op_msg({"cursor": {"nextBatch": entries, "id": Int64(7)}, "ok": 1.0}, 1, 42)
+    response_to, reply = decode_raw_reply(frame)
+    assert response_to == 42 and reply["ok"] == 1.0 and reply["cursor"]["id"] == 7
+    assert [doc.raw for doc in reply["cursor"]["nextBatch"]] == [bson.encode(e) for e in entries]
+    body = b"\x00\x00\x00\x00" + b"\x00" + struct.pack("<i", 1000) + b"\x00" * 8  # says 1,000 bytes, has 12
+    with pytest.raises(ProtocolError):
+        decode_raw_reply(struct.pack("<iiii", 16 + len(body), 1, 42, 2013) + body)
