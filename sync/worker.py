@@ -31,6 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import bson
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_fixed
 
 from oplog.apply import apply_entry
 from oplog.codec_options import DOC_OPTIONS
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 BUFFER_BATCHES = 64
 MAX_APPLY_BATCH = 5000
 APPLY_SLICE = 500
+APPLY_RETRY_S = 0.5
 FETCH_BATCH = 5000
 ERROR_DENY_MS = 1000
 DIVERGED_DENY_MS = 10_000
@@ -376,16 +378,17 @@ class SyncWorker:
             txn.append_oplog(rows)
             node.log.last = last
 
-        while True:
-            try:
+        def log_retry(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            log.error("applying a batch of %d entries failed: %s; retrying", len(entries), exc)
+
+        # A failed batch (a storage error) is retried as it stands until it applies, unless we shut down.
+        async for attempt in AsyncRetrying(
+                retry=retry_if_exception(lambda exc: isinstance(exc, MongoError) and not node.shutting_down),
+                wait=wait_fixed(APPLY_RETRY_S), before_sleep=log_retry, reraise=True):
+            with attempt:
                 await node.writer.submit(write, durable=False)
-                # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal
-                # flush that makes it durable (for w:"majority" and j) starts now, not in 100 ms.
-                node.request_flush()
-                return
-            except MongoError as exc:
-                if node.shutting_down:
-                    raise
-                log.error("applying a batch of %d entries failed: %s; retrying", len(entries), exc)
-                await asyncio.sleep(0.5)
+        # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal flush
+        # that makes it durable (for w:"majority" and j) starts now, not in 100 ms.
+        node.request_flush()
 
