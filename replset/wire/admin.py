@@ -19,6 +19,7 @@ from replset import __version__
 from replset.cursors import Cursor
 from replset.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from replset.status import replset_status
+from replset.wire import system_namespaces
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import _first_batch, collection_name, run_write
 from replset.wire.oplog_reader import OPLOG_NS
@@ -216,6 +217,7 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)
     validate_namespace(ctx.db, coll)
     ns = f"{ctx.db}.{coll}"
+    system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "create"}
 
     def body(env: WriteEnv) -> dict[str, Any]:
@@ -231,6 +233,7 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
+    system_namespaces.check_drop(ns)
 
     def body(env: WriteEnv) -> dict[str, Any]:
         info = env.txn.collection(ns)
@@ -245,8 +248,7 @@ async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
 
 @command("dropDatabase", kind="write")
 async def cmd_drop_database(ctx: CommandContext) -> dict[str, Any]:
-    if ctx.db in ("local", "admin", "config"):
-        raise MongoError(20, f"Dropping the '{ctx.db}' database is prohibited.")
+    system_namespaces.check_drop_database(ctx.db)
 
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collections(ctx.db):
@@ -276,6 +278,7 @@ def _validate_index_spec(spec: Any) -> dict[str, Any]:
 async def cmd_create_indexes(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
+    system_namespaces.check_write(ns)
     raw = ctx.cmd.get("indexes")
     if not isinstance(raw, list) or not raw:
         raise MongoError(2, "Must specify at least one index to create")
@@ -322,6 +325,7 @@ def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> 
 async def cmd_drop_indexes(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
+    system_namespaces.check_write(ns)
     target = ctx.cmd.get("index")
 
     def body(env: WriteEnv) -> dict[str, Any]:
@@ -333,6 +337,39 @@ async def cmd_drop_indexes(ctx: CommandContext) -> dict[str, Any]:
         for name in names:
             env.emit(command_entry(ctx.db, {"dropIndexes": coll, "index": name}, info.uuid))
         return {"nIndexesWas": len(indexes), "ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
+@command("renameCollection", kind="write")
+async def cmd_rename_collection(ctx: CommandContext) -> dict[str, Any]:
+    """`{renameCollection: "db.from", to: "db.to", dropTarget?}`, run against `admin`, within one
+    database (renaming across databases copies data in mongod; not supported here)."""
+    if ctx.db != "admin":
+        raise MongoError(13, "renameCollection may only be run against the admin database.")
+    source, target = ctx.cmd.get("renameCollection"), ctx.cmd.get("to")
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise MongoError(14, "'renameCollection' and 'to' must be namespace strings")
+    for ns in (source, target):
+        db, _, coll = ns.partition(".")
+        validate_namespace(db, coll)
+    system_namespaces.check_rename(source, target)
+    if source.partition(".")[0] != target.partition(".")[0]:
+        raise MongoError(115, "renaming a collection across databases is not supported")
+    if source == target:
+        raise MongoError(20, "Can't rename a collection to itself")
+    drop_target = bool(ctx.cmd.get("dropTarget"))
+    db = source.partition(".")[0]
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        info = env.txn.collection(source)
+        if info is None:
+            raise MongoError(26, f"Source collection {source} does not exist")
+        if env.txn.collection(target) is not None and not drop_target:
+            raise MongoError(48, "target namespace exists")
+        env.emit(command_entry(db, {"renameCollection": source, "to": target, "dropTarget": drop_target},
+                               info.uuid))
+        return {"ok": 1.0}
 
     return await run_write(ctx, body)
 

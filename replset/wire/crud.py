@@ -35,7 +35,7 @@ from oplog.writes import (
 from replset.cursors import Cursor, cursor_reply
 from replset.messages import POSITIONS_FIELD
 from replset.node import utcnow
-from replset.wire import sessions
+from replset.wire import sessions, system_namespaces
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
     OPLOG_NS,
@@ -77,7 +77,8 @@ def _array_arg(ctx: CommandContext, field: str) -> list[Any]:
 async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, Any]]) -> dict[str, Any]:
     """Runs a write command once per (lsid, txnNumber), then honours the write concern."""
     wc = parse_write_concern(ctx.cmd.get("writeConcern"))
-    rw = sessions.retryable_write(ctx.cmd)
+    # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
+    rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
 
     def fn(env: WriteEnv) -> tuple[dict[str, Any], OpTime | None]:
         if rw is not None:
@@ -116,6 +117,7 @@ BatchWrite = Callable[[WriteEnv, str, list[Any], bool], WriteResult]
 
 async def _batch_write(ctx: CommandContext, field: str, perform: BatchWrite) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
+    system_namespaces.check_write(ns)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
     is_update = field == "updates"
@@ -142,6 +144,7 @@ async def cmd_delete(ctx: CommandContext) -> dict[str, Any]:
 @command("findAndModify", "findandmodify", kind="write")
 async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
+    system_namespaces.check_write(ns)
     fields = ctx.cmd.get("fields")
     if fields:
         validate_projection(fields)
