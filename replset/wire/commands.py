@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oplog.errors import RETRYABLE_CODES, MongoError
 from replset.member import MemberState
 from replset.wire.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
+from replset.wire.command_args import check_command
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -126,6 +127,7 @@ class Dispatcher:
             return MongoError(59, f"no such command: '{ctx.name}'").to_document()
         try:
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
+            check_command(ctx.name, ctx.cmd)
             reply = await spec.handler(ctx)
         except MongoError as err:
             reply = err.to_document()
