@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from replset.member import MemberState
 from replset.node import NodeOptions
+from replset.wire.server import STALLED_MESSAGE_TIMEOUT_S, WRITE_STALL_TIMEOUT_S, WireLimits
 from sync.initial_sync_progress import copy_totals
 
 T = TypeVar("T")
@@ -34,6 +35,17 @@ def _node_parser(sub: Any) -> None:
     p.add_argument("--traceSQL", dest="trace_sql", default=None, metavar="FILE",
                    help="append every SQL statement the member runs to FILE (one JSON string a line), "
                         "to check query plans")
+    p.add_argument("--maxConns", dest="max_conns", type=int, default=None, metavar="N",
+                   help="most client connections open at once; past it a new connection is closed without "
+                        "a reply unless its first message shows it comes from another member (member "
+                        "connections never count). Default (as mongod): 80%% of the "
+                        "open-file limit (ulimit -n), at most 1,000,000, leaving descriptors for the "
+                        "database files, peer connections and the HTTP port; a larger N is capped to it")
+    # Hidden: tests shorten the wire server's deadlines (see replset/wire/server.py).
+    p.add_argument("--stalledMessageTimeoutSecs", dest="stalled_message_timeout_s", type=float,
+                   default=STALLED_MESSAGE_TIMEOUT_S, help=argparse.SUPPRESS)
+    p.add_argument("--writeStallTimeoutSecs", dest="write_stall_timeout_s", type=float,
+                   default=WRITE_STALL_TIMEOUT_S, help=argparse.SUPPRESS)
 
 
 def _up_parser(sub: Any) -> None:
@@ -65,7 +77,9 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath, bind_ip=args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
-                         http_port=args.http_port, trace_sql=args.trace_sql))
+                         http_port=args.http_port, trace_sql=args.trace_sql),
+             WireLimits(max_conns=args.max_conns, stalled_message_timeout_s=args.stalled_message_timeout_s,
+                        write_stall_timeout_s=args.write_stall_timeout_s))
     return 0
 
 

@@ -1,12 +1,15 @@
 """HTTP status endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`.
 
 Documents are rendered as MongoDB Extended JSON (relaxed), so optimes, dates and
-ObjectIds stay readable to operators and tools.
+ObjectIds stay readable to operators and tools. `/health` also shows the wire
+server's connection counts (clients, members, refused under --maxConns), which
+tests wait on instead of sleeping.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
     from replset.node import Node
 
 NODE_KEY: web.AppKey[Node] = web.AppKey("node")
+ConnectionStats = Callable[[], dict[str, int]]
+CONNECTIONS_KEY: web.AppKey[ConnectionStats] = web.AppKey("connections", ConnectionStats)
 _JSON_OPTIONS = json_util.RELAXED_JSON_OPTIONS
 
 
@@ -44,14 +49,19 @@ async def _hello(request: web.Request) -> web.Response:
 
 async def _health(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    body = {"ok": not node.shutting_down, "state": node.state.name}
+    body: dict[str, Any] = {"ok": not node.shutting_down, "state": node.state.name}
+    connections = request.app.get(CONNECTIONS_KEY)
+    if connections is not None:
+        body["connections"] = connections()
     return web.Response(text=json.dumps(body), status=200 if body["ok"] else 503,
                         content_type="application/json")
 
 
-def build_app(node: Node) -> web.Application:
+def build_app(node: Node, connections: ConnectionStats | None = None) -> web.Application:
     app = web.Application()
     app[NODE_KEY] = node
+    if connections is not None:
+        app[CONNECTIONS_KEY] = connections
     app.router.add_get("/replSetGetStatus", _status)
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
@@ -59,8 +69,8 @@ def build_app(node: Node) -> web.Application:
 
 
 class HttpServer:
-    def __init__(self, node: Node) -> None:
-        self._runner = web.AppRunner(build_app(node), access_log=None)
+    def __init__(self, node: Node, connections: ConnectionStats | None = None) -> None:
+        self._runner = web.AppRunner(build_app(node, connections), access_log=None)
 
     async def start(self, host: str, port: int) -> None:
         await self._runner.setup()

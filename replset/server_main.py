@@ -10,22 +10,22 @@ import sys
 from replset.http import HttpServer
 from replset.node import Node, NodeOptions
 from replset.wire.commands import Dispatcher
-from replset.wire.server import WireServer
+from replset.wire.server import WireLimits, WireServer
 
 log = logging.getLogger("replset")
 SWITCH_INTERVAL_S = 0.0002
 
 
-async def serve(options: NodeOptions) -> None:
+async def serve(options: NodeOptions, limits: WireLimits | None = None) -> None:
     node = Node(options)
     await node.start()
-    wire = WireServer(node, Dispatcher(node))
-    http = HttpServer(node)
+    wire = WireServer(node, Dispatcher(node), limits)
+    http = HttpServer(node, wire.admission.snapshot)
     await wire.start(options.bind_ip, options.port)
     http_port = options.http_port if options.http_port is not None else options.port + 1000
     await http.start(options.bind_ip, http_port)
-    log.info("member %s listening (wire %d, http %d), state %s", options.me, options.port, http_port,
-             node.state.name)
+    log.info("member %s listening (wire %d, http %d, maxConns %d), state %s", options.me, options.port,
+             http_port, wire.admission.max_conns, node.state.name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -39,7 +39,7 @@ async def serve(options: NodeOptions) -> None:
         await node.stop()
 
 
-def run_node(options: NodeOptions) -> None:
+def run_node(options: NodeOptions, limits: WireLimits | None = None) -> None:
     # The journal flusher's fsync runs in a thread; when it ends it must get the GIL back from a busy
     # event loop before the writes waiting on it can be acknowledged. The default 5 ms switch
     # interval would add up to 5 ms to every j:true and w:"majority" write under load.
@@ -47,6 +47,6 @@ def run_node(options: NodeOptions) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(serve(options))
+        asyncio.run(serve(options, limits))
     else:
-        uvloop.run(serve(options))
+        uvloop.run(serve(options, limits))

@@ -2,9 +2,20 @@
 
 Theory of operation: `MessageDecoder.receive_data(bytes)` buffers input (bounded by
 the largest legal message); `next_message()` returns one decoded request or None
-when more bytes are needed. Anything malformed raises `ProtocolError`: the caller
-closes that one connection, as mongod does. Encoders turn reply documents into
-bytes. No sockets, no asyncio: the server shell feeds bytes in and writes bytes out.
+when more bytes are needed. Encoders turn reply documents into bytes. No sockets,
+no asyncio: the server shell feeds bytes in and writes bytes out.
+
+Two kinds of bad input, told apart because they call for different answers:
+- An *unframeable* stream: the length prefix is below 16 or above maxMessageSizeBytes.
+  Nothing after it can be trusted to start a message, so `next_frame()` raises
+  `ProtocolError` as soon as the 4 length bytes are in, before buffering the body,
+  and the server closes that one connection (as mongod does).
+- A *framed* message with bad contents (corrupt BSON, bad sections, checksum, an
+  opcode we do not serve). The length still says where the next message starts,
+  so `next_request()` returns a `MalformedRequest` the server answers with an
+  error, keeping the connection, unless the message asked for no reply.
+`next_message()` keeps the strict contract (raise on both kinds) for callers that
+want it.
 """
 
 from __future__ import annotations
@@ -46,8 +57,29 @@ RAW_OPTIONS: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSON
 _SEQUENCE_FIELDS = {"insert": "documents", "update": "updates", "delete": "deletes"}
 
 
+FAILED_TO_PARSE = 9
+INVALID_BSON = 22
+
+
 class ProtocolError(Exception):
-    """The peer broke the wire protocol; the connection must be closed."""
+    """The peer broke the wire protocol. `code` is the MongoDB error code an error reply carries when the
+    message was framed (the stream is still in step); an unframeable stream closes the connection."""
+
+    def __init__(self, message: str, code: int = FAILED_TO_PARSE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedRequest:
+    """A message whose length framed it correctly but whose contents are invalid: answered with an
+    error (`code`, `reason`) in the reply format of its opcode, or not at all with `more_to_come`."""
+
+    request_id: int
+    opcode: int
+    more_to_come: bool
+    code: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +128,9 @@ class MessageDecoder:
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
-    def next_message(self) -> Request | None:
+    def next_frame(self) -> bytes | None:
+        """The next whole message's bytes, or None until they are all in. Raises `ProtocolError` on a
+        length no legal message has, as soon as the length is readable (nothing more is buffered)."""
         buf = self._buffer
         if len(buf) < 4:
             return None
@@ -107,11 +141,39 @@ class MessageDecoder:
             return None
         frame = bytes(buf[:length])
         del buf[:length]
-        return decode_message(frame)
+        return frame
+
+    def next_message(self) -> Request | None:
+        """The next request; raises `ProtocolError` for an unframeable length *and* for bad contents."""
+        frame = self.next_frame()
+        return None if frame is None else decode_message(frame)
+
+    def next_request(self) -> Request | MalformedRequest | None:
+        """The next request, or a `MalformedRequest` for a framed message with bad contents; raises
+        `ProtocolError` only for an unframeable length."""
+        frame = self.next_frame()
+        return None if frame is None else decode_request(frame)
+
+    @property
+    def partial(self) -> bool:
+        """Some bytes of a message are in but not all of it (the connection is mid-message)."""
+        return bool(self._buffer)
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
+
+
+def decode_request(frame: bytes) -> Request | MalformedRequest:
+    """Decodes one framed message; bad contents become a `MalformedRequest` instead of an exception."""
+    try:
+        return decode_message(frame)
+    except ProtocolError as exc:
+        _length, request_id, _response_to, opcode = HEADER.unpack_from(frame, 0)
+        more_to_come = False
+        if opcode == OP_MSG and len(frame) >= HEADER.size + 4:
+            more_to_come = bool(_UINT32.unpack_from(frame, HEADER.size)[0] & FLAG_MORE_TO_COME)
+        return MalformedRequest(request_id, opcode, more_to_come, exc.code, str(exc))
 
 
 def decode_message(frame: bytes) -> Request:
@@ -129,15 +191,15 @@ def _decode_bson(data: bytes | memoryview) -> dict[str, Any]:
     try:
         return bson.decode(data, DECODE_OPTIONS)
     except Exception as exc:  # bson raises several types for corrupt input
-        raise ProtocolError(f"invalid BSON: {exc}") from None
+        raise ProtocolError(f"invalid BSON: {exc}", INVALID_BSON) from None
 
 
 def _bson_length(frame: bytes, pos: int, end: int) -> int:
     if pos + 5 > end:
-        raise ProtocolError("truncated BSON document")
+        raise ProtocolError("truncated BSON document", INVALID_BSON)
     (size,) = _INT32.unpack_from(frame, pos)
     if size < 5 or pos + size > end:
-        raise ProtocolError("BSON document length out of bounds")
+        raise ProtocolError("BSON document length out of bounds", INVALID_BSON)
     return size
 
 

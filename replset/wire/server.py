@@ -1,18 +1,42 @@
 """The asyncio wire-protocol server: bytes from sockets into the codec, replies out.
 
 One task per connection reads into the sans-I/O decoder and handles requests in
-order (drivers never pipeline on one connection). A protocol error closes only
-that connection. The receive buffer is bounded by the codec's maximum message size.
+order (drivers never pipeline on one connection). Every resource a connection
+can hold is bounded, so that a misbehaving client costs a bounded amount and
+the member keeps answering everyone else:
+- Connections: `--maxConns` clients (`Admission`, see admission.py for why
+  connections from other members never count and are never refused).
+- Receive buffer: one message of at most maxMessageSizeBytes; a length prefix
+  outside [16, 48 MB] closes the connection before the body is buffered.
+- Time mid-message: a connection that sent part of a message (header or body)
+  and then nothing for `stalled_message_timeout_s` is closed. A connection idle
+  *between* messages is never closed: drivers keep pooled connections idle for
+  long.
+- Send buffer: past WRITE_HIGH_WATER bytes the connection waits for the client
+  to read; if it does not within `write_stall_timeout_s`, it is closed.
+- Bad input: an unframeable length closes the connection (the stream cannot be
+  resynchronised); a framed message with bad contents gets an error reply and
+  the connection stays open (see codec.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from replset.wire.codec import MessageDecoder, ProtocolError
+from oplog.errors import MongoError
+from replset.wire.admission import Admission, Role, Verdict, effective_max_conns, is_member_request
+from replset.wire.codec import (
+    OP_QUERY,
+    MalformedRequest,
+    MessageDecoder,
+    ProtocolError,
+    encode_op_msg,
+    encode_op_reply,
+)
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -21,6 +45,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+STALLED_MESSAGE_TIMEOUT_S = 30.0  # no byte for this long in the middle of a message: close
+WRITE_STALL_TIMEOUT_S = 60.0  # a client that reads none of WRITE_HIGH_WATER bytes for this long: close
+IDENTIFY_TIMEOUT_S = 2.0  # a connection arriving at the limit has this long to show it is a member
+
+
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """The wire server's bounds. `max_conns` None means the descriptor-derived default."""
+
+    max_conns: int | None = None
+    stalled_message_timeout_s: float = STALLED_MESSAGE_TIMEOUT_S
+    write_stall_timeout_s: float = WRITE_STALL_TIMEOUT_S
+    identify_timeout_s: float = IDENTIFY_TIMEOUT_S
+
+
+def fd_soft_limit() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 @dataclass(slots=True)
@@ -29,16 +71,28 @@ class Connection:
     peer: str
     request_ids: int = 0
     client_metadata: dict[str, object] = field(default_factory=dict)
+    role: Role = Role.CLIENT
+    identify_deadline: float = 0.0  # loop time by which a PENDING connection must show it is a member
 
     def next_request_id(self) -> int:
         self.request_ids += 1
         return self.request_ids
 
 
+class _Refused(Exception):
+    """The connection is refused under --maxConns (closed without a reply)."""
+
+
 class WireServer:
-    def __init__(self, node: Node, dispatcher: Dispatcher) -> None:
+    def __init__(self, node: Node, dispatcher: Dispatcher, limits: WireLimits | None = None) -> None:
         self._node = node
         self._dispatcher = dispatcher
+        self.limits = limits or WireLimits()
+        requested = self.limits.max_conns
+        self.admission = Admission(effective_max_conns(requested, fd_soft_limit()))
+        if requested is not None and requested > self.admission.max_conns:
+            log.warning("--maxConns %d is above 80%% of the open-file limit; using %d", requested,
+                        self.admission.max_conns)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -56,35 +110,100 @@ class WireServer:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        role = self.admission.on_accept()
+        peer = writer.get_extra_info("peername")
+        peer_name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if role is None:
+            self._log_refused(peer_name)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        peer = writer.get_extra_info("peername")
-        conn = Connection(self._node.next_connection_id(), f"{peer[0]}:{peer[1]}" if peer else "?")
+        conn = Connection(self._node.next_connection_id(), peer_name, role=role,
+                          identify_deadline=asyncio.get_running_loop().time() + self.limits.identify_timeout_s)
         self._node.connections_open += 1
         try:
             await self._serve(conn, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
+        except _Refused:
+            self._log_refused(conn.peer)
         except ProtocolError as exc:
             log.info("closing connection %d from %s: %s", conn.id, conn.peer, exc)
         finally:
+            self.admission.on_close(conn.role)
             self._node.connections_open -= 1
             self._tasks.discard(task)
             writer.close()
+
+    def _log_refused(self, peer: str) -> None:
+        log.info("connection from %s refused because too many open connections: %d", peer,
+                 self.admission.clients)
+
+    async def _read(self, conn: Connection, reader: asyncio.StreamReader, decoder: MessageDecoder) -> bytes:
+        """The next bytes; b"" at end of stream or when a deadline (see the module docstring) passed."""
+        if conn.role is Role.PENDING:  # one deadline for the whole first message, however it trickles in
+            try:
+                async with asyncio.timeout_at(conn.identify_deadline):
+                    return await reader.read(READ_CHUNK)
+            except TimeoutError:
+                self.admission.on_identify_timeout(conn.role)
+                raise _Refused from None
+        if not decoder.partial:
+            return await reader.read(READ_CHUNK)  # idle between messages: wait as long as the client likes
+        timeout_s = self.limits.stalled_message_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await reader.read(READ_CHUNK)
+        except TimeoutError:
+            log.info("closing connection %d from %s: no bytes for %g s in the middle of a message "
+                     "(%d bytes buffered)", conn.id, conn.peer, timeout_s, decoder.buffered)
+            return b""
 
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = MessageDecoder()
         transport = writer.transport
         while True:
-            data = await reader.read(READ_CHUNK)
+            data = await self._read(conn, reader, decoder)
             if not data:
                 return
             decoder.receive_data(data)
-            while (request := decoder.next_message()) is not None:
-                reply = await self._dispatcher.handle(conn, request)
+            while (request := decoder.next_request()) is not None:
+                if conn.role is not Role.MEMBER:
+                    conn.role, verdict = self.admission.on_message(conn.role, is_member_request(request))
+                    if verdict is Verdict.REFUSE:
+                        raise _Refused
+                if isinstance(request, MalformedRequest):
+                    reply = self._malformed_reply(conn, request)
+                else:
+                    reply = await self._dispatcher.handle(conn, request)
                 if reply is None:
                     continue
                 writer.write(reply)
-                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await writer.drain()
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER and not await self._drain(conn, writer):
+                    return
+
+    async def _drain(self, conn: Connection, writer: asyncio.StreamWriter) -> bool:
+        """Waits for the client to read its replies; False (close it) if it does not in time."""
+        try:
+            async with asyncio.timeout(self.limits.write_stall_timeout_s):
+                await writer.drain()
+        except TimeoutError:
+            log.info("closing connection %d from %s: it read none of %d bytes of replies for %g s",
+                     conn.id, conn.peer, writer.transport.get_write_buffer_size(),
+                     self.limits.write_stall_timeout_s)
+            writer.transport.abort()  # close() would wait to flush what the client will not read
+            return False
+        return True
+
+    @staticmethod
+    def _malformed_reply(conn: Connection, request: MalformedRequest) -> bytes | None:
+        """An error reply in the format the opcode calls for; none for a moreToCome message."""
+        log.debug("connection %d: malformed message (opcode %d): %s", conn.id, request.opcode, request.reason)
+        if request.more_to_come:
+            return None
+        doc = MongoError(request.code, request.reason).to_document()
+        if request.opcode == OP_QUERY:
+            return encode_op_reply(doc, conn.next_request_id(), request.request_id)
+        return encode_op_msg(doc, conn.next_request_id(), request.request_id)

@@ -1,0 +1,218 @@
+"""The wire server's bounds on real member processes: --maxConns, stalled messages, unread replies.
+
+Each test waits on an observable condition (a reply, an end of stream, a counter on
+the member's /health endpoint, a line in its log) with a deadline, never on a sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import bson
+
+from replset.wire.codec import decode_reply, encode_op_msg_request
+from tests.support.members import Member, wait_for
+from tests.support.replica_set import make_replica_set
+from tests.support.wire import raw_command, recv_exact, roundtrip
+
+PING = {"ping": 1, "$db": "admin"}
+MEMBER_HELLO = {"hello": 1, "internalClient": {"minWireVersion": 0, "maxWireVersion": 21}, "$db": "admin"}
+ANSWER_BOUND_S = 2.0
+
+
+def health(member: Member) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{member.http_port}/health", timeout=5) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def connections(member: Member) -> dict[str, int]:
+    return dict(health(member)["connections"])
+
+
+@contextlib.contextmanager
+def open_sockets() -> Iterator[list[socket.socket]]:
+    socks: list[socket.socket] = []
+    try:
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
+def connect(member: Member, timeout_s: float = 5.0) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", member.port), timeout=timeout_s)
+
+
+def closed_by_server(sock: socket.socket, timeout_s: float) -> bool:
+    """True once the server ends the stream (EOF or reset) within `timeout_s`, reading past any replies."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def timed(fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    reply = fn()
+    return reply, time.monotonic() - started
+
+
+def test_clients_over_max_conns_are_refused_and_member_connections_are_not(
+        start_member: Callable[..., Member]) -> None:
+    member = start_member("--maxConns", "20", initiate=False)  # no driver whose monitor holds a connection
+    with open_sockets() as socks:
+        for _ in range(20):
+            socks.append(connect(member))
+            assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
+        assert connections(member)["clients"] == 20
+
+        refused = connect(member)
+        socks.append(refused)
+        refused.sendall(encode_op_msg_request({"hello": 1, "$db": "admin"}, 2))
+        assert closed_by_server(refused, 10), "a client over the limit got an answer"
+        silent = connect(member)
+        socks.append(silent)
+        assert closed_by_server(silent, 10), "a silent connection over the limit was kept"
+
+        peer = connect(member)  # a member's connection at the limit: served, not counted
+        socks.append(peer)
+        assert roundtrip(peer, encode_op_msg_request(MEMBER_HELLO, 3))["ok"] == 1.0
+        assert roundtrip(peer, encode_op_msg_request(PING, 4))["ok"] == 1.0
+        fetcher = connect(member)
+        socks.append(fetcher)
+        reply = roundtrip(fetcher, encode_op_msg_request({"find": "oplog.rs", "limit": 1, "$db": "local"}, 5))
+        assert "ok" in reply  # served (an uninitiated member answers with an error)
+        counts = connections(member)
+        assert counts["clients"] == 20 and counts["members"] == 2 and counts["refused"] >= 2, counts
+        assert roundtrip(socks[0], encode_op_msg_request(PING, 6))["ok"] == 1.0  # existing clients go on
+
+        socks.pop(0).close()
+        wait_for(lambda: connections(member)["clients"] == 19, 10, "a client slot to free up")
+        assert raw_command(member.port, PING)["ok"] == 1.0
+    assert "refused because too many open connections" in member.read_log()
+
+
+def test_a_thousand_stalled_connections_do_not_stop_hello_and_ping(start_member: Callable[..., Member]) -> None:
+    member = start_member()
+    frame = encode_op_msg_request({"insert": "c", "documents": [{"x": "y" * 1000}], "$db": "test"}, 9)
+    with open_sockets() as socks:
+        for i in range(1200):
+            s = connect(member)
+            socks.append(s)
+            if i % 3 == 1:
+                s.sendall(frame[:7])  # part of a header
+            elif i % 3 == 2:
+                s.sendall(frame[: len(frame) // 2])  # a header and part of the body
+        wait_for(lambda: connections(member)["current"] >= 1200, 30, "the member to accept 1,200 connections")
+        for request_id, body in enumerate([PING, {"hello": 1, "$db": "admin"}, PING], start=1):
+            reply, took = timed(lambda body=body: raw_command(member.port, body))
+            assert reply["ok"] == 1.0 and took < ANSWER_BOUND_S, (body, took)
+            reply, took = timed(lambda r=request_id, b=body: roundtrip(socks[0], encode_op_msg_request(b, r)))
+            assert reply["ok"] == 1.0 and took < ANSWER_BOUND_S, (body, took)
+        with member.direct_client() as client:
+            assert client.admin.command("hello")["isWritablePrimary"]
+        socks[2].sendall(frame[len(frame) // 2:])  # a stalled message, completed, is served
+        assert decode_reply(_read_frame(socks[2]))[1]["ok"] == 1.0
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    header = recv_exact(sock, 16)
+    return header + recv_exact(sock, struct.unpack_from("<i", header)[0] - 16)
+
+
+def test_a_stalled_partial_message_is_closed_but_an_idle_connection_is_not(
+        start_member: Callable[..., Member]) -> None:
+    member = start_member("--stalledMessageTimeoutSecs", "1", initiate=False)
+    frame = encode_op_msg_request(PING, 1)
+    with open_sockets() as socks:
+        idle = connect(member)
+        socks.append(idle)
+        assert roundtrip(idle, frame)["ok"] == 1.0
+        half_header, half_body = connect(member), connect(member)
+        socks += [half_header, half_body]
+        half_header.sendall(frame[:6])
+        half_body.sendall(frame[:20])
+        assert closed_by_server(half_header, 10) and closed_by_server(half_body, 10)
+        # The idle connection has now been idle for longer than the stall timeout: still served.
+        assert roundtrip(idle, encode_op_msg_request(PING, 2))["ok"] == 1.0
+    assert "in the middle of a message" in member.read_log()
+
+
+def test_unframeable_lengths_close_and_bad_contents_get_an_error_reply(
+        start_member: Callable[..., Member]) -> None:
+    member = start_member(initiate=False)
+    with open_sockets() as socks:
+        for length in (48_000_001, 2**31 - 1, 15, -16):
+            s = connect(member)
+            socks.append(s)
+            s.sendall(struct.pack("<iiii", length, 1, 0, 2013))  # the body never comes
+            assert closed_by_server(s, 10), length
+        s = connect(member)
+        socks.append(s)
+        body = struct.pack("<I", 0) + b"\x00" + struct.pack("<i", 9) + b"\x10a\x00\x01"  # truncated int32
+        reply = roundtrip(s, struct.pack("<iiii", 16 + len(body), 7, 0, 2013) + body)
+        assert reply["ok"] == 0 and reply["code"] == 22, reply
+        legacy = roundtrip(s, struct.pack("<iiii", 20, 8, 0, 2002) + b"\x00" * 4)
+        assert legacy["ok"] == 0, legacy
+        assert roundtrip(s, encode_op_msg_request(PING, 9))["ok"] == 1.0
+
+
+def test_a_client_that_never_reads_its_replies_is_closed(start_member: Callable[..., Member]) -> None:
+    member = start_member("--writeStallTimeoutSecs", "1")
+    with member.direct_client() as client:
+        client.test.big.insert_many([{"_id": i, "blob": bson.Binary(b"x" * 1_000_000)} for i in range(8)])
+    with open_sockets() as socks:
+        s = socket.socket()
+        socks.append(s)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", member.port))
+        find = encode_op_msg_request({"find": "big", "batchSize": 8, "$db": "test"}, 1)
+        s.sendall(find * 4)  # about 32 MB of replies that are never read
+        port = s.getsockname()[1]
+        wait_for(lambda: f"127.0.0.1:{port}: it read none of" in member.read_log(), 20,
+                 "the member to close a connection that does not read")
+        assert raw_command(member.port, PING)["ok"] == 1.0
+
+
+def test_member_connections_get_through_a_full_primary(tmp_path: Any) -> None:
+    """Replication and elections keep working when application connections fill every member."""
+    rs = make_replica_set(str(tmp_path), 3, extra_args=("--maxConns", "8"))
+    with open_sockets() as socks:
+        try:
+            rs.start()
+            primary = rs.initiate()
+            for c in rs.clients:
+                c.close()
+            # A driver's monitor may sit in an awaitable hello (up to 10 s) before its close is seen.
+            wait_for(lambda: connections(primary)["clients"] == 0, 30, "the set-up clients to go")
+            for _ in range(8):
+                socks.append(connect(primary))
+                assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
+            assert closed_by_server(_sent(connect(primary), PING), 10)
+            secondary = next(m for m in rs.members if m is not primary)
+            secondary.stop()  # its new heartbeat and fetcher connections must not be refused
+            secondary.start()
+            insert = {"insert": "c", "documents": [{"_id": 1}], "writeConcern": {"w": 3, "wtimeout": 30000},
+                      "$db": "test"}
+            reply = roundtrip(socks[0], encode_op_msg_request(insert, 2))
+            assert reply["ok"] == 1.0 and reply["n"] == 1 and "writeConcernError" not in reply, reply
+            assert connections(primary)["clients"] == 8
+        finally:
+            rs.stop()
+
+
+def _sent(sock: socket.socket, body: dict[str, Any]) -> socket.socket:
+    sock.sendall(encode_op_msg_request(body, 99))
+    return sock
