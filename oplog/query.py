@@ -46,13 +46,16 @@ Pure: no I/O, no clocks, no randomness.
 
 from __future__ import annotations
 
+import contextvars
 import datetime
+import heapq
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+import regex
 from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
@@ -395,7 +398,24 @@ def _mod_pred(divisor: int, remainder: int) -> Pred:
 # ---------------------------------------------------------------------------
 
 _REGEX_FLAG_CHARS = "imsxu"
-_RE_FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+_RE_FLAG_BITS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "x": regex.VERBOSE}
+
+
+class RegexBudget(NamedTuple):
+    """How long one regex match may run, and the error when it runs longer (the `regex` engine checks
+    its timeout while it backtracks, so a pattern such as ``^(a|aa)+$`` cannot run away)."""
+
+    seconds: float
+    error: MongoError
+
+
+# A single match may take this long by default: a legitimate pattern on a document's string takes
+# microseconds; this bounds a catastrophic one. Query execution off the event loop sets a budget per
+# operation (the smaller of this and what its maxTimeMS leaves).
+REGEX_MATCH_LIMIT_S = 0.1
+DEFAULT_REGEX_BUDGET = RegexBudget(REGEX_MATCH_LIMIT_S, MongoError(
+    2, f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms"))
+REGEX_BUDGET: contextvars.ContextVar[RegexBudget | None] = contextvars.ContextVar("regex_budget", default=None)
 _INT_FLAG_CHARS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"))
 
 
@@ -436,7 +456,7 @@ def _translate_pcre(pattern: str) -> str:
     return "".join(out)
 
 
-def _compile_regex(pattern: str, options: str) -> re.Pattern[str]:
+def _compile_regex(pattern: str, options: str) -> regex.Pattern[str]:
     for ch in options:
         if ch not in _REGEX_FLAG_CHARS:
             raise MongoError(51108, f"invalid flag in regex options: {ch}")
@@ -446,8 +466,8 @@ def _compile_regex(pattern: str, options: str) -> re.Pattern[str]:
     for ch in options:
         bits |= _RE_FLAG_BITS.get(ch, 0)
     try:
-        return re.compile(_translate_pcre(pattern), bits)
-    except re.error as exc:
+        return regex.compile(_translate_pcre(pattern), bits)
+    except (regex.error, re.error) as exc:
         raise MongoError(51091, f"Regular expression is invalid: {exc}") from None
 
 
@@ -459,7 +479,11 @@ def _regex_pred(pattern: str, options: str) -> Pred:
 
     def pred(x: Any) -> bool:
         if x.__class__ is str:
-            return search(x) is not None
+            budget = REGEX_BUDGET.get() or DEFAULT_REGEX_BUDGET
+            try:
+                return search(x, timeout=budget.seconds, concurrent=True) is not None
+            except TimeoutError:
+                raise budget.error from None
         if isinstance(x, _REGEX_TYPES):
             return _regex_source(x) == source
         return False
@@ -1144,18 +1168,71 @@ def _sort_key(doc: Any, parts: tuple[str, ...], direction: int) -> tuple[Any, ..
     return _native_sort_key(best)
 
 
+# Documents sorted by one call of the C sort. A sort holds the interpreter until it returns, so a big
+# input is sorted in runs of this size and the runs are merged lazily: another thread (the event loop)
+# never waits long for its turn, however many documents a query sorts.
+SORT_RUN = 8192
+
+
+class _Descending:
+    """A sort key compared the other way round (for a descending field among ascending ones)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Descending) -> bool:
+        return other.key < self.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.key == other.key
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def sort_documents(docs: list[dict[str, Any]], sort: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """A new list of `docs` in MongoDB sort order (stable); validates `sort`."""
     out = list(docs)
     if not sort:
         return out
-    keys = _parse_sort(sort)
+    keys = [(parts, direction) for parts, direction in _parse_sort(sort) if direction != 0]
+    if len(out) > SORT_RUN and keys:
+        return _merge_sorted_runs(out, keys)
     # Stable sorts from the last key to the first give lexicographic order.
     for parts, direction in reversed(keys):
-        if direction == 0:
-            continue
         out.sort(key=lambda d, p=parts, s=direction: _sort_key(d, p, s), reverse=direction < 0)
     return out
+
+
+def _merge_sorted_runs(docs: list[dict[str, Any]], keys: list[tuple[tuple[str, ...], int]]
+                       ) -> list[dict[str, Any]]:
+    """The same order as the stable multi-pass sort, built from sorted runs of `SORT_RUN` documents
+    merged with a heap. Each entry is one flat tuple, the fields' keys (each four items long) then a
+    tiebreak then the document: flat tuples compare several times faster than nested ones, and the
+    tiebreak keeps equal keys in input order, so the document itself is never compared."""
+    directions = {direction for _parts, direction in keys}
+    descending = directions == {-1}
+    mixed = len(directions) > 1
+
+    def entry(i: int, doc: dict[str, Any]) -> tuple[Any, ...]:
+        flat: list[Any] = []
+        for parts, direction in keys:
+            key = _sort_key(doc, parts, direction)
+            if mixed and direction < 0:
+                flat.append(_Descending(key))
+            else:
+                flat.extend(key)
+        flat.append(-i if descending else i)
+        flat.append(doc)
+        return tuple(flat)
+
+    runs = []
+    for start in range(0, len(docs), SORT_RUN):
+        run = [entry(i, doc) for i, doc in enumerate(docs[start:start + SORT_RUN], start)]
+        run.sort(reverse=descending)
+        runs.append(run)
+    return [item[-1] for item in heapq.merge(*runs, reverse=descending)]
 
 
 # ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -580,6 +581,10 @@ class SQLiteStore:
         self._writer.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in `checkpoint`, not in commits
         self._writer.executescript(_SCHEMA)
         self.reader = _ReadConnection(self._connect())
+        # Readers of worker threads (query execution off the event loop), one connection each.
+        self._thread_local = threading.local()
+        self._thread_readers: list[_ReadConnection] = []
+        self._thread_readers_lock = threading.Lock()
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
@@ -603,6 +608,37 @@ class SQLiteStore:
             trace = self._trace
             conn.set_trace_callback(lambda statement: trace.write(json.dumps(statement) + "\n"))
         return conn
+
+    def thread_reader(self) -> _ReadConnection:
+        """The calling thread's own reader (opened on first use): worker threads read concurrently with
+        the event loop's `reader` and with each other, each through a connection of its own."""
+        reader = getattr(self._thread_local, "reader", None)
+        if reader is None:
+            reader = _ReadConnection(self._connect())
+            self._thread_local.reader = reader
+            with self._thread_readers_lock:
+                self._thread_readers.append(reader)
+        return reader
+
+    @property
+    def any_thread_reader(self) -> AnyThreadReader:
+        """A reader for work that may move between worker threads (a cursor's batches)."""
+        return AnyThreadReader(self)
+
+    def scan_from_any_thread(self, ns: str) -> Iterator[dict[str, Any]]:
+        """`_ReadConnection.scan` for a cursor whose batches may each run on another worker thread:
+        every chunk is read through the reader of the thread that asks for it."""
+        info = self.thread_reader().collection(ns)
+        if info is None:
+            return
+        rid = 0
+        while True:
+            rows = self.thread_reader().scan_chunk(ns, info.table, rid)
+            if not rows:
+                return
+            for _rid, blob in rows:
+                yield _decode(blob)
+            rid = rows[-1][0]
 
     def sync_wal(self) -> None:
         """The durable barrier: fsyncs the WAL, so every transaction committed before the call survives
@@ -686,6 +722,10 @@ class SQLiteStore:
     def close(self) -> None:
         self.rollback()
         self.reader.close()
+        with self._thread_readers_lock:
+            for reader in self._thread_readers:
+                reader.close()
+            self._thread_readers.clear()
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
         self._writer.close()  # the last connection: SQLite checkpoints (with fsyncs) and removes the WAL
@@ -714,16 +754,39 @@ class _ReadConnection(_Reader):
             return
         rid = 0
         while True:
-            try:
-                rows = self._conn.execute(f"SELECT rid, doc FROM {info.table} WHERE rid > ? ORDER BY rid LIMIT ?",
-                                          (rid, self.SCAN_CHUNK)).fetchall()
-            except sqlite3.OperationalError:
-                raise MongoError(175, f"collection {ns} was dropped during the query") from None
+            rows = self.scan_chunk(ns, info.table, rid)
             if not rows:
                 return
             for _rid, blob in rows:
                 yield _decode(blob)
             rid = rows[-1][0]
 
+    def scan_chunk(self, ns: str, table: str, after_rid: int) -> list[tuple[int, bytes]]:
+        """The next `SCAN_CHUNK` (rid, document) rows of a collection's table after `after_rid`."""
+        try:
+            return self._conn.execute(f"SELECT rid, doc FROM {table} WHERE rid > ? ORDER BY rid LIMIT ?",
+                                      (after_rid, self.SCAN_CHUNK)).fetchall()
+        except sqlite3.OperationalError:
+            raise MongoError(175, f"collection {ns} was dropped during the query") from None
+
     def close(self) -> None:
         self._conn.close()
+
+
+class AnyThreadReader:
+    """Reads through the calling thread's own reader, looked up at each call: a cursor whose batches
+    run on different worker threads reads each chunk through the connection of the thread it is on.
+    The oplog's trim watermark is the event loop reader's (commits keep it there)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store.thread_reader(), name)
+
+    @property
+    def oplog_trimmed_through(self) -> int:
+        return self._store.reader.oplog_trimmed_through
+
+    def scan(self, ns: str) -> Iterator[dict[str, Any]]:
+        return self._store.scan_from_any_thread(ns)

@@ -42,6 +42,10 @@ class Cursor:
     pending: list[dict[str, Any]] = field(default_factory=list)
     tail_state: dict[str, int] = field(default_factory=dict)
     killed: str = ""  # why the member killed it under a getMore in flight (a rollback, a resync)
+    # A cursor whose batches run on the query pool: what is left of its maxTimeMS (see
+    # `replset.query_pool.TimeLimit`); None for one served on the event loop.
+    time_limit: Any = None
+    busy: bool = False  # a batch is being taken on a worker thread
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""

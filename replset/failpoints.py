@@ -19,6 +19,10 @@ Supported fail points:
   numDocsToClone: N}`: the clone of that collection fetches N documents per
   batch and waits once N are committed, until the fail point is turned off.
 
+* `failBatchWriteSlice` — a write command big enough to run in slices fails before its second
+  and later slices with `data.errorCode` (default 91, ShutdownInProgress: retryable), as if the
+  member had stopped part way; a retryable write retried then resumes where it stopped.
+
 Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks). Pure state;
 `changed` is a counter the runtime may watch.
 """
@@ -32,7 +36,7 @@ from typing import Any
 from oplog.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
-                   "initialSyncHangDuringCollectionClone"})
+                   "initialSyncHangDuringCollectionClone", "failBatchWriteSlice"})
 
 
 @dataclass(slots=True)

@@ -48,6 +48,7 @@ from replset.member import MemberState, check_transition
 from replset.messages import HeartbeatRequest, heartbeat_request
 from replset.peer import PeerClient, PeerError
 from replset.pulse import Pulse
+from replset.query_pool import QueryPool
 from replset.replication import Replication
 from replset.status import StatusView
 from replset.write_concern import WriteConcern
@@ -90,6 +91,7 @@ class Node:
         self.store = SQLiteStore(options.dbpath, trace_path=options.trace_sql)
         self.rng = random.Random()
         self.cursors = CursorRegistry(self.rng)
+        self.queries = QueryPool()  # reads whose cost grows with the data run here, not on the loop
         self.config: ReplSetConfig | None = None
         self.state = MemberState.STARTUP
         self.term = 0
@@ -145,6 +147,7 @@ class Node:
         self.notify_state_change()
         await self.repl.stop()
         await self.writer.stop()
+        self.queries.shutdown()
         self.store.close()
 
     def _recover_last_optime(self) -> None:

@@ -181,7 +181,7 @@ async def cmd_list_collections(ctx: CommandContext) -> dict[str, Any]:
         entries = [{"name": e["name"], "type": e["type"]} for e in entries]
     cursor = Cursor(id=0, ns=f"{ctx.db}.$cmd.listCollections", source=iter(entries))
     batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return _first_batch(ctx, cursor, batch_size, False)
+    return await _first_batch(ctx, cursor, batch_size, False)
 
 
 @command("listIndexes", kind="read")
@@ -193,7 +193,7 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
     specs = [i.spec for i in reader.indexes(ns)]
     cursor = Cursor(id=0, ns=ns, source=iter(specs))
     batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return _first_batch(ctx, cursor, batch_size, False)
+    return await _first_batch(ctx, cursor, batch_size, False)
 
 
 def coll_stats_document(ctx: CommandContext, ns: str, spec: Any) -> dict[str, Any]:

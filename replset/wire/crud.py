@@ -35,6 +35,7 @@ from oplog.writes import (
 from replset.cursors import Cursor, cursor_reply
 from replset.messages import POSITIONS_FIELD
 from replset.node import utcnow
+from replset.query_pool import TimeLimit, time_checked
 from replset.wire import sessions, system_namespaces
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
@@ -49,6 +50,9 @@ from replset.wire.oplog_reader import (
 from replset.write_concern import parse_write_concern
 
 MAX_WRITE_BATCH = 100_000
+# Statements per group commit when a write command holds more (see `_sliced_write`): about 10-20 ms of
+# work for small documents.
+WRITE_SLICE = 500
 DEFAULT_AWAIT_DATA_MS = 1000
 
 
@@ -121,9 +125,76 @@ async def _batch_write(ctx: CommandContext, field: str, perform: BatchWrite) -> 
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
     is_update = field == "updates"
+    if len(statements) > WRITE_SLICE:
+        return await _sliced_write(ctx, ns, statements, ordered, perform, is_update)
     return await run_write(
         ctx, lambda env: _result_reply(perform(env, ns, statements, ordered), update=is_update)
     )
+
+
+def _merge_result(total: WriteResult, part: WriteResult, offset: int) -> None:
+    """Adds the result of statements `offset`.. to the command's (their indexes made the command's)."""
+    total.n += part.n
+    total.n_modified += part.n_modified
+    total.upserted.extend(dict(u, index=u["index"] + offset) for u in part.upserted)
+    total.write_errors.extend(dict(e, index=e["index"] + offset) for e in part.write_errors)
+
+
+def _result_of_reply(reply: dict[str, Any]) -> WriteResult:
+    return WriteResult(n=int(reply.get("n", 0)), n_modified=int(reply.get("nModified", 0)),
+                       upserted=list(reply.get("upserted", [])), write_errors=list(reply.get("writeErrors", [])))
+
+
+async def _sliced_write(ctx: CommandContext, ns: str, statements: list[Any], ordered: bool,
+                        perform: BatchWrite, is_update: bool) -> dict[str, Any]:
+    """A big batch runs as several group commits of `WRITE_SLICE` statements, so one insert_many of
+    100,000 documents never holds the event loop (and with it heartbeats) for seconds. As in mongod, a
+    batch is not atomic: each statement is. An ordered batch stops at its first error.
+
+    A retryable batch keeps its progress in its session record after each slice (how many statements
+    ran, and their results so far); a retry after a failure part way resumes after the last slice that
+    committed, so no statement runs twice, and a retry after success gets the stored reply."""
+    wc = parse_write_concern(ctx.cmd.get("writeConcern"))
+    rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
+    total = WriteResult()
+    optime: OpTime | None = None
+    for start in range(0, len(statements), WRITE_SLICE):
+        chunk = statements[start:start + WRITE_SLICE]
+        end = start + len(chunk)
+        if start and (point := ctx.node.failpoints.check("failBatchWriteSlice")) is not None:
+            raise MongoError(int(point.data.get("errorCode", 91)), "failBatchWriteSlice fail point")
+
+        def fn(env: WriteEnv, start: int = start, chunk: list[Any] = chunk, end: int = end,
+               base: WriteResult = total) -> tuple[str, WriteResult, OpTime | None]:
+            if rw is not None:
+                stored = sessions.stored_reply(env, rw)
+                if stored is not None:
+                    return "complete", _result_of_reply(stored), None
+                progress = sessions.progress(env, rw)
+                if progress is not None:
+                    done, partial = progress
+                    if done >= end:
+                        return "skipped", _result_of_reply(partial), None
+                    base = _result_of_reply(partial)
+                sessions.begin(env, rw)
+            merged = WriteResult(base.n, base.n_modified, list(base.upserted), list(base.write_errors))
+            part = perform(env, ns, chunk, ordered)
+            _merge_result(merged, part, start)
+            last = end >= len(statements) or (ordered and bool(part.write_errors))
+            if rw is not None:
+                sessions.record(env, rw, _result_reply(merged, update=is_update), done=None if last else end)
+            entry = env.last_entry
+            return "ran", merged, OpTime.from_document(entry) if entry and "ts" in entry else None
+
+        outcome, total, slice_optime = await ctx.node.submit_write(fn, durable=False)
+        optime = slice_optime or optime
+        if outcome == "complete" or (ordered and total.write_errors):
+            break
+    reply = _result_reply(total, update=is_update)
+    wce = await ctx.node.wait_for_write_concern(wc, optime or ctx.node.last_committed_optime)
+    if wce is not None:
+        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+    return reply
 
 
 @command("insert", kind="write")
@@ -185,23 +256,42 @@ def _natural_direction(sort: dict[str, Any] | None) -> int | None:
 
 
 def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, reverse: bool = False,
-                      tail_state: dict[str, int] | None = None) -> Iterator[dict[str, Any]]:
-    """Documents of a namespace in natural order (the oplog is a virtual collection)."""
-    reader = ctx.node.store.reader
+                      tail_state: dict[str, int] | None = None, off_loop: bool = False
+                      ) -> Iterator[dict[str, Any]]:
+    """Documents of a namespace in natural order (the oplog is a virtual collection). `off_loop`: for
+    iteration on the query pool's threads (each chunk read through that thread's connection, the
+    deadline of the running batch checked as it goes)."""
+    reader: Any = ctx.node.store.any_thread_reader if off_loop else ctx.node.store.reader
     if ns == OPLOG_NS:
-        return oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
+        docs = oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
                             state=tail_state)
-    exact, id_value = id_equality(query)
-    if exact:
-        doc = reader.get(ns, id_value)
-        return iter([] if doc is None else [doc])
-    docs = reader.scan(ns)
-    return reversed(list(docs)) if reverse else docs
+    else:
+        exact, id_value = id_equality(query)
+        if exact:
+            doc = reader.get(ns, id_value)
+            return iter([] if doc is None else [doc])
+        docs = reader.scan(ns)
+        if reverse:
+            docs = _reversed_lazily(docs)
+    return time_checked(docs) if off_loop else docs
+
+
+def _reversed_lazily(docs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield from reversed(list(docs))
+
+
+def runs_on_loop(ns: str, query: dict[str, Any], tailable: bool) -> bool:
+    """Reads whose cost does not grow with the data stay on the event loop: a lookup by `_id`, and the
+    positional oplog reads of fetchers and tailing cursors. Everything else runs on the query pool."""
+    if ns == OPLOG_NS:
+        return tailable or start_key_is_whole_filter(query)
+    return id_equality(query)[0]
 
 
 def _query_pipeline(source: Iterator[dict[str, Any]], matcher: Matcher, cmd: dict[str, Any],
                     sort: dict[str, Any] | None, skip: int, projection: dict[str, Any] | None
                     ) -> Iterator[dict[str, Any]]:
+    """Lazy from the first document on: nothing (not even a sort) runs before the first batch asks."""
     docs: Iterator[dict[str, Any]] = (d for d in source if matcher.matches(d))
     if sort and _natural_direction(sort) is None:
         docs = iter(sort_documents(list(docs), sort))
@@ -210,8 +300,9 @@ def _query_pipeline(source: Iterator[dict[str, Any]], matcher: Matcher, cmd: dic
             break
     if projection:
         compiled = compile_projection(projection, matcher=matcher)
-        return (compiled.apply(d) for d in docs)
-    return docs
+        yield from (compiled.apply(d) for d in docs)
+        return
+    yield from docs
 
 
 @command("find", kind="read")
@@ -231,6 +322,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     limit = abs(limit)
     matcher = compile_filter(query)
     tailable = bool(cmd.get("tailable"))
+    if tailable and ns != OPLOG_NS:
+        raise MongoError(2, "tailable cursor requested on non capped collection")
+    off_loop = not runs_on_loop(ns, query, tailable)
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
@@ -239,17 +333,17 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
     else:
         source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1,
-                                   tail_state=tail_state)
+                                   tail_state=tail_state, off_loop=off_loop)
         docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
                     await_data=bool(cmd.get("awaitData")))
+    if off_loop:
+        cursor.time_limit = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
     if tailable:
-        if ns != OPLOG_NS:
-            raise MongoError(2, "tailable cursor requested on non capped collection")
         cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
-    return _with_repl_data(ctx, ns, _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0,
-                                                 single_batch))
+    reply = await _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    return _with_repl_data(ctx, ns, reply)
 
 
 def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict[str, Any]:
@@ -273,17 +367,38 @@ def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | 
     return refill
 
 
-def _first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int, single_batch: bool) -> dict[str, Any]:
+def _take_batch(cursor: Cursor, batch_size: int) -> tuple[list[Any], bool]:
+    """The next batch, and whether the cursor has more after it (a non-tailable cursor peeks, so one that
+    is drained is not left open)."""
     batch = cursor.next_batch(batch_size)
-    keep = not single_batch and (cursor.tailable or not cursor.exhausted)
-    if keep and not cursor.tailable and not cursor.pending:
-        # Peek so that a cursor that is already drained is not left open.
+    more = cursor.tailable or not cursor.exhausted
+    if more and not cursor.tailable and not cursor.pending:
         nxt = next(cursor.source, None)
         if nxt is None:
-            keep = False
+            more = False
         else:
             cursor.pending.append(nxt)
-    if keep:
+    return batch, more
+
+
+async def _run_batch(ctx: CommandContext, cursor: Cursor, batch_size: int) -> tuple[list[Any], bool]:
+    """`_take_batch` on the query pool for a cursor that runs off the loop, inline otherwise. A cursor is
+    used by one batch at a time (a second getMore meanwhile is refused, as mongod's CursorInUse)."""
+    if cursor.time_limit is None:
+        return _take_batch(cursor, batch_size)
+    if cursor.busy:
+        raise MongoError(143, f"cursor id {cursor.id} is already in use")
+    cursor.busy = True
+    try:
+        return await ctx.node.queries.run(lambda: _take_batch(cursor, batch_size), cursor.time_limit)
+    finally:
+        cursor.busy = False
+
+
+async def _first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
+                       single_batch: bool) -> dict[str, Any]:
+    batch, more = await _run_batch(ctx, cursor, batch_size)
+    if more and not single_batch:
         cursor.id = ctx.node.cursors.new_id()
         ctx.node.cursors.register(cursor, now_ms())
     return cursor_reply(cursor.id, cursor.ns, batch, first=True)
@@ -301,6 +416,16 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     if report is not None and ns == OPLOG_NS:
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
     batch_size = _int_arg(ctx.cmd, "batchSize", 0)
+    if cursor.time_limit is not None:
+        try:
+            batch, more = await _run_batch(ctx, cursor, batch_size)
+        except MongoError as err:
+            if err.code != 143:
+                registry.kill(cursor.id)  # a cursor whose batch failed (time limit, dropped collection) is dead
+            raise
+        if not more:
+            registry.kill(cursor.id)
+        return _with_repl_data(ctx, ns, cursor_reply(cursor.id if more else 0, ns, batch, first=False))
     batch = cursor.next_batch(batch_size)
     if not batch and cursor.tailable and cursor.await_data:
         max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
@@ -347,21 +472,25 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     if target == 1 or not isinstance(target, str):
         raise MongoError(73, "collection-less aggregate is not supported")
     ns = f"{ctx.db}.{target}"
+    limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+    now = utcnow()
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
 
         docs: Any = iter([coll_stats_document(ctx, ns, pipeline[0]["$collStats"])])
         pipeline = pipeline[1:]
         validate_pipeline(pipeline)
-        results = run_pipeline(docs, pipeline, now=utcnow())
+        results = run_pipeline(docs, pipeline, now=now)
     else:
         validate_pipeline(pipeline)
         first = pipeline[0] if pipeline else {}
-        source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {})
-        results = run_pipeline(source, pipeline, now=utcnow())
+        source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {},
+                                   off_loop=True)
+        # The whole pipeline runs on the query pool (its stages may group or sort every document).
+        results = await ctx.node.queries.run(lambda: run_pipeline(source, pipeline, now=now), limit)
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
     cursor = Cursor(id=0, ns=ns, source=iter(results))
-    return _first_batch(ctx, cursor, batch_size, False)
+    return await _first_batch(ctx, cursor, batch_size, False)
 
 
 @command("count", kind="read")
@@ -373,7 +502,9 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
         n = ctx.node.store.reader.count(ns)
     else:
         matcher = compile_filter(query)
-        n = sum(1 for d in collection_source(ctx, ns, query) if matcher.matches(d))
+        source = collection_source(ctx, ns, query, off_loop=True)
+        n = await ctx.node.queries.run(lambda: sum(1 for d in source if matcher.matches(d)),
+                                       TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS")))
     n = max(0, n - skip)
     if limit:
         n = min(n, limit)
@@ -390,13 +521,18 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(14, "'key' must be a string")
     query = _document_arg(ctx.cmd, "query") or {}
     matcher = compile_filter(query)
-    seen: dict[bytes, Any] = {}
-    for doc in collection_source(ctx, ns, query):
-        if not matcher.matches(doc):
-            continue
-        for value in get_path(doc, key):
-            for item in value if isinstance(value, list) else [value]:
-                seen.setdefault(canonical_key(item), item)
-    values = sort_documents([{"v": v} for v in seen.values()], {"v": 1})
-    return {"values": [d["v"] for d in values], "ok": 1.0}
+    source = collection_source(ctx, ns, query, off_loop=True)
+
+    def distinct_values() -> list[Any]:
+        seen: dict[bytes, Any] = {}
+        for doc in source:
+            if not matcher.matches(doc):
+                continue
+            for value in get_path(doc, key):
+                for item in value if isinstance(value, list) else [value]:
+                    seen.setdefault(canonical_key(item), item)
+        return [d["v"] for d in sort_documents([{"v": v} for v in seen.values()], {"v": 1})]
+
+    values = await ctx.node.queries.run(distinct_values, TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS")))
+    return {"values": values, "ok": 1.0}
 

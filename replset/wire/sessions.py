@@ -49,17 +49,28 @@ def stored_reply(env: WriteEnv, rw: RetryableWrite) -> dict[str, Any] | None:
         raise MongoError(225, f"Retryable write with txnNumber {rw.txn_number} is prohibited on session "
                               f"because a newer retryable write with txnNumber {stored_txn} has already "
                               f"started on this session.")
-    if stored_txn == rw.txn_number:
+    if stored_txn == rw.txn_number and "done" not in record:
         reply = record.get("reply")
         return dict(reply) if isinstance(reply, dict) else {"ok": 1.0}
     return None
+
+
+def progress(env: WriteEnv, rw: RetryableWrite) -> tuple[int, dict[str, Any]] | None:
+    """For a batch that runs in slices and stopped part way: (statements done, their reply so far)."""
+    record = env.txn.get(SESSIONS_NS, rw.lsid)
+    if record is None or int(record.get("txnNum", -1)) != rw.txn_number or "done" not in record:
+        return None
+    reply = record.get("reply")
+    return int(record["done"]), dict(reply) if isinstance(reply, dict) else {}
 
 
 def begin(env: WriteEnv, rw: RetryableWrite) -> None:
     env.session_fields = {"lsid": rw.lsid, "txnNumber": Int64(rw.txn_number), "stmtId": 0}
 
 
-def record(env: WriteEnv, rw: RetryableWrite, reply: dict[str, Any]) -> None:
+def record(env: WriteEnv, rw: RetryableWrite, reply: dict[str, Any], *, done: int | None = None) -> None:
+    """Stores the write's reply; with `done`, the reply so far of a batch whose first `done`
+    statements ran (the rest run in later slices)."""
     last = env.last_entry
     doc: dict[str, Any] = {
         "_id": rw.lsid,
@@ -68,5 +79,7 @@ def record(env: WriteEnv, rw: RetryableWrite, reply: dict[str, Any]) -> None:
         "lastWriteDate": env.now,
         "reply": reply,
     }
+    if done is not None:
+        doc["done"] = done
     env.session_fields = {}
     env.emit(update_entry(SESSIONS_NS, rw.lsid, doc, upsert=True))

@@ -25,6 +25,7 @@ from bson.regex import Regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oplog import query
 from oplog.errors import MongoError
 from oplog.query import (
     Matcher,
@@ -1853,3 +1854,33 @@ def test_projection_inclusion_exclusion_partition(doc: dict[str, Any]) -> None:
 def test_float_nan_never_orders_above_numbers() -> None:
     assert not matches({"a": math.nan}, {"a": {"$gt": -math.inf}})
     assert not matches({"a": math.nan}, {"a": {"$lt": math.inf}})
+
+
+# -- bounded work: sorted runs, regex budgets ------------------------------------------------------
+@given(st.lists(st.fixed_dictionaries({
+    "a": st.one_of(st.integers(-3, 3), st.none(), st.text("xy", max_size=2), st.lists(st.integers(-2, 2))),
+    "b": st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False)),
+}), max_size=60), st.sampled_from([{"a": 1}, {"a": -1}, {"a": 1, "b": -1}, {"b": -1, "a": -1}]))
+def test_sorting_in_runs_gives_the_single_sort_order(docs: list[dict[str, Any]], spec: dict[str, int]) -> None:
+    docs = [dict(d, _id=i) for i, d in enumerate(docs)]
+    whole = [d["_id"] for d in query.sort_documents(docs, spec)]
+    saved = query.SORT_RUN
+    query.SORT_RUN = 7
+    try:
+        in_runs = [d["_id"] for d in query.sort_documents(docs, spec)]
+    finally:
+        query.SORT_RUN = saved
+    assert in_runs == whole
+
+
+def test_a_catastrophic_regex_stops_at_its_budget() -> None:
+    matcher = compile_filter({"s": {"$regex": "^(a|aa)+$"}})
+    budget = query.RegexBudget(0.05, MongoError(50, "operation exceeded time limit"))
+    token = query.REGEX_BUDGET.set(budget)
+    try:
+        with pytest.raises(MongoError) as err:
+            matcher.matches({"s": "a" * 60 + "!"})
+    finally:
+        query.REGEX_BUDGET.reset(token)
+    assert err.value.code == 50
+    assert matcher.matches({"s": "aaaa"})
