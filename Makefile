@@ -6,7 +6,7 @@ NODES ?= 3
 PORT ?= 27017
 DIR ?= ./data
 
-.PHONY: install run test lint bench soak clean
+.PHONY: install run test lint bench soak fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
+
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --count 100000
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

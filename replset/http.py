@@ -9,10 +9,12 @@ tests wait on instead of sleeping.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from bson import json_util
 
 from oplog.errors import MongoError
@@ -68,9 +70,29 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     return app
 
 
+class _RequestErrorLog:
+    """aiohttp's request handler logs every malformed request (a bad request line, a header over 8 KB, a
+    port scanner's bytes) at ERROR with a traceback, then answers 400 and closes. That is the client's
+    error, not ours: one INFO line without a traceback, so that the log's tracebacks stay real faults.
+    Anything else (a handler raising) keeps aiohttp's ERROR and traceback."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError) and 400 <= exc_info.code < 500:
+            self._logger.info(msg + ": %d %s", *args, exc_info.code, exc_info.message.split("\n", 1)[0])
+        else:
+            self._logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
 class HttpServer:
     def __init__(self, node: Node, connections: ConnectionStats | None = None) -> None:
-        self._runner = web.AppRunner(build_app(node, connections), access_log=None)
+        logger = cast(logging.Logger, _RequestErrorLog(logging.getLogger("aiohttp.server")))
+        self._runner = web.AppRunner(build_app(node, connections), access_log=None, logger=logger)
 
     async def start(self, host: str, port: int) -> None:
         await self._runner.setup()
