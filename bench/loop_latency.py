@@ -10,7 +10,8 @@ thread runs, one after the other:
 - `regex`: find {s: {$regex: "^(a|aa)+$"}} over the collection, one document holding "a" * 34 + "!"
   (exponential backtracking in a backtracking engine);
 - `regex maxTimeMS`: the same with maxTimeMS 500;
-- `sort`: find().sort({r: 1}).limit(1) on an unindexed field (every document decoded, keyed, sorted).
+- `sort`: find().sort({r: 1}).limit(1) on an unindexed field (every document decoded, keyed, sorted);
+- `group`: an aggregation grouping every document.
 For each phase it prints the probes' p50 / p99 / max in ms, how the query ended and how long it took,
 and whether the primary and its term stayed the same.
 """
@@ -40,7 +41,7 @@ from tests.support.wire import roundtrip
 EVIL = "a" * 34 + "!"
 CATASTROPHIC = "^(a|aa)+$"
 PROBE_INTERVAL_S = 0.01
-LOAD_BATCH = 10_000
+LOAD_BATCH = 100_000
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Probe:
     port: int
     body: dict[str, Any]
     samples: list[tuple[float, float]] = field(default_factory=list)  # (sent at, round trip s)
+    errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -73,11 +75,13 @@ class Probe:
                 reply = roundtrip(sock, encode_op_msg_request(self.body, request_id))
                 self.samples.append((sent, time.perf_counter() - sent))
                 if reply.get("ok") != 1:
-                    raise RuntimeError(f"probe failed: {reply}")
+                    self.errors.append(str(reply.get("errmsg")))
                 self._stop.wait(PROBE_INTERVAL_S)
 
     def window(self, start: float, end: float) -> list[float]:
-        return [rtt for sent, rtt in self.samples if start <= sent <= end]
+        """Round trips that overlap [start, end] (one sent before a stall began and answered after it
+        ended is the stall)."""
+        return [rtt for sent, rtt in self.samples if sent <= end and sent + rtt >= start]
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -105,7 +109,9 @@ def load(client: MongoClient[dict[str, Any]], docs: int) -> float:
     return time.perf_counter() - started
 
 
-def run_phase(name: str, query: Callable[[], Any], probes: list[Probe]) -> dict[str, Any]:
+def run_phase(name: str, query: Callable[[], Any]) -> dict[str, Any]:
+    """Runs one query; the probes' figures for its window are added once the probes have stopped (a
+    round trip that a stall holds up completes only after the query)."""
     started = time.perf_counter()
     try:
         query()
@@ -114,7 +120,7 @@ def run_phase(name: str, query: Callable[[], Any], probes: list[Probe]) -> dict[
         outcome = f"error {exc.code}"
     ended = time.perf_counter()
     return {"phase": name, "query_s": round(ended - started, 2), "outcome": outcome,
-            **{p.name: percentiles(p.window(started, ended)) for p in probes}}
+            "window": (started, ended)}
 
 
 def measure(rs: ReplicaSet, docs: int) -> dict[str, Any]:
@@ -130,23 +136,44 @@ def measure(rs: ReplicaSet, docs: int) -> dict[str, Any]:
     probes = [heartbeat, ping]
     direct = primary.direct_client(socketTimeoutMS=600_000)
     coll = direct.test.big
+    list(coll.find({"s": "warm-up"}))  # the query pool's threads and connections exist before measuring
     for p in probes:
         p.start()
     try:
         phases = [
-            run_phase("idle", lambda: time.sleep(1.0), probes),
-            run_phase("regex", lambda: list(coll.find({"s": {"$regex": CATASTROPHIC}})), probes),
+            run_phase("idle", lambda: time.sleep(1.0)),
+            run_phase("regex", lambda: list(coll.find({"s": {"$regex": CATASTROPHIC}}))),
             run_phase("regex maxTimeMS 500",
-                      lambda: list(coll.find({"s": {"$regex": CATASTROPHIC}}, max_time_ms=500)), probes),
-            run_phase("sort", lambda: list(coll.find({}, {"r": 1}).sort("r", 1).limit(1)), probes),
+                      lambda: list(coll.find({"s": {"$regex": CATASTROPHIC}}, max_time_ms=500))),
+            run_phase("sort", lambda: list(coll.find({}, {"r": 1}).sort("r", 1).limit(1))),
+            run_phase("group", lambda: list(coll.aggregate([{"$group": {"_id": {"$mod": ["$r", 1000]},
+                                                                         "n": {"$sum": 1}}}]))),
         ]
     finally:
         for p in probes:
             p.stop()
         direct.close()
+    windows = [phase.pop("window") for phase in phases]
+    for phase, (started, ended) in zip(phases, windows):
+        phase.update({p.name: percentiles(p.window(started, ended)) for p in probes})
+    # Over every query phase together (a phase alone may hold too few round trips for a p99).
+    busy = {p.name: percentiles([rtt for started, ended in windows[1:] for rtt in p.window(started, ended)])
+            for p in probes}
     after = rs.status(primary)
-    return {"docs": docs, "load_s": round(load_s, 1), "phases": phases,
+    return {"docs": docs, "load_s": round(load_s, 1), "phases": phases, "during_queries": busy,
+            "probe_errors": sorted({e for p in probes for e in p.errors}),
             "kept_primary": after["myState"] == 1 and after["term"] == term_before}
+
+
+def run(base_dir: str, docs: int) -> dict[str, Any]:
+    """Starts a three-member set under `base_dir`, measures, stops it."""
+    rs = make_replica_set(base_dir, 3, extra_args=("--oplogSizeMB", "256"))
+    try:
+        rs.start()
+        rs.initiate()
+        return measure(rs, docs)
+    finally:
+        rs.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,22 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="loop-latency-") as base:
-        rs = make_replica_set(base, 3, extra_args=("--oplogSizeMB", "256"))
-        try:
-            rs.start()
-            rs.initiate()
-            result = measure(rs, args.docs)
-        finally:
-            rs.stop()
+        result = run(base, args.docs)
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"{result['docs']:,} documents loaded in {result['load_s']} s; primary kept: {result['kept_primary']}")
-    print(f"{'phase':<22}{'query s':>9}  {'outcome':<10}{'heartbeat p50/p99/max ms':>28}{'ping p50/p99/max ms':>24}")
+    print(f"{'phase':<22}{'query s':>8}  {'outcome':<10}{'heartbeat n, p50/p99/max ms':>30}"
+          f"{'ping n, p50/p99/max ms':>30}")
     for ph in result["phases"]:
-        hb, pg = ph["heartbeat"], ph["ping"]
-        print(f"{ph['phase']:<22}{ph['query_s']:>9}  {ph['outcome']:<10}"
-              f"{hb['p50_ms']:>10}/{hb['p99_ms']}/{hb['max_ms']:<10}{pg['p50_ms']:>8}/{pg['p99_ms']}/{pg['max_ms']}")
+        cells = [f"{f['n']}, {f['p50_ms']}/{f['p99_ms']}/{f['max_ms']}" for f in (ph["heartbeat"], ph["ping"])]
+        print(f"{ph['phase']:<22}{ph['query_s']:>8}  {ph['outcome']:<10}{cells[0]:>30}{cells[1]:>30}")
+    cells = [f"{f['n']}, {f['p50_ms']}/{f['p99_ms']}/{f['max_ms']}" for f in result["during_queries"].values()]
+    print(f"{'all query phases':<40}{cells[0]:>30}{cells[1]:>30}")
+    if result["probe_errors"]:
+        print("probe errors:", result["probe_errors"])
     return 0
 
 

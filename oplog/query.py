@@ -51,9 +51,9 @@ import datetime
 import heapq
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import regex
 from bson.binary import Binary
@@ -77,6 +77,8 @@ from oplog.values import (
     is_number,
     type_rank,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "MISSING",
@@ -1193,29 +1195,24 @@ class _Descending:
 
 def sort_documents(docs: list[dict[str, Any]], sort: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """A new list of `docs` in MongoDB sort order (stable); validates `sort`."""
-    out = list(docs)
     if not sort:
-        return out
+        return list(docs)
+    return list(sort_payloads(((doc, doc) for doc in docs), sort))
+
+
+def sort_payloads(entries: Iterable[tuple[dict[str, Any], T]], sort: Mapping[str, Any]) -> Iterator[T]:
+    """The payloads of `(document, payload)` entries in the MongoDB sort order of their documents
+    (stable); validates `sort`. A document is used for its key and then let go, so a caller sorting
+    many documents can keep something smaller as the payload (the stored BSON) and decode again only
+    what it returns. All entries are read at the first `next`; payloads then come out lazily, and the
+    memory of each goes as it comes out (in pieces, on close too: freeing a million objects in one
+    call would hold the interpreter as long as a big sort)."""
     keys = [(parts, direction) for parts, direction in _parse_sort(sort) if direction != 0]
-    if len(out) > SORT_RUN and keys:
-        return _merge_sorted_runs(out, keys)
-    # Stable sorts from the last key to the first give lexicographic order.
-    for parts, direction in reversed(keys):
-        out.sort(key=lambda d, p=parts, s=direction: _sort_key(d, p, s), reverse=direction < 0)
-    return out
-
-
-def _merge_sorted_runs(docs: list[dict[str, Any]], keys: list[tuple[tuple[str, ...], int]]
-                       ) -> list[dict[str, Any]]:
-    """The same order as the stable multi-pass sort, built from sorted runs of `SORT_RUN` documents
-    merged with a heap. Each entry is one flat tuple, the fields' keys (each four items long) then a
-    tiebreak then the document: flat tuples compare several times faster than nested ones, and the
-    tiebreak keeps equal keys in input order, so the document itself is never compared."""
     directions = {direction for _parts, direction in keys}
     descending = directions == {-1}
     mixed = len(directions) > 1
 
-    def entry(i: int, doc: dict[str, Any]) -> tuple[Any, ...]:
+    def entry(i: int, doc: dict[str, Any], payload: T) -> tuple[Any, ...]:
         flat: list[Any] = []
         for parts, direction in keys:
             key = _sort_key(doc, parts, direction)
@@ -1224,15 +1221,36 @@ def _merge_sorted_runs(docs: list[dict[str, Any]], keys: list[tuple[tuple[str, .
             else:
                 flat.extend(key)
         flat.append(-i if descending else i)
-        flat.append(doc)
+        flat.append(payload)
         return tuple(flat)
 
-    runs = []
-    for start in range(0, len(docs), SORT_RUN):
-        run = [entry(i, doc) for i, doc in enumerate(docs[start:start + SORT_RUN], start)]
-        run.sort(reverse=descending)
+    # Each entry is one flat tuple: the fields' keys (four items each), a tiebreak, the payload. Flat
+    # tuples compare several times faster than nested ones; the tiebreak keeps equal keys in input
+    # order, so a payload is never compared.
+    runs: list[list[tuple[Any, ...]]] = []
+    run: list[tuple[Any, ...]] = []
+    for i, (doc, payload) in enumerate(entries):
+        run.append(entry(i, doc, payload))
+        if len(run) == SORT_RUN:
+            runs.append(run)
+            run = []
+    if run:
         runs.append(run)
-    return [item[-1] for item in heapq.merge(*runs, reverse=descending)]
+    for r in runs:
+        r.sort(reverse=not descending)  # reversed, so that `_drain` pops entries in order
+    try:
+        for item in heapq.merge(*map(_drain, runs), reverse=descending):
+            yield item[-1]
+    finally:
+        for r in runs:
+            while r:
+                del r[-SORT_RUN // 8:]
+
+
+def _drain(run: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    """The entries of a run sorted the other way round, in order, each freed as it is taken."""
+    while run:
+        yield run.pop()
 
 
 # ---------------------------------------------------------------------------

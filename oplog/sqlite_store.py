@@ -628,6 +628,10 @@ class SQLiteStore:
     def scan_from_any_thread(self, ns: str) -> Iterator[dict[str, Any]]:
         """`_ReadConnection.scan` for a cursor whose batches may each run on another worker thread:
         every chunk is read through the reader of the thread that asks for it."""
+        return (_decode(blob) for blob in self.scan_bson_from_any_thread(ns))
+
+    def scan_bson_from_any_thread(self, ns: str) -> Iterator[bytes]:
+        """`scan_from_any_thread`, each document as stored (BSON bytes)."""
         info = self.thread_reader().collection(ns)
         if info is None:
             return
@@ -637,7 +641,7 @@ class SQLiteStore:
             if not rows:
                 return
             for _rid, blob in rows:
-                yield _decode(blob)
+                yield blob
             rid = rows[-1][0]
 
     def sync_wal(self) -> None:

@@ -9,9 +9,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import bson
 from bson.int64 import Int64
 
 from oplog.aggregate import run_pipeline, validate_pipeline
+from oplog.codec_options import DOC_OPTIONS
 from oplog.errors import MongoError
 from oplog.optime import OpTime
 from oplog.query import (
@@ -20,6 +22,7 @@ from oplog.query import (
     compile_filter,
     compile_projection,
     sort_documents,
+    sort_payloads,
     validate_projection,
 )
 from oplog.values import canonical_key
@@ -288,11 +291,23 @@ def runs_on_loop(ns: str, query: dict[str, Any], tailable: bool) -> bool:
     return id_equality(query)[0]
 
 
-def _query_pipeline(source: Iterator[dict[str, Any]], matcher: Matcher, cmd: dict[str, Any],
-                    sort: dict[str, Any] | None, skip: int, projection: dict[str, Any] | None
-                    ) -> Iterator[dict[str, Any]]:
-    """Lazy from the first document on: nothing (not even a sort) runs before the first batch asks."""
-    docs: Iterator[dict[str, Any]] = (d for d in source if matcher.matches(d))
+def _decoded(stored: Iterator[bytes]) -> Iterator[tuple[dict[str, Any], bytes]]:
+    for blob in stored:
+        yield bson.decode(blob, DOC_OPTIONS), blob
+
+
+def _query_pipeline(source: Iterator[Any], matcher: Matcher, cmd: dict[str, Any],
+                    sort: dict[str, Any] | None, skip: int, projection: dict[str, Any] | None, *,
+                    sorted_by: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Lazy from the first document on: nothing (not even a sort) runs before the first batch asks.
+    With `sorted_by`, `source` yields (document, stored BSON) pairs: the sort keeps the BSON of each
+    matching document and decodes again only what the cursor returns (see `sort_payloads`)."""
+    docs: Iterator[dict[str, Any]]
+    if sorted_by is not None:
+        matching = ((doc, blob) for doc, blob in source if matcher.matches(doc))
+        docs = (bson.decode(blob, DOC_OPTIONS) for blob in sort_payloads(matching, sorted_by))
+    else:
+        docs = (d for d in source if matcher.matches(d))
     if sort and _natural_direction(sort) is None:
         docs = iter(sort_documents(list(docs), sort))
     for _ in range(skip):
@@ -331,6 +346,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
+    elif off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None:
+        stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
+        docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
     else:
         source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1,
                                    tail_state=tail_state, off_loop=off_loop)
@@ -369,7 +387,8 @@ def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | 
 
 def _take_batch(cursor: Cursor, batch_size: int) -> tuple[list[Any], bool]:
     """The next batch, and whether the cursor has more after it (a non-tailable cursor peeks, so one that
-    is drained is not left open)."""
+    is drained is not left open). A cursor that is done closes its source here, on the thread that ran
+    the batch: a sort's memory is let go there, not on the event loop."""
     batch = cursor.next_batch(batch_size)
     more = cursor.tailable or not cursor.exhausted
     if more and not cursor.tailable and not cursor.pending:
@@ -378,6 +397,10 @@ def _take_batch(cursor: Cursor, batch_size: int) -> tuple[list[Any], bool]:
             more = False
         else:
             cursor.pending.append(nxt)
+    if not more:
+        close = getattr(cursor.source, "close", None)
+        if close is not None:
+            close()
     return batch, more
 
 

@@ -1863,7 +1863,12 @@ def test_float_nan_never_orders_above_numbers() -> None:
 }), max_size=60), st.sampled_from([{"a": 1}, {"a": -1}, {"a": 1, "b": -1}, {"b": -1, "a": -1}]))
 def test_sorting_in_runs_gives_the_single_sort_order(docs: list[dict[str, Any]], spec: dict[str, int]) -> None:
     docs = [dict(d, _id=i) for i, d in enumerate(docs)]
+    # The reference: stable sorts from the last key to the first.
+    reference = list(docs)
+    for field, direction in reversed(list(spec.items())):
+        reference.sort(key=lambda d, f=field, s=direction: query._sort_key(d, (f,), s), reverse=direction < 0)
     whole = [d["_id"] for d in query.sort_documents(docs, spec)]
+    assert whole == [d["_id"] for d in reference]
     saved = query.SORT_RUN
     query.SORT_RUN = 7
     try:
