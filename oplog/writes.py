@@ -36,6 +36,8 @@ from oplog.update import (
 )
 
 MAX_BSON_SIZE = 16 * 1024 * 1024
+# mongod stores documents nested up to 180 levels (its 200-level limit, less room for the system's own).
+MAX_STORED_DEPTH = 180
 
 
 @dataclass(slots=True)
@@ -120,7 +122,22 @@ def prepare_insert_document(doc: Any) -> dict[str, Any]:
             raise MongoError(2, f"Document can't have $ prefixed field names: {key}")
     if len(bson.encode(doc)) > MAX_BSON_SIZE:
         raise MongoError(10334, f"object to insert too large. size in bytes exceeds {MAX_BSON_SIZE}")
+    if _nesting_exceeds(doc, MAX_STORED_DEPTH):
+        raise MongoError(15, f"Document exceeds maximum nesting depth of {MAX_STORED_DEPTH}")
     return doc
+
+
+def _nesting_exceeds(doc: dict[str, Any], limit: int) -> bool:
+    """Whether objects and arrays nest deeper than `limit` levels below `doc` (iteratively)."""
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        container, depth = stack.pop()
+        for value in container.values() if isinstance(container, dict) else container:
+            if isinstance(value, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((value, depth + 1))
+    return False
 
 
 def _check_id(value: Any) -> None:

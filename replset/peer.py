@@ -24,9 +24,12 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from replset.hello import MAX_WIRE_VERSION, MIN_WIRE_VERSION
 from replset.wire.codec import HEADER, MAX_MESSAGE_SIZE, decode_raw_reply, decode_reply, encode_op_msg_request
 
 CONNECT_TIMEOUT_S = 2.0
+INTERNAL_HELLO = {"hello": 1, "internalClient": {"minWireVersion": MIN_WIRE_VERSION,
+                                                 "maxWireVersion": MAX_WIRE_VERSION}, "$db": "admin"}
 _request_ids = itertools.count(1)
 
 
@@ -74,6 +77,12 @@ class PeerClient:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
             self._dialled = address
+            # The first message says this is a member (as mongod's internal connections do): a member
+            # at its --maxConns limit still takes it, and it never counts as a client connection.
+            await self._exchange(INTERNAL_HELLO, raw=True)
+        return await self._exchange(body, raw)
+
+    async def _exchange(self, body: Mapping[str, Any], raw: bool) -> Any:
         reader, writer = self._reader, self._writer
         assert reader is not None and writer is not None
         request_id = next(_request_ids) & 0x7FFFFFFF

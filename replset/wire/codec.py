@@ -59,6 +59,8 @@ _SEQUENCE_FIELDS = {"insert": "documents", "update": "updates", "delete": "delet
 
 FAILED_TO_PARSE = 9
 INVALID_BSON = 22
+OVERFLOW = 15
+MAX_BSON_DEPTH = 200  # mongod's BSONDepth::kDefaultMaxAllowableDepth
 
 
 class ProtocolError(Exception):
@@ -191,7 +193,52 @@ def _decode_bson(data: bytes | memoryview) -> dict[str, Any]:
     try:
         return bson.decode(data, DECODE_OPTIONS)
     except Exception as exc:  # bson raises several types for corrupt input
+        if nesting_exceeds(bytes(data), MAX_BSON_DEPTH):
+            # The decoder recurses and gives up on very deep documents: answer as mongod does.
+            raise ProtocolError("BSONObj exceeds maximum nested object depth", OVERFLOW) from None
         raise ProtocolError(f"invalid BSON: {exc}", INVALID_BSON) from None
+
+
+# Fixed sizes of BSON values by type; -1: a string (int32 length first), -2: binary, -3: regex (two
+# cstrings), -4: a db pointer (string + ObjectId), -5: code with scope (int32 total length first).
+_VALUE_SIZES = {0x01: 8, 0x02: -1, 0x05: -2, 0x06: 0, 0x07: 12, 0x08: 1, 0x09: 8, 0x0A: 0, 0x0B: -3,
+                0x0C: -4, 0x0D: -1, 0x0E: -1, 0x0F: -5, 0x10: 4, 0x11: 8, 0x12: 8, 0x13: 16, 0xFF: 0,
+                0x7F: 0}
+
+
+def nesting_exceeds(data: bytes, limit: int) -> bool:
+    """Whether the BSON document in `data` nests objects and arrays deeper than `limit` levels.
+    Iterative (no recursion, whatever the depth); False when the bytes are not BSON in another way."""
+    try:
+        ends = [_INT32.unpack_from(data, 0)[0]]
+        pos = 4
+        while ends:
+            kind = data[pos]
+            pos += 1
+            if kind == 0:
+                ends.pop()
+                continue
+            pos = data.index(b"\x00", pos) + 1  # the element's name
+            if kind in (0x03, 0x04):
+                ends.append(pos + _INT32.unpack_from(data, pos)[0])
+                if len(ends) > limit:
+                    return True
+                pos += 4
+                continue
+            size = _VALUE_SIZES[kind]
+            if size >= 0:
+                pos += size
+            elif size in (-1, -4):
+                pos += 4 + _INT32.unpack_from(data, pos)[0] + (12 if size == -4 else 0)
+            elif size == -2:
+                pos += 5 + _INT32.unpack_from(data, pos)[0]
+            elif size == -3:
+                pos = data.index(b"\x00", data.index(b"\x00", pos) + 1) + 1
+            else:
+                pos += _INT32.unpack_from(data, pos)[0]
+    except (IndexError, KeyError, ValueError, struct.error):
+        return False
+    return False
 
 
 def _bson_length(frame: bytes, pos: int, end: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import bson
 import pytest
@@ -173,3 +174,42 @@ def test_a_raw_reply_keeps_the_bytes_of_its_sub_documents() -> None:
     body = b"\x00\x00\x00\x00" + b"\x00" + struct.pack("<i", 1000) + b"\x00" * 8  # says 1,000 bytes, has 12
     with pytest.raises(ProtocolError):
         decode_raw_reply(struct.pack("<iiii", 16 + len(body), 1, 42, 2013) + body)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"leaf": [1, "x", {"y": b"z"}]}
+    for i in range(depth):
+        doc = {"a": doc} if i % 2 else {"b": [doc]}
+    return doc
+
+
+def test_nesting_depth_is_measured_without_recursion() -> None:
+    from replset.wire.codec import nesting_exceeds
+
+    shallow = bson.encode(_nested(20))
+    assert not nesting_exceeds(shallow, 200)
+    assert nesting_exceeds(shallow, 10)
+    # Deeper than Python's decoder can go: built by hand, byte by byte.
+    blob = b"\x10n\x00\x01\x00\x00\x00"
+    for _ in range(5000):
+        body = b"\x03d\x00" + struct.pack("<i", len(blob) + 5) + blob + b"\x00"
+        blob = body
+    deep = struct.pack("<i", len(blob) + 5) + blob + b"\x00"
+    assert nesting_exceeds(deep, 200)
+    assert not nesting_exceeds(b"\x05\x00\x00\x00", 200)
+    assert not nesting_exceeds(b"\xff\xff", 200)  # not BSON: not a depth problem
+
+
+def test_a_command_too_deep_to_decode_gets_overflow() -> None:
+    from replset.wire.codec import MalformedRequest, decode_request
+
+    blob = b"\x10n\x00\x01\x00\x00\x00"
+    for _ in range(5000):
+        blob = b"\x03d\x00" + struct.pack("<i", len(blob) + 5) + blob + b"\x00"
+    body = b"\x10ping\x00\x01\x00\x00\x00\x02$db\x00\x06\x00\x00\x00admin\x00" + b"\x03f\x00" + \
+        struct.pack("<i", len(blob) + 5) + blob + b"\x00"
+    doc = struct.pack("<i", len(body) + 5) + body + b"\x00"
+    payload = struct.pack("<I", 0) + b"\x00" + doc
+    frame = struct.pack("<iiii", 16 + len(payload), 7, 0, 2013) + payload
+    request = decode_request(frame)
+    assert isinstance(request, MalformedRequest) and request.code == 15

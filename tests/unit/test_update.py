@@ -1208,3 +1208,19 @@ def test_pipeline_updates_are_rejected_by_apply_update() -> None:
     with pytest.raises(MongoError) as info:
         apply_update({"_id": 1}, [{"$set": {"a": 1}}], now=NOW)  # type: ignore[arg-type]
     assert info.value.code == 2
+
+
+def test_an_inserted_document_nested_deeper_than_180_levels_is_refused() -> None:
+    from oplog.writes import MAX_STORED_DEPTH, prepare_insert_document
+
+    def nested(levels: int) -> dict[str, Any]:
+        doc: dict[str, Any] = {"v": 1}
+        for _ in range(levels):
+            doc = {"a": doc}
+        return doc
+
+    prepare_insert_document(nested(MAX_STORED_DEPTH))
+    prepare_insert_document({"list": [[[1]]]})
+    with pytest.raises(MongoError) as err:
+        prepare_insert_document(nested(MAX_STORED_DEPTH + 1))
+    assert err.value.code == 15
