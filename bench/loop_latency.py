@@ -11,7 +11,8 @@ thread runs, one after the other:
   (exponential backtracking in a backtracking engine);
 - `regex maxTimeMS`: the same with maxTimeMS 500;
 - `sort`: find().sort({r: 1}).limit(1) on an unindexed field (every document decoded, keyed, sorted);
-- `group`: an aggregation grouping every document.
+- `group`: an aggregation grouping every document;
+- `update many`: an update of every document (found off the loop, applied 64 per commit, replicated).
 For each phase it prints the probes' p50 / p99 / max in ms, how the query ended and how long it took,
 and whether the primary and its term stayed the same.
 """
@@ -148,6 +149,7 @@ def measure(rs: ReplicaSet, docs: int) -> dict[str, Any]:
             run_phase("sort", lambda: list(coll.find({}, {"r": 1}).sort("r", 1).limit(1))),
             run_phase("group", lambda: list(coll.aggregate([{"$group": {"_id": {"$mod": ["$r", 1000]},
                                                                          "n": {"$sum": 1}}}]))),
+            run_phase("update many", lambda: coll.update_many({"s": "x"}, {"$set": {"t": 1}})),
         ]
     finally:
         for p in probes:

@@ -1173,7 +1173,7 @@ def _sort_key(doc: Any, parts: tuple[str, ...], direction: int) -> tuple[Any, ..
 # Documents sorted by one call of the C sort. A sort holds the interpreter until it returns, so a big
 # input is sorted in runs of this size and the runs are merged lazily: another thread (the event loop)
 # never waits long for its turn, however many documents a query sorts.
-SORT_RUN = 8192
+SORT_RUN = 2048
 
 
 class _Descending:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ def ensure_collection(env: WriteEnv, ns: str) -> None:
         env.emit(command_entry(db, {"create": coll}, new_collection_uuid()))
 
 
-def _error_doc(index: int, err: MongoError) -> dict[str, Any]:
+def error_doc(index: int, err: MongoError) -> dict[str, Any]:
     doc: dict[str, Any] = {"index": index, "code": err.code, "errmsg": err.errmsg}
     doc.update(err.extra)
     return doc
@@ -102,7 +102,7 @@ def _run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResul
             run_one(i)
         except MongoError as err:
             env.txn.rollback_to(sp)
-            result.write_errors.append(_error_doc(i, err))
+            result.write_errors.append(error_doc(i, err))
             if ordered:
                 break
         else:
@@ -184,8 +184,14 @@ def id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
 
 
 def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher,
-                       sort: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-    """Documents of `ns` matching `query` (by `_id` lookup when the query pins `_id`)."""
+                       sort: Mapping[str, Any] | None = None, candidates: Sequence[Any] | None = None
+                       ) -> Iterator[dict[str, Any]]:
+    """Documents of `ns` matching `query` (by `_id` lookup when the query pins `_id`). With
+    `candidates` (the `_id`s a scan outside the transaction found, in sort order), only those are
+    looked up and matched again: a document changed since that scan is skipped."""
+    if candidates is not None:
+        found = (txn.get(ns, id_value) for id_value in candidates)
+        return (d for d in found if d is not None and matcher.matches(d))
     exact, id_value = id_equality(query)
     if exact:
         doc = txn.get(ns, id_value)
@@ -237,7 +243,8 @@ def upsert_document(q: Mapping[str, Any], u: Mapping[str, Any], env: WriteEnv,
     return prepare_insert_document(doc)
 
 
-def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: WriteResult) -> None:
+def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: WriteResult,
+                         candidates: Sequence[Any] | None = None) -> None:
     q, u, multi, upsert = _parse_update_statement(spec)
     if is_operator_update(u):
         validate_update(u)
@@ -245,7 +252,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
     array_filters = spec.get("arrayFilters")
     matched = 0
     ui = _ui(env, ns)
-    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"))):
+    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"), candidates)):
         matched += 1
         outcome = compute_update(doc, u, env, matcher, array_filters)
         if outcome.modified and outcome.oplog_update is not None:
@@ -262,15 +269,21 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
         result.upserted.append({"index": index, "_id": doc["_id"]})
 
 
-def update_documents(env: WriteEnv, ns: str, updates: list[Any], ordered: bool) -> WriteResult:
+def update_documents(env: WriteEnv, ns: str, updates: list[Any], ordered: bool,
+                     candidates: Mapping[int, Sequence[Any]] | None = None) -> WriteResult:
+    """Runs update statements; `candidates`: per statement index, the `_id`s to consider (see
+    `matching_documents`)."""
     result = WriteResult()
+    found = candidates or {}
     return _run_statements(
-        env, len(updates), ordered, result, lambda i: update_one_statement(env, ns, updates[i], i, result)
+        env, len(updates), ordered, result,
+        lambda i: update_one_statement(env, ns, updates[i], i, result, found.get(i)),
     )
 
 
 # -- delete -------------------------------------------------------------------------
-def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult) -> None:
+def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult,
+                         candidates: Sequence[Any] | None = None) -> None:
     if not isinstance(spec, dict) or "q" not in spec or "limit" not in spec:
         raise MongoError(9, "delete statement requires 'q' and 'limit'")
     q, limit = spec["q"], spec["limit"]
@@ -280,22 +293,27 @@ def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult)
         raise MongoError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
     matcher = compile_filter(q)
     ui = _ui(env, ns)
-    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"))):
+    for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"), candidates)):
         env.emit(delete_entry(ns, doc["_id"], ui))
         result.n += 1
         if limit == 1:
             break
 
 
-def delete_documents(env: WriteEnv, ns: str, deletes: list[Any], ordered: bool) -> WriteResult:
+def delete_documents(env: WriteEnv, ns: str, deletes: list[Any], ordered: bool,
+                     candidates: Mapping[int, Sequence[Any]] | None = None) -> WriteResult:
+    """Runs delete statements; `candidates` as in `update_documents`."""
     result = WriteResult()
+    found = candidates or {}
     return _run_statements(
-        env, len(deletes), ordered, result, lambda i: delete_one_statement(env, ns, deletes[i], result)
+        env, len(deletes), ordered, result,
+        lambda i: delete_one_statement(env, ns, deletes[i], result, found.get(i)),
     )
 
 
 # -- findAndModify ------------------------------------------------------------------
-def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
+def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any],
+                    candidates: Sequence[Any] | None = None) -> dict[str, Any]:
     q = cmd.get("query") or {}
     remove, u = bool(cmd.get("remove", False)), cmd.get("update")
     if remove == (u is not None):
@@ -305,7 +323,7 @@ def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any]) -> dict[str,
     if isinstance(u, dict) and is_operator_update(u):
         validate_update(u)
     matcher = compile_filter(q)
-    doc = next(matching_documents(env.txn, ns, q, matcher, cmd.get("sort")), None)
+    doc = next(matching_documents(env.txn, ns, q, matcher, cmd.get("sort"), candidates), None)
     if remove:
         if doc is not None:
             env.emit(delete_entry(ns, doc["_id"], _ui(env, ns)))

@@ -28,7 +28,6 @@ from oplog.query import (
 from oplog.values import canonical_key
 from oplog.writes import (
     WriteEnv,
-    WriteResult,
     delete_documents,
     find_and_modify,
     id_equality,
@@ -50,12 +49,16 @@ from replset.wire.oplog_reader import (
     raw_oplog_source,
     start_key_is_whole_filter,
 )
+from replset.wire.write_batches import (
+    CANDIDATE_RETRIES,
+    Perform,
+    StaleCandidates,
+    find_candidates,
+    run_batch,
+)
 from replset.write_concern import parse_write_concern
 
 MAX_WRITE_BATCH = 100_000
-# Statements per group commit when a write command holds more (see `_sliced_write`): about 10-20 ms of
-# work for small documents.
-WRITE_SLICE = 500
 DEFAULT_AWAIT_DATA_MS = 1000
 
 
@@ -107,102 +110,19 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
     return reply
 
 
-def _result_reply(result: WriteResult, *, update: bool = False) -> dict[str, Any]:
-    reply: dict[str, Any] = {"n": result.n}
-    if update:
-        reply["nModified"] = result.n_modified
-        if result.upserted:
-            reply["upserted"] = result.upserted
-    if result.write_errors:
-        reply["writeErrors"] = result.write_errors
-    reply["ok"] = 1.0
-    return reply
-
-
-BatchWrite = Callable[[WriteEnv, str, list[Any], bool], WriteResult]
-
-
-async def _batch_write(ctx: CommandContext, field: str, perform: BatchWrite) -> dict[str, Any]:
+async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
-    is_update = field == "updates"
-    if len(statements) > WRITE_SLICE:
-        return await _sliced_write(ctx, ns, statements, ordered, perform, is_update)
-    return await run_write(
-        ctx, lambda env: _result_reply(perform(env, ns, statements, ordered), update=is_update)
-    )
-
-
-def _merge_result(total: WriteResult, part: WriteResult, offset: int) -> None:
-    """Adds the result of statements `offset`.. to the command's (their indexes made the command's)."""
-    total.n += part.n
-    total.n_modified += part.n_modified
-    total.upserted.extend(dict(u, index=u["index"] + offset) for u in part.upserted)
-    total.write_errors.extend(dict(e, index=e["index"] + offset) for e in part.write_errors)
-
-
-def _result_of_reply(reply: dict[str, Any]) -> WriteResult:
-    return WriteResult(n=int(reply.get("n", 0)), n_modified=int(reply.get("nModified", 0)),
-                       upserted=list(reply.get("upserted", [])), write_errors=list(reply.get("writeErrors", [])))
-
-
-async def _sliced_write(ctx: CommandContext, ns: str, statements: list[Any], ordered: bool,
-                        perform: BatchWrite, is_update: bool) -> dict[str, Any]:
-    """A big batch runs as several group commits of `WRITE_SLICE` statements, so one insert_many of
-    100,000 documents never holds the event loop (and with it heartbeats) for seconds. As in mongod, a
-    batch is not atomic: each statement is. An ordered batch stops at its first error.
-
-    A retryable batch keeps its progress in its session record after each slice (how many statements
-    ran, and their results so far); a retry after a failure part way resumes after the last slice that
-    committed, so no statement runs twice, and a retry after success gets the stored reply."""
-    wc = parse_write_concern(ctx.cmd.get("writeConcern"))
-    rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
-    total = WriteResult()
-    optime: OpTime | None = None
-    for start in range(0, len(statements), WRITE_SLICE):
-        chunk = statements[start:start + WRITE_SLICE]
-        end = start + len(chunk)
-        if start and (point := ctx.node.failpoints.check("failBatchWriteSlice")) is not None:
-            raise MongoError(int(point.data.get("errorCode", 91)), "failBatchWriteSlice fail point")
-
-        def fn(env: WriteEnv, start: int = start, chunk: list[Any] = chunk, end: int = end,
-               base: WriteResult = total) -> tuple[str, WriteResult, OpTime | None]:
-            if rw is not None:
-                stored = sessions.stored_reply(env, rw)
-                if stored is not None:
-                    return "complete", _result_of_reply(stored), None
-                progress = sessions.progress(env, rw)
-                if progress is not None:
-                    done, partial = progress
-                    if done >= end:
-                        return "skipped", _result_of_reply(partial), None
-                    base = _result_of_reply(partial)
-                sessions.begin(env, rw)
-            merged = WriteResult(base.n, base.n_modified, list(base.upserted), list(base.write_errors))
-            part = perform(env, ns, chunk, ordered)
-            _merge_result(merged, part, start)
-            last = end >= len(statements) or (ordered and bool(part.write_errors))
-            if rw is not None:
-                sessions.record(env, rw, _result_reply(merged, update=is_update), done=None if last else end)
-            entry = env.last_entry
-            return "ran", merged, OpTime.from_document(entry) if entry and "ts" in entry else None
-
-        outcome, total, slice_optime = await ctx.node.submit_write(fn, durable=False)
-        optime = slice_optime or optime
-        if outcome == "complete" or (ordered and total.write_errors):
-            break
-    reply = _result_reply(total, update=is_update)
-    wce = await ctx.node.wait_for_write_concern(wc, optime or ctx.node.last_committed_optime)
-    if wce is not None:
-        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
-    return reply
+    return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
+                           scanning=field != "documents")
 
 
 @command("insert", kind="write")
 async def cmd_insert(ctx: CommandContext) -> dict[str, Any]:
-    return await _batch_write(ctx, "documents", insert_documents)
+    return await _batch_write(ctx, "documents", lambda env, ns, docs, ordered, _found: insert_documents(
+        env, ns, docs, ordered))
 
 
 @command("update", kind="write")
@@ -223,14 +143,32 @@ async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     if fields:
         validate_projection(fields)
 
-    def body(env: WriteEnv) -> dict[str, Any]:
-        reply = find_and_modify(env, ns, ctx.cmd)
-        if fields and reply.get("value") is not None:
-            reply["value"] = apply_projection(reply["value"], fields)
-        reply["ok"] = 1.0
-        return reply
+    def body(candidates: list[Any] | None) -> Callable[[WriteEnv], dict[str, Any]]:
+        # With candidates found off the loop: if the first no longer matches (another writer took
+        # it), roll back and look again rather than answer "nothing matched".
+        cmd = ctx.cmd if not candidates else {**ctx.cmd, "upsert": False}
 
-    return await run_write(ctx, body)
+        def run(env: WriteEnv) -> dict[str, Any]:
+            reply = find_and_modify(env, ns, cmd, candidates)
+            if candidates and reply["lastErrorObject"]["n"] == 0:
+                raise StaleCandidates()
+            if fields and reply.get("value") is not None:
+                reply["value"] = apply_projection(reply["value"], fields)
+            reply["ok"] = 1.0
+            return reply
+
+        return run
+
+    query = ctx.cmd.get("query") or {}
+    if isinstance(query, dict) and not id_equality(query)[0]:
+        limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+        for _attempt in range(CANDIDATE_RETRIES):
+            ids = await find_candidates(ctx, ns, query, ctx.cmd.get("sort"), True, limit)
+            try:
+                return await run_write(ctx, body(ids))
+            except StaleCandidates:
+                continue
+    return await run_write(ctx, body(None))
 
 
 # -- reads ---------------------------------------------------------------------------

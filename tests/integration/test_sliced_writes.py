@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from replset.wire.crud import WRITE_SLICE
+from replset.wire.write_batches import WRITE_SLICE
 from tests.support.members import Member
 
 N = WRITE_SLICE * 3 + 17  # four slices, the last one short
