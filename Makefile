@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.replset
 	$(BIN)/python -m bench.initial_sync
 	$(BIN)/python -m bench.rss
+	$(BIN)/python -m bench.loop_latency
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

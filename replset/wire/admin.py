@@ -145,10 +145,16 @@ async def cmd_sessions(ctx: CommandContext) -> dict[str, Any]:
 # -- catalog --------------------------------------------------------------------------
 @command("listDatabases", kind="read")
 async def cmd_list_databases(ctx: CommandContext) -> dict[str, Any]:
-    reader = ctx.node.store.reader
-    sizes: dict[str, int] = {"local": 0}
-    for info in reader.collections():
-        sizes[info.db] = sizes.get(info.db, 0) + reader.data_size(info.ns)
+    store = ctx.node.store
+
+    def database_sizes() -> dict[str, int]:  # sums every document's size: on the query pool
+        reader = store.thread_reader()
+        sizes: dict[str, int] = {"local": 0}
+        for info in reader.collections():
+            sizes[info.db] = sizes.get(info.db, 0) + reader.data_size(info.ns)
+        return sizes
+
+    sizes = await ctx.node.queries.run(database_sizes)
     matcher = compile_filter(ctx.cmd.get("filter") or {})
     dbs = [{"name": n, "sizeOnDisk": Int64(s), "empty": s == 0} for n, s in sorted(sizes.items())]
     dbs = [d for d in dbs if matcher.matches(d)]
@@ -196,8 +202,9 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
     return await _first_batch(ctx, cursor, batch_size, False)
 
 
-def coll_stats_document(ctx: CommandContext, ns: str, spec: Any) -> dict[str, Any]:
-    reader = ctx.node.store.reader
+def coll_stats_document(ctx: CommandContext, ns: str, spec: Any, reader: Any) -> dict[str, Any]:
+    """`$collStats` storage figures. Counts and sums every document: call it on the query pool, with
+    that thread's reader."""
     if ns == OPLOG_NS:
         size, count = ctx.node.oplog_size_bytes(), ctx.node.oplog_count()
         max_size = ctx.node.options.oplog_size_mb * 1024 * 1024

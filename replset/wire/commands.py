@@ -84,6 +84,7 @@ def check_role(node: Node, kind: str, secondary_ok: bool) -> None:
 class Dispatcher:
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._internal_errors: dict[tuple[str, str, str, int], int] = {}
         # Import for the registration side effect.
         from replset.wire import admin, crud, repl_commands  # noqa: F401
 
@@ -133,13 +134,28 @@ class Dispatcher:
             reply = err.to_document()
             self._label(ctx, reply, err.code)
         except Exception as exc:
-            log.exception("command %s failed", ctx.name)
+            self._log_internal_error(ctx.name, exc)
             reply = MongoError(1, f"internal error in {ctx.name}: {exc!r}").to_document()
         else:
             wce = reply.get("writeConcernError")
             if wce is not None:
                 self._label(ctx, reply, wce["code"])
         return reply
+
+    def _log_internal_error(self, name: str, exc: Exception) -> None:
+        """An unexpected exception is a bug: its traceback is logged the first time it happens in a
+        command, and later ones as one line with a count (a client repeating it cannot flood the log)."""
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        key = (name, type(exc).__name__, where.tb_frame.f_code.co_filename if where else "",
+               where.tb_lineno if where else 0)
+        seen = self._internal_errors.get(key, 0) + 1
+        self._internal_errors[key] = seen
+        if seen == 1:
+            log.error("internal error in command %s", name, exc_info=exc)
+        else:
+            log.error("internal error in command %s again (%d times): %r", name, seen, exc)
 
     @staticmethod
     def _label(ctx: CommandContext, reply: dict[str, Any], code: int) -> None:

@@ -438,7 +438,10 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
 
-        docs: Any = iter([coll_stats_document(ctx, ns, pipeline[0]["$collStats"])])
+        spec = pipeline[0]["$collStats"]
+        stats = await ctx.node.queries.run(
+            lambda: coll_stats_document(ctx, ns, spec, ctx.node.store.thread_reader()))
+        docs: Any = iter([stats])
         pipeline = pipeline[1:]
         validate_pipeline(pipeline)
         results = run_pipeline(docs, pipeline, now=now)
@@ -460,7 +463,8 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
     query = _document_arg(ctx.cmd, "query") or {}
     skip, limit = _int_arg(ctx.cmd, "skip"), abs(_int_arg(ctx.cmd, "limit"))
     if not query and ns != OPLOG_NS:
-        n = ctx.node.store.reader.count(ns)
+        store = ctx.node.store
+        n = await ctx.node.queries.run(lambda: store.thread_reader().count(ns))
     else:
         matcher = compile_filter(query)
         source = collection_source(ctx, ns, query, off_loop=True)
