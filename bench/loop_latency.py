@@ -12,7 +12,9 @@ thread runs, one after the other:
 - `regex maxTimeMS`: the same with maxTimeMS 500;
 - `sort`: find().sort({r: 1}).limit(1) on an unindexed field (every document decoded, keyed, sorted);
 - `group`: an aggregation grouping every document;
-- `update many`: an update of every document (found off the loop, applied 64 per commit, replicated).
+- `update many`: an update of every document (found off the loop, applied 64 per commit, replicated);
+- `unique index`: building a unique index over every document;
+- `drop`: dropping the collection.
 For each phase it prints the probes' p50 / p99 / max in ms, how the query ended and how long it took,
 and whether the primary and its term stayed the same.
 """
@@ -150,6 +152,8 @@ def measure(rs: ReplicaSet, docs: int) -> dict[str, Any]:
             run_phase("group", lambda: list(coll.aggregate([{"$group": {"_id": {"$mod": ["$r", 1000]},
                                                                          "n": {"$sum": 1}}}]))),
             run_phase("update many", lambda: coll.update_many({"s": "x"}, {"$set": {"t": 1}})),
+            run_phase("unique index", lambda: coll.create_index([("r", 1), ("_id", 1)], unique=True)),
+            run_phase("drop", lambda: coll.drop()),
         ]
     finally:
         for p in probes:

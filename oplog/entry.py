@@ -57,3 +57,15 @@ def stamp(entry: Mapping[str, Any], optime: OpTime, wall: datetime.datetime) -> 
 
 def entry_optime(entry: Mapping[str, Any]) -> OpTime:
     return OpTime.from_document(dict(entry))
+
+
+def cost_grows_with_data(entry: Mapping[str, Any]) -> bool:
+    """Whether applying `entry` costs in proportion to a collection's size: building a unique index
+    (every document's keys) or dropping a collection or a database (freeing every page)."""
+    if entry.get("op") != "c":
+        return False
+    o = entry.get("o")
+    if not isinstance(o, Mapping) or not o:
+        return False
+    name = next(iter(o))
+    return name in ("drop", "dropDatabase") or (name == "createIndexes" and bool(o.get("unique")))

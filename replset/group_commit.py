@@ -21,6 +21,12 @@ Checkpoints (copying the WAL into the database file) run in a thread and connect
 of their own (`SQLiteStore.checkpoint`), never inside a commit, so a commit costs a
 few page writes and no fsync, and the event loop is never stalled by one.
 
+A request whose cost grows with the data (`submit(..., off_loop=True)`: a unique index build, a
+dropped collection's pages, an applied batch holding such an entry) runs alone in a transaction on a
+worker thread instead; the event loop goes on serving heartbeats and reads meanwhile, and the requests
+queued behind it commit after it, in order. Everything but storage (futures, positions, wake-ups)
+is still done on the loop (`_finish`).
+
 The queue is bounded: when it is full, `submit` waits (backpressure).
 """
 
@@ -49,7 +55,8 @@ FINISH_CHECKPOINT_MAX_FRAMES = 2_000
 INLINE_FSYNC_LIMIT_S = 0.002
 THREADED_FSYNC_HOLD_S = 5.0
 
-Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], bool]
+# (fn, its future, durable, off_loop)
+Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], bool, bool]
 
 
 class GroupCommitWriter:
@@ -65,6 +72,8 @@ class GroupCommitWriter:
         self._queue: asyncio.Queue[Request] = asyncio.Queue(MAX_QUEUED)
         self._fsync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
         self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._off_loop = ThreadPoolExecutor(max_workers=1, thread_name_prefix="long-write")
+        self._off_loop_running = False
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_wanted = asyncio.Event()
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -112,19 +121,23 @@ class GroupCommitWriter:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
         while not self._queue.empty():
-            _fn, fut, _durable = self._queue.get_nowait()
+            _fn, fut, _durable, _off_loop = self._queue.get_nowait()
             if not fut.done():
                 fut.set_exception(MongoError(91, "The server is in quiesce mode and will shut down"))
         self._fail_durable_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
         self._fsync.shutdown(wait=True)
         self._checkpointer.shutdown(wait=True)
+        self._off_loop.shutdown(wait=True)
 
-    async def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True) -> T:
+    async def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True, off_loop: bool = False) -> T:
         """Runs `fn(txn)` in the next group commit. With `durable` (the default: votes, configs,
         rollbacks, initial sync steps), returns only once the commit is fsynced; without it, once
-        committed (client writes and applied batches, whose durability the write concern decides)."""
+        committed (client writes and applied batches, whose durability the write concern decides).
+        `off_loop`: a write whose cost grows with the data (building a unique index, dropping a
+        collection's table) runs alone, in a transaction of its own, on a worker thread; the event loop
+        serves everything else meanwhile, and the writes queued behind it wait, as behind any commit."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self._queue.put((fn, fut, durable))
+        await self._queue.put((fn, fut, durable, off_loop))
         return await fut
 
     # -- durability -----------------------------------------------------------------------------
@@ -226,7 +239,7 @@ class GroupCommitWriter:
                 return
             self.checkpoints += 1
             frames, copied = fut.result()
-            if frames - copied <= FINISH_CHECKPOINT_MAX_FRAMES:
+            if frames - copied <= FINISH_CHECKPOINT_MAX_FRAMES and not self._off_loop_running:
                 # On the event loop, between group commits: the writer cannot append meanwhile, so
                 # this pass completes and the next transaction restarts the WAL from its beginning.
                 try:
@@ -245,21 +258,34 @@ class GroupCommitWriter:
                 pending = [await self._queue.get()]
             while len(pending) < MAX_BATCH and not self._queue.empty():
                 pending.append(self._queue.get_nowait())
-            done = self._commit_batch(pending)
+            if pending[0][3]:
+                done = await self._commit_off_loop(pending[0])
+            else:
+                inline = next((i for i, request in enumerate(pending) if request[3]), len(pending))
+                done = self._finish(*self._run_batch(pending[:inline]))
             pending = pending[done:]
             if pending:
                 await asyncio.sleep(0)  # the batch ran out of its time slice: let the loop serve others
 
-    def _commit_batch(self, pending: list[Request]) -> int:
+    async def _commit_off_loop(self, request: Request) -> int:
+        self._off_loop_running = True
+        try:
+            taken = await asyncio.get_running_loop().run_in_executor(self._off_loop, self._run_batch, [request])
+        finally:
+            self._off_loop_running = False
+        return self._finish(*taken)
+
+    def _run_batch(self, pending: list[Request]) -> tuple[list[Request], list[tuple[bool, Any]], Exception | None]:
         """Runs and commits a prefix of `pending` in one transaction: every request, or as many as fit
         in `BATCH_SLICE_S` (at least one), so one commit never holds the event loop much longer than
-        that, whatever the queue holds. Returns how many requests it took."""
+        that, whatever the queue holds. Touches storage only (it may run on a worker thread). Returns the
+        requests it took, their outcomes, and the error that rolled the transaction back, if any."""
         outcomes: list[tuple[bool, Any]] = []
         txn = self._store.begin()
         batch = pending
         try:
             started = time.perf_counter()
-            for i, (fn, _fut, _durable) in enumerate(pending):
+            for i, (fn, _fut, _durable, _off_loop) in enumerate(pending):
                 outcomes.append(self._run_one(txn, fn))
                 if time.perf_counter() - started > BATCH_SLICE_S:
                     batch = pending[:i + 1]
@@ -267,12 +293,19 @@ class GroupCommitWriter:
             self._store.commit()
         except Exception as exc:
             self._store.rollback()
-            self._on_abort()  # in-memory positions the batch advanced must go back with it
-            error = MongoError(1, f"storage commit failed: {exc}")
-            for _fn, fut, _durable in batch:
-                if not fut.done():
-                    fut.set_exception(error)
             log.exception("group commit failed")
+            return batch, outcomes, exc
+        return batch, outcomes, None
+
+    def _finish(self, batch: list[Request], outcomes: list[tuple[bool, Any]], error: Exception | None) -> int:
+        """On the event loop, after `_run_batch`: answers the requests, reports the commit. Returns how
+        many requests the batch took."""
+        if error is not None:
+            self._on_abort()  # in-memory positions the batch advanced must go back with it
+            failure = MongoError(1, f"storage commit failed: {error}")
+            for _fn, fut, _durable, _off_loop in batch:
+                if not fut.done():
+                    fut.set_exception(failure)
             self._on_commit()
             return len(batch)
         self.batches += 1
@@ -280,7 +313,7 @@ class GroupCommitWriter:
         self.committed_seq += 1
         # The writers' continuations are queued before whatever `on_commit` wakes (tailing getMores,
         # position reports): a w:1 reply does not wait behind the replication traffic it causes.
-        for (_fn, fut, durable), (ok, value) in zip(batch, outcomes):
+        for (_fn, fut, durable, _off_loop), (ok, value) in zip(batch, outcomes):
             if fut.done():
                 continue
             if not ok:

@@ -419,13 +419,15 @@ class InitialSyncer:
     # -- step 5: finish -----------------------------------------------------------------------------
 
     async def _build_indexes(self, stop: OpTime) -> None:
-        """Builds the deferred indexes, one collection per transaction (a build runs on the event
-        loop, as the clone's used to); a unique one that does not hold fails the attempt."""
+        """Builds the deferred indexes, one collection per transaction (each on the group commit's
+        worker thread, so heartbeats go on); a unique one that does not hold fails the attempt."""
         node, deferred = self.node, self._deferred
         built = 0
         for ns in deferred.namespaces():
             try:
-                built += await node.writer.submit(lambda txn, ns=ns: txn.build_deferred_indexes(deferred, ns))
+                # Reads every document of the collection for its keys: on a worker thread.
+                built += await node.writer.submit(lambda txn, ns=ns: txn.build_deferred_indexes(deferred, ns),
+                                                  off_loop=True)
             except MongoError as exc:
                 if exc.code != DUPLICATE_KEY:
                     raise

@@ -35,6 +35,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_fix
 
 from oplog.apply import apply_entry
 from oplog.codec_options import DOC_OPTIONS
+from oplog.entry import cost_grows_with_data
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
@@ -387,7 +388,8 @@ class SyncWorker:
                 retry=retry_if_exception(lambda exc: isinstance(exc, MongoError) and not node.shutting_down),
                 wait=wait_fixed(APPLY_RETRY_S), before_sleep=log_retry, reraise=True):
             with attempt:
-                await node.writer.submit(write, durable=False)
+                await node.writer.submit(write, durable=False,
+                                         off_loop=any(cost_grows_with_data(entry) for entry, _raw in entries))
         # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal flush
         # that makes it durable (for w:"majority" and j) starts now, not in 100 ms.
         node.request_flush()

@@ -250,7 +250,7 @@ async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
         env.emit(command_entry(ctx.db, {"drop": coll}, info.uuid))
         return {"nIndexesWas": n_indexes, "ns": ns, "ok": 1.0}
 
-    return await run_write(ctx, body)
+    return await run_write(ctx, body, off_loop=True)  # freeing the table's pages takes a while
 
 
 @command("dropDatabase", kind="write")
@@ -262,7 +262,7 @@ async def cmd_drop_database(ctx: CommandContext) -> dict[str, Any]:
             env.emit(command_entry(ctx.db, {"dropDatabase": 1}))
         return {"dropped": ctx.db, "ok": 1.0}
 
-    return await run_write(ctx, body)
+    return await run_write(ctx, body, off_loop=True)
 
 
 def _validate_index_spec(spec: Any) -> dict[str, Any]:
@@ -309,7 +309,8 @@ async def cmd_create_indexes(ctx: CommandContext) -> dict[str, Any]:
         reply["ok"] = 1.0
         return reply
 
-    return await run_write(ctx, body)
+    # A unique index reads every document for its keys: built on a worker thread.
+    return await run_write(ctx, body, off_loop=any(spec.get("unique") for spec in specs))
 
 
 def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> bool:

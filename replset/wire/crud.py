@@ -84,8 +84,10 @@ def _array_arg(ctx: CommandContext, field: str) -> list[Any]:
 
 
 # -- writes --------------------------------------------------------------------------
-async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, Any]]) -> dict[str, Any]:
-    """Runs a write command once per (lsid, txnNumber), then honours the write concern."""
+async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, Any]], *,
+                    off_loop: bool = False) -> dict[str, Any]:
+    """Runs a write command once per (lsid, txnNumber), then honours the write concern. `off_loop`:
+    a write whose cost grows with the data (see `GroupCommitWriter.submit`)."""
     wc = parse_write_concern(ctx.cmd.get("writeConcern"))
     # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
@@ -102,7 +104,7 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
         last = env.last_entry
         return reply, OpTime.from_document(last) if last and "ts" in last else None
 
-    reply, optime = await ctx.node.submit_write(fn, durable=False)
+    reply, optime = await ctx.node.submit_write(fn, durable=False, off_loop=off_loop)
     reply = dict(reply)
     wce = await ctx.node.wait_for_write_concern(wc, optime or ctx.node.last_committed_optime)
     if wce is not None:

@@ -343,7 +343,7 @@ class _Writer:
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
 
-    async def submit(self, fn: Callable[[StoreTxn], Any]) -> Any:
+    async def submit(self, fn: Callable[[StoreTxn], Any], *, durable: bool = True, off_loop: bool = False) -> Any:
         txn = self.store.begin()
         try:
             value = fn(txn)
