@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
 from replset.wire.codec import encode_op_msg_request
@@ -121,6 +121,8 @@ def run_phase(name: str, query: Callable[[], Any]) -> dict[str, Any]:
         outcome = "ok"
     except OperationFailure as exc:
         outcome = f"error {exc.code}"
+    except PyMongoError as exc:  # the member stepped down, say
+        outcome = type(exc).__name__
     ended = time.perf_counter()
     return {"phase": name, "query_s": round(ended - started, 2), "outcome": outcome,
             "window": (started, ended)}
@@ -193,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print(f"{result['docs']:,} documents loaded in {result['load_s']} s; primary kept: {result['kept_primary']}")
-    print(f"{'phase':<22}{'query s':>8}  {'outcome':<10}{'heartbeat n, p50/p99/max ms':>30}"
+    print(f"{'phase':<22}{'query s':>8}  {'outcome':<16}{'heartbeat n, p50/p99/max ms':>30}"
           f"{'ping n, p50/p99/max ms':>30}")
     for ph in result["phases"]:
         cells = [f"{f['n']}, {f['p50_ms']}/{f['p99_ms']}/{f['max_ms']}" for f in (ph["heartbeat"], ph["ping"])]
-        print(f"{ph['phase']:<22}{ph['query_s']:>8}  {ph['outcome']:<10}{cells[0]:>30}{cells[1]:>30}")
+        print(f"{ph['phase']:<22}{ph['query_s']:>8}  {ph['outcome']:<16}{cells[0]:>30}{cells[1]:>30}")
     cells = [f"{f['n']}, {f['p50_ms']}/{f['p99_ms']}/{f['max_ms']}" for f in result["during_queries"].values()]
     print(f"{'all query phases':<40}{cells[0]:>30}{cells[1]:>30}")
     if result["probe_errors"]:
