@@ -408,15 +408,20 @@ class RegexBudget(NamedTuple):
     its timeout while it backtracks, so a pattern such as ``^(a|aa)+$`` cannot run away)."""
 
     seconds: float
-    error: MongoError
+    code: int
+    message: str
+
+    def error(self) -> MongoError:
+        """A new error each time (one shared exception object would collect every raise's traceback)."""
+        return MongoError(self.code, self.message)
 
 
 # A single match may take this long by default: a legitimate pattern on a document's string takes
 # microseconds; this bounds a catastrophic one. Query execution off the event loop sets a budget per
 # operation (the smaller of this and what its maxTimeMS leaves).
 REGEX_MATCH_LIMIT_S = 0.1
-DEFAULT_REGEX_BUDGET = RegexBudget(REGEX_MATCH_LIMIT_S, MongoError(
-    2, f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms"))
+DEFAULT_REGEX_BUDGET = RegexBudget(
+    REGEX_MATCH_LIMIT_S, 2, f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms")
 REGEX_BUDGET: contextvars.ContextVar[RegexBudget | None] = contextvars.ContextVar("regex_budget", default=None)
 _INT_FLAG_CHARS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"))
 
@@ -485,7 +490,7 @@ def _regex_pred(pattern: str, options: str) -> Pred:
             try:
                 return search(x, timeout=budget.seconds, concurrent=True) is not None
             except TimeoutError:
-                raise budget.error from None
+                raise budget.error() from None
         if isinstance(x, _REGEX_TYPES):
             return _regex_source(x) == source
         return False

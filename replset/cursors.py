@@ -121,6 +121,10 @@ class CursorRegistry:
     def kill(self, cursor_id: int) -> bool:
         return self._cursors.pop(cursor_id, None) is not None
 
+    def take(self, cursor_id: int) -> Cursor | None:
+        """Removes and returns a cursor (the caller lets its source go where it chooses)."""
+        return self._cursors.pop(cursor_id, None)
+
     def kill_all(self, reason: str) -> int:
         """Kills every cursor, including those a getMore is waiting on (they report `reason`).
 

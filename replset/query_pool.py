@@ -93,13 +93,13 @@ class QueryPool:
                 limit.left_s -= self._clock() - started
 
     def _call(self, fn: Callable[[], T], left_s: float | None, started: float) -> T:
-        budget = RegexBudget(REGEX_MATCH_LIMIT_S, MongoError(
-            2, f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms"))
+        budget = RegexBudget(REGEX_MATCH_LIMIT_S, 2,
+                             f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms")
         if left_s is not None:
             _DEADLINE.set(started + left_s)
             left_now = max(0.0, started + left_s - self._clock())
             if left_now < budget.seconds:
-                budget = RegexBudget(left_now, time_limit_error())
+                budget = RegexBudget(left_now, 50, "operation exceeded time limit")
         REGEX_BUDGET.set(budget)
         return fn()
 

@@ -208,11 +208,22 @@ _VALUE_SIZES = {0x01: 8, 0x02: -1, 0x05: -2, 0x06: 0, 0x07: 12, 0x08: 1, 0x09: 8
 
 def nesting_exceeds(data: bytes, limit: int) -> bool:
     """Whether the BSON document in `data` nests objects and arrays deeper than `limit` levels.
-    Iterative (no recursion, whatever the depth); False when the bytes are not BSON in another way."""
+    Iterative (no recursion, whatever the depth); False when the bytes are not BSON in another way.
+    Every step moves strictly forward within `data`, so no input can make it loop."""
+    end = len(data)
+
+    def length_at(at: int) -> int:
+        (value,) = _INT32.unpack_from(data, at)
+        if value < 0 or at + value > end:
+            raise ValueError("bad length")
+        return int(value)
+
     try:
-        ends = [_INT32.unpack_from(data, 0)[0]]
+        ends = [length_at(0)]
         pos = 4
         while ends:
+            if pos >= end:
+                return False
             kind = data[pos]
             pos += 1
             if kind == 0:
@@ -220,7 +231,7 @@ def nesting_exceeds(data: bytes, limit: int) -> bool:
                 continue
             pos = data.index(b"\x00", pos) + 1  # the element's name
             if kind in (0x03, 0x04):
-                ends.append(pos + _INT32.unpack_from(data, pos)[0])
+                ends.append(pos + length_at(pos))
                 if len(ends) > limit:
                     return True
                 pos += 4
@@ -229,13 +240,13 @@ def nesting_exceeds(data: bytes, limit: int) -> bool:
             if size >= 0:
                 pos += size
             elif size in (-1, -4):
-                pos += 4 + _INT32.unpack_from(data, pos)[0] + (12 if size == -4 else 0)
+                pos += 4 + length_at(pos) + (12 if size == -4 else 0)
             elif size == -2:
-                pos += 5 + _INT32.unpack_from(data, pos)[0]
+                pos += 5 + length_at(pos)
             elif size == -3:
                 pos = data.index(b"\x00", data.index(b"\x00", pos) + 1) + 1
             else:
-                pos += _INT32.unpack_from(data, pos)[0]
+                pos += max(4, length_at(pos))
     except (IndexError, KeyError, ValueError, struct.error):
         return False
     return False

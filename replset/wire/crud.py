@@ -364,7 +364,21 @@ async def _first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
     if more and not single_batch:
         cursor.id = ctx.node.cursors.new_id()
         ctx.node.cursors.register(cursor, now_ms())
+    elif more:
+        await _release(ctx, cursor)
     return cursor_reply(cursor.id, cursor.ns, batch, first=True)
+
+
+async def _release(ctx: CommandContext, cursor: Cursor) -> None:
+    """Closes the source of a cursor that will not be read on. A big sort's memory is let go in
+    pieces, on the query pool for a cursor that ran there, not on the event loop."""
+    close = getattr(cursor.source, "close", None)
+    if close is None or cursor.busy:
+        return
+    if cursor.time_limit is None:
+        close()
+    else:
+        await ctx.node.queries.run(close)
 
 
 @command("getMore")  # the cursor was opened with the read preference it needed
@@ -386,6 +400,8 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             if err.code != 143:
                 registry.kill(cursor.id)  # a cursor whose batch failed (time limit, dropped collection) is dead
             raise
+        if cursor.killed:  # a rollback or resync replaced the data under it meanwhile
+            raise MongoError(237, f"cursor id {cursor.id} was killed: {cursor.killed}")
         if not more:
             registry.kill(cursor.id)
         return _with_repl_data(ctx, ns, cursor_reply(cursor.id if more else 0, ns, batch, first=False))
@@ -415,7 +431,10 @@ async def cmd_kill_cursors(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(9, "killCursors requires a 'cursors' array")
     killed, not_found = [], []
     for cid in ids:
-        (killed if ctx.node.cursors.kill(int(cid)) else not_found).append(Int64(cid))
+        cursor = ctx.node.cursors.take(int(cid))
+        (killed if cursor is not None else not_found).append(Int64(cid))
+        if cursor is not None:
+            await _release(ctx, cursor)
     return {"cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [],
             "cursorsUnknown": [], "ok": 1.0}
 

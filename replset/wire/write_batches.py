@@ -13,7 +13,11 @@ small whatever the command holds:
   the transaction (a document changed meanwhile is skipped). A multi statement applies itself
   `MULTI_SLICE` documents per commit. A single-document statement whose candidate changed in between
   (another writer took it: a job queue) looks again, up to `CANDIDATE_RETRIES` times, then scans in
-  the transaction, so it never reports "nothing matched" while something does.
+  the transaction, so a job queue is never answered "nothing left" while a job it saw remains. An
+  upsert inserts when the scan found nothing; a matching document inserted by another client between
+  that scan and the commit is not seen, so, as in mongod, concurrent upserts without a unique index
+  on the filter's fields can insert twice. A statement stops at its first error (the documents of
+  that statement's failing commit are rolled back with it; earlier commits stay).
 - **Retryable writes**: a batch keeps its progress in its session record after each commit (how many
   statements are done, and their results so far); a retry after an interruption resumes after the
   last commit, and a retry after success gets the stored reply. (A multi statement interrupted part way
@@ -155,7 +159,9 @@ class _Batch:
                 raise StaleCandidates()
             merged = _merged(base, part, start)
             last = end >= len(self.statements) or (self.ordered and bool(part.write_errors))
-            if rw is not None:
+            if rw is not None and end > start:
+                # (A slice of a multi statement that goes on records nothing: a retry runs that statement
+                # again from its start, on the results as they stood before it.)
                 sessions.record(env, rw, result_reply(merged, update=self.is_update), done=None if last else end)
             entry = env.last_entry
             return "ran", merged, part, OpTime.from_document(entry) if entry and "ts" in entry else None
@@ -207,8 +213,8 @@ class _Batch:
             finishes = k == len(slices) - 1 and not upsert
             part = await self.commit(i, [body], {0: id_slice}, i + 1 if finishes else i)
             matched += part.n
-            if self.stopped:
-                return
+            if self.stopped or part.write_errors:
+                return  # a statement stops at its first error, ordered batch or not
         if upsert:
             await self.commit(i, [spec if matched == 0 else body], {0: []}, i + 1)
 

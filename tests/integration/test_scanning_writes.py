@@ -92,3 +92,13 @@ def test_find_and_modify_as_a_job_queue_under_contention(coll: Any) -> None:
     assert coll.count_documents({"state": "ready"}) == 0
     for k, part in enumerate(taken):
         assert coll.count_documents({"by": k}) == len(part)
+
+
+def test_a_multi_statement_stops_at_its_first_error_in_an_unordered_batch(coll: Any) -> None:
+    coll.create_index("u", unique=True, sparse=True)
+    reply = coll.database.command({"update": coll.name, "ordered": False, "updates": [
+        {"q": {"k": {"$gte": 0}}, "u": {"$set": {"u": 5}}, "multi": True},
+        {"q": {"_id": 1}, "u": {"$set": {"after": True}}}]})
+    assert [(e["index"], e["code"]) for e in reply["writeErrors"]] == [(0, 11000)]  # once, not per commit
+    assert coll.count_documents({"u": 5}) <= 1
+    assert coll.find_one({"_id": 1})["after"] is True  # the batch went on with the next statement

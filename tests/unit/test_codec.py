@@ -213,3 +213,20 @@ def test_a_command_too_deep_to_decode_gets_overflow() -> None:
     frame = struct.pack("<iiii", 16 + len(payload), 7, 0, 2013) + payload
     request = decode_request(frame)
     assert isinstance(request, MalformedRequest) and request.code == 15
+
+
+def test_negative_lengths_cannot_make_the_depth_scan_loop() -> None:
+    from replset.wire.codec import MessageDecoder, nesting_exceeds
+
+    body = b"\x02\x00" + struct.pack("<i", -6) + b"ab\x00"
+    doc = struct.pack("<i", len(body) + 5) + body + b"\x00"
+    assert not nesting_exceeds(doc, 200)
+    for kind in (b"\x05", b"\x0f", b"\x03", b"\x0d"):
+        odd = kind + b"x\x00" + struct.pack("<i", -100) + b"\x00" * 8
+        blob = struct.pack("<i", len(odd) + 5) + odd + b"\x00"
+        assert not nesting_exceeds(blob, 200)
+    payload = struct.pack("<I", 0) + b"\x00" + doc
+    decoder = MessageDecoder()
+    decoder.receive_data(struct.pack("<iiii", 16 + len(payload), 9, 0, 2013) + payload)
+    request = decoder.next_request()
+    assert request is not None and getattr(request, "code", None) == 22

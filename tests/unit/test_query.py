@@ -1880,7 +1880,7 @@ def test_sorting_in_runs_gives_the_single_sort_order(docs: list[dict[str, Any]],
 
 def test_a_catastrophic_regex_stops_at_its_budget() -> None:
     matcher = compile_filter({"s": {"$regex": "^(a|aa)+$"}})
-    budget = query.RegexBudget(0.05, MongoError(50, "operation exceeded time limit"))
+    budget = query.RegexBudget(0.05, 50, "operation exceeded time limit")
     token = query.REGEX_BUDGET.set(budget)
     try:
         with pytest.raises(MongoError) as err:
