@@ -62,10 +62,21 @@ def test_four_member_chain_acknowledges_w4(rs_factory: object) -> None:
     rs = rs_factory(4)  # type: ignore[operator]
     primary = rs.initiate()
     s1, s2, s3 = [m for m in rs.members if m is not primary]
-    for member, source in ((s1, primary), (s2, s1), (s3, s2)):
+    wanted = ((s1, primary), (s2, s1), (s3, s2))
+
+    def chain_formed() -> bool:
+        # replSetSyncFrom holds for one choice, as in mongod: a first fetch that fails (the source busy
+        # starting its own fetch, say) drops it, so a member not on its wanted source is asked again.
+        formed = True
+        for member, source in wanted:
+            if rs.sync_source(member) != source.host:
+                rs.direct(member).admin.command("replSetSyncFrom", source.host)
+                formed = False
+        return formed
+
+    for member, source in wanted:
         rs.direct(member).admin.command("replSetSyncFrom", source.host)
-    wait_for(lambda: [rs.sync_source(m) for m in (s1, s2, s3)] == [primary.host, s1.host, s2.host], 20,
-             "the chain P <- S1 <- S2 <- S3")
+    wait_for(chain_formed, 30, "the chain P <- S1 <- S2 <- S3", interval_s=0.5)
     coll = rs.client().app.chain4
     result = coll.with_options(write_concern=WriteConcern(w=4, wtimeout=5000)).insert_many(
         [{"_id": i} for i in range(100)])
