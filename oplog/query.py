@@ -415,13 +415,17 @@ class RegexBudget(NamedTuple):
         """A new error each time (one shared exception object would collect every raise's traceback)."""
         return MongoError(self.code, self.message)
 
+    @classmethod
+    def limited_to(cls, seconds: float) -> RegexBudget:
+        """A budget of `seconds` per match, past which the query fails with BadValue."""
+        return cls(seconds, 2, f"Regular expression match exceeded its limit of {int(seconds * 1000)} ms")
+
 
 # A single match may take this long by default: a legitimate pattern on a document's string takes
 # microseconds; this bounds a catastrophic one. Query execution off the event loop sets a budget per
 # operation (the smaller of this and what its maxTimeMS leaves).
 REGEX_MATCH_LIMIT_S = 0.1
-DEFAULT_REGEX_BUDGET = RegexBudget(
-    REGEX_MATCH_LIMIT_S, 2, f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms")
+DEFAULT_REGEX_BUDGET = RegexBudget.limited_to(REGEX_MATCH_LIMIT_S)
 REGEX_BUDGET: contextvars.ContextVar[RegexBudget | None] = contextvars.ContextVar("regex_budget", default=None)
 _INT_FLAG_CHARS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"))
 

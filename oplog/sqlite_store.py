@@ -32,7 +32,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -632,17 +632,7 @@ class SQLiteStore:
 
     def scan_bson_from_any_thread(self, ns: str) -> Iterator[bytes]:
         """`scan_from_any_thread`, each document as stored (BSON bytes)."""
-        info = self.thread_reader().collection(ns)
-        if info is None:
-            return
-        rid = 0
-        while True:
-            rows = self.thread_reader().scan_chunk(ns, info.table, rid)
-            if not rows:
-                return
-            for _rid, blob in rows:
-                yield blob
-            rid = rows[-1][0]
+        return _scan_bson(self.thread_reader, ns)
 
     def sync_wal(self) -> None:
         """The durable barrier: fsyncs the WAL, so every transaction committed before the call survives
@@ -753,17 +743,7 @@ class _ReadConnection(_Reader):
     def scan(self, ns: str) -> Iterator[dict[str, Any]]:
         """Documents in natural order, read in chunks so a cursor over a big collection holds one
         chunk in memory, not the collection (each chunk sees the latest commit, like a yielding scan)."""
-        info = self.collection(ns)
-        if info is None:
-            return
-        rid = 0
-        while True:
-            rows = self.scan_chunk(ns, info.table, rid)
-            if not rows:
-                return
-            for _rid, blob in rows:
-                yield _decode(blob)
-            rid = rows[-1][0]
+        return (_decode(blob) for blob in _scan_bson(lambda: self, ns))
 
     def scan_chunk(self, ns: str, table: str, after_rid: int) -> list[tuple[int, bytes]]:
         """The next `SCAN_CHUNK` (rid, document) rows of a collection's table after `after_rid`."""
@@ -775,6 +755,19 @@ class _ReadConnection(_Reader):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _scan_bson(reader: Callable[[], _ReadConnection], ns: str) -> Iterator[bytes]:
+    """A collection's stored documents in natural order, `SCAN_CHUNK` rows per statement, each chunk
+    read through `reader()` (the same connection, or the reader of whichever thread asks)."""
+    info = reader().collection(ns)
+    if info is None:
+        return
+    rid = 0
+    while rows := reader().scan_chunk(ns, info.table, rid):
+        for _rid, blob in rows:
+            yield blob
+        rid = rows[-1][0]
 
 
 class AnyThreadReader:

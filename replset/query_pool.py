@@ -93,13 +93,12 @@ class QueryPool:
                 limit.left_s -= self._clock() - started
 
     def _call(self, fn: Callable[[], T], left_s: float | None, started: float) -> T:
-        budget = RegexBudget(REGEX_MATCH_LIMIT_S, 2,
-                             f"Regular expression match exceeded its limit of {int(REGEX_MATCH_LIMIT_S * 1000)} ms")
+        budget = RegexBudget.limited_to(REGEX_MATCH_LIMIT_S)
         if left_s is not None:
             _DEADLINE.set(started + left_s)
             left_now = max(0.0, started + left_s - self._clock())
             if left_now < budget.seconds:
-                budget = RegexBudget(left_now, 50, "operation exceeded time limit")
+                budget = RegexBudget(left_now, 50, time_limit_error().errmsg)
         REGEX_BUDGET.set(budget)
         return fn()
 

@@ -59,6 +59,14 @@ class StaleCandidates(MongoError):
         super().__init__(112, "the matching document changed before the write")
 
 
+class _BadStatement(Exception):
+    """Finding a statement's candidates failed on its filter or sort: that statement's write error."""
+
+    def __init__(self, error: MongoError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def result_reply(result: WriteResult, *, update: bool = False) -> dict[str, Any]:
     reply: dict[str, Any] = {"n": result.n}
     if update:
@@ -124,13 +132,14 @@ class _Batch:
     stopped: bool = False
     commits: int = 0
     time_limit: TimeLimit = field(default_factory=TimeLimit)
-    finding: bool = False
 
     async def candidates(self, spec: dict[str, Any], sort: Any, first_only: bool) -> list[Any]:
-        self.finding = True
-        ids = await find_candidates(self.ctx, self.ns, spec["q"], sort, first_only, self.time_limit)
-        self.finding = False
-        return ids
+        try:
+            return await find_candidates(self.ctx, self.ns, spec["q"], sort, first_only, self.time_limit)
+        except MongoError as err:
+            if err.code == 50:
+                raise  # out of time: the command fails
+            raise _BadStatement(err) from None
 
     async def commit(self, start: int, chunk: list[Any], candidates: Candidates | None, end: int,
                      *, stale_if_unmatched: bool = False) -> WriteResult:
@@ -180,14 +189,10 @@ class _Batch:
                 await self._multi(i, spec)
             else:
                 await self._single(i, spec)
-        except MongoError as err:
-            if err.code == 50 or not self.finding:
-                raise  # out of time (the command fails), or a commit failed (as for any statement)
+        except _BadStatement as bad:
             # Finding the candidates failed (a bad filter or sort): the statement's write error.
-            self.total = _merged(self.total, WriteResult(write_errors=[error_doc(0, err)]), i)
+            self.total = _merged(self.total, WriteResult(write_errors=[error_doc(0, bad.error)]), i)
             self.stopped = self.ordered
-        finally:
-            self.finding = False
 
     async def _single(self, i: int, spec: dict[str, Any]) -> None:
         no_upsert = {**spec, "upsert": False}
