@@ -43,15 +43,24 @@ def test_s2_syncs_from_s1_because_its_ping_is_lower(rs_factory: object) -> None:
     coll = rs.client().app.by_ping
     counter = itertools.count()
 
+    def pings() -> dict[str, int]:
+        return {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
+
     def chained() -> bool:
         # Keep writing: S2 only moves to S1 when S1 is ahead of what S2 has fetched.
         coll.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": next(counter)})
         return rs.sync_source(s2) == s1.host and rs.sync_source(s1) == primary.host
 
+    def primary_farther() -> bool:
+        # The ping is smoothed (a fifth of each new sample), so the added latency shows after a few
+        # heartbeats: S1 must look closer than the primary by more than changeSyncSourceThresholdMillis
+        # (5 ms). S2 may have chained to S1 while the set formed, before the pings told them apart.
+        seen = pings()
+        return seen[primary.host] > seen[s1.host] + 5
+
+    wait_for(primary_farther, 30, "S2 to measure the primary as farther than S1")
     wait_for(chained, 30, "S2 to choose S1 as its sync source, and S1 the primary")
-    pings = {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
-    # S1 is closer than the primary by more than changeSyncSourceThresholdMillis (5 ms).
-    assert pings[primary.host] > pings[s1.host] + 5
+    assert primary_farther()
     assert rs.http_status(s2)["syncSourceHost"] == s1.host
     coll.with_options(write_concern=WriteConcern(w=3, wtimeout=5000)).insert_one({"_id": "w3"})
     tail = rs.direct(s2).app.by_ping.with_options(read_preference=ReadPreference.SECONDARY_PREFERRED)
