@@ -23,6 +23,8 @@ Pure: no I/O, no clock (``$$NOW`` is the ``now`` argument), no randomness.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import itertools
 import math

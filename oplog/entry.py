@@ -7,6 +7,8 @@ it twice equals applying it once (see `oplog.apply`). Shapes follow MongoDB's
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 from collections.abc import Mapping
 from typing import Any

@@ -6,6 +6,8 @@ drivers react correctly (retry, rediscover, raise the right exception class).
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from typing import Any
 
 CODE_NAMES: dict[int, str] = {

@@ -36,6 +36,8 @@ Pure: no I/O and no clock (``$$NOW`` is the ``now`` the caller passes in).
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import decimal
 import math

@@ -9,6 +9,8 @@ bytes) so a unique index is a primary key on those bytes.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Mapping
 from itertools import product
 from typing import Any

@@ -10,6 +10,8 @@ the wall-clock seconds in.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from dataclasses import dataclass
 from typing import Any
 

@@ -46,6 +46,8 @@ Pure: no I/O, no clocks, no randomness.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import contextvars
 import datetime
 import heapq

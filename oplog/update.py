@@ -42,6 +42,8 @@ Pure: no I/O and no clock; the current time is a parameter.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import re
 from collections.abc import Callable, Mapping

@@ -24,6 +24,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import calendar
 import datetime
 import decimal

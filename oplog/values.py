@@ -12,6 +12,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import math
 import re

@@ -5,6 +5,8 @@ Pure. Field names and defaults follow MongoDB's `rs.conf()` output.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any

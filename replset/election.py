@@ -34,6 +34,8 @@ Pure: time is passed in as milliseconds and randomness as an object with
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol

@@ -29,6 +29,8 @@ Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks). Pure stat
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any

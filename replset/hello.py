@@ -7,6 +7,8 @@ then process fields), which drivers use to discover and classify the member.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 from dataclasses import dataclass
 from typing import Any

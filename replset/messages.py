@@ -9,6 +9,8 @@ Field names are MongoDB's (`replSetHeartbeat`, `replSetRequestVotes`,
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import math
 from collections.abc import Iterable, Mapping

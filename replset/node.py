@@ -44,7 +44,7 @@ from replset.election import LastVote
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
 from replset.hello import HelloView
-from replset.member import MemberState, check_transition
+from replset.member import MemberState
 from replset.messages import HeartbeatRequest, heartbeat_request
 from replset.peer import PeerClient, PeerError
 from replset.pulse import Pulse
@@ -93,8 +93,6 @@ class Node:
         self.cursors = CursorRegistry(self.rng)
         self.queries = QueryPool()  # reads whose cost grows with the data run here, not on the loop
         self.config: ReplSetConfig | None = None
-        self.state = MemberState.STARTUP
-        self.term = 0
         self.log = LogWriter(NULL_OPTIME)
         self.last_committed_optime = NULL_OPTIME  # applied: committed, visible, not necessarily fsynced
         self.last_durable_optime = NULL_OPTIME  # fsynced (the journal flusher's last barrier)
@@ -111,10 +109,10 @@ class Node:
         self._trimming = False
         self._trim_again = False
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
-        self.last_vote: LastVote | None = None
         self.rbid = 0  # rollback id: bumped by every rollback (replSetGetRBID)
-        self.min_valid: OpTime | None = None  # after a rollback: RECOVERING until applied up to here
         self.failpoints = FailPoints()
+        self._recovered_term = 0
+        self._recovered_vote: LastVote | None = None
         self.repl = Replication(self)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -130,8 +128,9 @@ class Node:
         self.last_durable_optime = self.last_committed_optime
         self.rbid = load_rbid(self)
         min_valid = load_min_valid(self)
-        if min_valid is not None and self.last_committed_optime < min_valid:
-            self.min_valid = min_valid  # a rollback finished but its source's entries were not all applied
+        if min_valid is not None and self.last_committed_optime >= min_valid:
+            min_valid = None  # else a rollback finished but its source's entries were not all applied
+        self.repl.recover(term=self._recovered_term, last_vote=self._recovered_vote, min_valid=min_valid)
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:
             self.config = parse_config(raw)
@@ -163,16 +162,16 @@ class Node:
         self.last_committed_optime = last
         self.last_committed_wall = entry.get("wall", self.last_committed_wall)
         self._recover_election_meta()
-        self.term = max(self.term, last.term)
+        self._recovered_term = max(self._recovered_term, last.term)
 
     def _recover_election_meta(self) -> None:
         election = self.store.reader.meta(ELECTION_META)
         if not election:
             return
-        self.term = max(self.term, int(election.get("term", 0)))
+        self._recovered_term = max(self._recovered_term, int(election.get("term", 0)))
         vote = election.get("lastVote")
         if isinstance(vote, dict):
-            self.last_vote = LastVote(int(vote["term"]), int(vote["candidateIndex"]))
+            self._recovered_vote = LastVote(int(vote["term"]), int(vote["candidateIndex"]))
 
     def next_connection_id(self) -> int:
         self._connection_ids += 1
@@ -190,7 +189,28 @@ class Node:
     def oplog_count(self) -> int:
         return self.store.oplog_totals[0]
 
-    # -- state --------------------------------------------------------------------
+    # -- state (the replica core's: `replset.replica`) --------------------------------
+    @property
+    def state(self) -> MemberState:
+        return self.repl.core.state
+
+    @property
+    def term(self) -> int:
+        return self.repl.core.term
+
+    @property
+    def last_vote(self) -> LastVote | None:
+        return self.repl.core.last_vote
+
+    @property
+    def min_valid(self) -> OpTime | None:
+        """After a rollback: RECOVERING until applied up to here."""
+        return self.repl.core.min_valid
+
+    @min_valid.setter
+    def min_valid(self, value: OpTime | None) -> None:
+        self.repl.core.min_valid = value
+
     @property
     def is_primary(self) -> bool:
         return self.state is MemberState.PRIMARY
@@ -207,12 +227,14 @@ class Node:
         return member.host if member is not None else None
 
     def set_state(self, new: MemberState) -> None:
-        check_transition(self.state, new)
+        """A transition the sync pipeline or the config drives; the replica core records it."""
+        self.repl.enter_state(new)
+
+    def on_state_changed(self, old: MemberState, new: MemberState) -> None:
+        """The replica core changed our state."""
         self.writer.inline_fsync = new is not MemberState.PRIMARY  # see GroupCommitWriter._sync_wal
-        if new is not self.state:
-            log.info("member state %s -> %s", self.state.name, new.name)
-            self.state = new
-            self.notify_state_change()
+        log.info("member state %s -> %s", old.name, new.name)
+        self.notify_state_change()
 
     @staticmethod
     def now() -> datetime.datetime:
@@ -432,31 +454,22 @@ class Node:
 
         await self.submit_write(write, require_primary=False)
 
-    async def persist_term(self, term: int, last_vote: LastVote | None) -> None:
-        """Durably records the term and the last vote (fsynced before anyone is told)."""
+    async def persist_election(self, term: int, last_vote: LastVote | None) -> None:
+        """Durably records the term and the last vote (fsynced before anyone relies on them)."""
         meta: dict[str, Any] = {"term": term}
         if last_vote is not None:
             meta["lastVote"] = {"term": last_vote.term, "candidateIndex": last_vote.candidate_id}
         await self.writer.submit(lambda txn: txn.set_meta(ELECTION_META, meta))
-        if term > self.term and self.is_primary:
-            # A vote for a newer term was granted while this member was becoming primary: two
-            # primaries must never stamp the same term, so this one steps down.
-            self.repl.step_down_now(f"adopted term {term} while primary")
-        self.term = max(self.term, term)
-        self.last_vote = last_vote
 
-    async def become_primary(self, term: int) -> None:
-        """Writes the "new primary" no-op in `term` and starts accepting writes."""
+    async def write_new_primary_noop(self, term: int, may_write: Callable[[int], bool]) -> None:
+        """Writes the "new primary" no-op in `term`, if `may_write(term)` still holds in its transaction."""
         def write(env: WriteEnv) -> None:
-            if self.term != term or self.state is not MemberState.SECONDARY:
+            if not may_write(term):
                 raise MongoError(189, f"term changed to {self.term} before becoming primary in {term}")
             env.term = term
             env.emit(noop_entry("new primary"))
 
         await self.submit_write(write, require_primary=False)
-        if self.term != term:
-            raise MongoError(189, f"term changed to {self.term} before becoming primary in {term}")
-        self.set_state(MemberState.PRIMARY)
 
     def status_view(self) -> StatusView:
         assert self.config is not None

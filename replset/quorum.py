@@ -29,6 +29,8 @@ member removed by a reconfig cannot commit anything.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Iterable, Mapping
 
 from oplog.optime import NULL_OPTIME, OpTime

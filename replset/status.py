@@ -9,6 +9,8 @@ the runtime adds `initialSyncStatus` (built by `sync.initial_sync_progress`).
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 from dataclasses import dataclass, field
 from typing import Any

@@ -25,6 +25,8 @@ runtime's and are passed in where needed.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 

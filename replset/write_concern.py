@@ -7,6 +7,8 @@ that can never be met. Nothing here waits or sleeps.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any

@@ -24,6 +24,8 @@ may end a little above or below "to copy" when writes go on meanwhile.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -19,6 +19,8 @@ so a topology snapshot can hold them without copying. Pure: no clocks.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import math
 from dataclasses import dataclass
 

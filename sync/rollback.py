@@ -33,6 +33,8 @@ Pure: the caller passes optimes and entry documents; no I/O.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +88,22 @@ def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> 
         raise RollbackRefused(
             f"the common point {common_point} is older than our majority commit point "
             f"{majority_committed}: rolling back would undo majority-committed writes")
+
+
+def stale_branch_problem(source_applied: OpTime, my_term: int) -> str | None:
+    """Why we must not roll back to match a source whose newest entry is `source_applied`, or None.
+
+    Raft's followers only take entries from the leader of their current term. A source whose newest
+    entry is of an older term than ours may be a deposed primary's branch that lost: rolling back to
+    it could undo entries the current primary committed that we never heard were committed. An entry
+    of our term (or newer) was written by that term's primary, so a branch holding one is the
+    current one, and every committed entry is on it. Refusing costs a little time: the caller denies
+    the source and picks another (the primary's newest entry is always of the current term).
+    """
+    if source_applied.term < my_term:
+        return (f"its newest entry {source_applied} is older than our term {my_term}: it may be a "
+                "deposed primary's branch, not the current one")
+    return None
 
 
 def _id_key(value: Any) -> bytes:

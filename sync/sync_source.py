@@ -42,6 +42,8 @@ I/O, clocks or randomness.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass

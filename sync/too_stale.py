@@ -29,6 +29,8 @@ Pure: no I/O, no clock reads.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 

@@ -105,8 +105,26 @@ class SyncWorker:
         # previous batch is applied (and, within a short wait, durable), so the source learns of it
         # without a replSetUpdatePosition of its own. `awaiting_source` is True while a getMore is
         # out: positions that move meanwhile go by the position reporter.
-        self.carrying_reports = False
-        self.awaiting_source = False
+        self._carrying_reports = False
+        self._awaiting_source = False
+
+    @property
+    def carrying_reports(self) -> bool:
+        return self._carrying_reports
+
+    @carrying_reports.setter
+    def carrying_reports(self, value: bool) -> None:
+        self._carrying_reports = value
+        self.node.repl.reports_ride_on_fetch(self._carrying_reports and not self._awaiting_source)
+
+    @property
+    def awaiting_source(self) -> bool:
+        return self._awaiting_source
+
+    @awaiting_source.setter
+    def awaiting_source(self, value: bool) -> None:
+        self._awaiting_source = value
+        self.node.repl.reports_ride_on_fetch(self._carrying_reports and not self._awaiting_source)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -157,7 +175,9 @@ class SyncWorker:
                 raise asyncio.CancelledError
             source = repl.choose_sync_source(self.last_fetched)
             if source is None:
-                self.sync_source = None
+                if self.sync_source is not None:
+                    self.sync_source = None
+                    repl.on_fetched()
                 await repl.topology_changed.wait(1.0)
                 continue
             if source != self.sync_source:
@@ -176,6 +196,12 @@ class SyncWorker:
                 log.info("sync source %s failed: %s", source, exc)
                 repl.deny(source, ERROR_DENY_MS)
             except Diverged as exc:
+                problem = repl.stale_branch_problem(source)
+                if problem is not None:
+                    self.message = f"not rolling back to {source}: {problem}"
+                    log.warning("sync source %s: %s; not rolling back to it: %s", source, exc, problem)
+                    repl.deny(source, ERROR_DENY_MS)
+                    continue
                 log.warning("sync source %s: %s", source, exc)
                 await self._roll_back_uncancelled(source)
             except TooStale as exc:
@@ -236,7 +262,8 @@ class SyncWorker:
                                      for doc in cursor.get("nextBatch", [])])
                 cursor_id = cursor.get("id", 0)
         finally:
-            self.carrying_reports = self.awaiting_source = False
+            self.carrying_reports = False
+            self.awaiting_source = False
             client.close()
             if cursor_id:
                 self._release_cursor(source, cursor_id)
@@ -327,6 +354,7 @@ class SyncWorker:
             node.set_state(node.data_state())
             return
         self.last_fetched = outcome.common_point
+        repl.on_fetched()
         self.message = ""
         log.warning("rollback done: %d entries undone back to %s, %d documents saved to %s; rbid %d, "
                     "recovering until %s", outcome.undone_entries, outcome.common_point,
@@ -338,6 +366,7 @@ class SyncWorker:
         if not entries:
             return
         self.last_fetched = OpTime.from_document(entries[-1][0])
+        self.node.repl.on_fetched()
         await self._buffer.put(entries)
 
     async def _wait_while_stopped(self) -> None:

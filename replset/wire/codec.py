@@ -20,6 +20,8 @@ want it.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -2,8 +2,8 @@
 
 Prints one line per failing seed, with the command that replays it, then
 `N seeds, F failures`; exits 1 if F > 0. `--seed S` replays one seed with its
-event log. `--shell-bug NAME` runs the model of a runtime behaviour the
-simulator showed to be unsafe (see `tests.sim.model.SHELL_BUGS`).
+event log. `--mutate NAME` re-introduces a known bug (`tests.sim.mutations`
+for the replica core, `tests.sim.model` for the simulated fetcher).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import argparse
 import sys
 import time
 
-from tests.sim.model import SHELL_BUGS, ShellModel
+from tests.sim.model import KNOWN_BUGS, ShellModel
 from tests.sim.runner import run_seed, run_seeds
 
 
 def _replay_command(seed: int, bugs: list[str]) -> str:
-    flags = "".join(f" --shell-bug {b}" for b in bugs)
+    flags = "".join(f" --mutate {b}" for b in bugs)
     return f"python -m tests.sim --seed {seed}{flags}"
 
 
@@ -26,12 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seed", type=int, default=None, help="replay one seed with its event log")
-    parser.add_argument("--shell-bug", action="append", default=[], choices=sorted(SHELL_BUGS),
-                        help="model a known-unsafe runtime behaviour")
+    parser.add_argument("--mutate", action="append", default=[], choices=sorted(KNOWN_BUGS),
+                        help="re-introduce a known bug")
     parser.add_argument("--quiet", action="store_true", help="with --seed: no event log")
     parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
     args = parser.parse_args(argv)
-    model = ShellModel(frozenset(args.shell_bug))
+    model = ShellModel(frozenset(args.mutate))
     if args.seed is not None:
         result = run_seed(args.seed, model=model, verbose=not args.quiet)
         print("\n".join(result.trace))
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             if result.failures:
                 failed += 1
                 print(f"seed {result.seed} FAILED: {result.failures[0]} ({len(result.failures)} violations) "
-                      f"-- replay: {_replay_command(result.seed, args.shell_bug)}", flush=True)
+                      f"-- replay: {_replay_command(result.seed, args.mutate)}", flush=True)
     print(f"{args.seeds} seeds, {failed} failures", flush=True)
     print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
     return 1 if failed else 0

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from oplog.optime import OpTime
 from replset.member import MemberState
-from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point
+from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point, stale_branch_problem
 from tests.sim import rpc
 from tests.sim.disk import Entry, EntryKind
 from tests.sim.writer import RollbackFailed, WriteOp
@@ -138,6 +138,7 @@ class Fetcher:
             source = node.choose_sync_source(self.last_fetched)
             if source is None:
                 self.sync_source = None
+                node.core.fetcher_moved(node.now, source=None, last_fetched=self.last_fetched)
                 self.waiting_for_topology = True
                 self.wake_at = node.now + NO_SOURCE_RETRY_MS
                 return
@@ -145,7 +146,7 @@ class Fetcher:
             if source != self.sync_source:
                 node.trace(f"choosing sync source {source}")
             self.sync_source = self.cursor_source = source
-            node.report_needed = True  # on_sync_source_changed
+            node.core.fetcher_moved(node.now, source=source, last_fetched=self.last_fetched)
         source_id = node.member_id_of(self.cursor_source)
         assert source_id is not None
         first = self.cursor is None
@@ -198,15 +199,24 @@ class Fetcher:
                        f"{entries[-1].describe()}")
             self.last_fetched = entries[-1].optime
             self.buffer.append(entries)
+            node.core.fetcher_moved(node.now, source=self.sync_source, last_fetched=self.last_fetched)
 
     def _diverged(self, theirs: OpTime | None) -> None:
         node = self.node
         source = self.cursor_source or ""
         source_id = node.member_id_of(source)
-        node.trace(f"sync source {source} does not have our last fetched {self.last_fetched} "
-                   f"(it has {theirs}): rollback")
         self._close_cursor()
         assert source_id is not None
+        source_data = node.topology.members.get(source_id)
+        problem = stale_branch_problem(source_data.applied if source_data is not None else theirs or OpTime(0, 0, -1),
+                                       node.term)
+        if problem is not None:
+            node.trace(f"sync source {source} does not have our last fetched {self.last_fetched}, but we do not "
+                       f"roll back to it: {problem}")
+            node.deny(source, ERROR_DENY_MS)
+            return
+        node.trace(f"sync source {source} does not have our last fetched {self.last_fetched} "
+                   f"(it has {theirs}): rollback")
         self.rollback = RollbackJob(source, source_id, deadline_ms=node.now + STOP_TIMEOUT_MS)
 
     # -- applying -----------------------------------------------------------------------------------
@@ -322,12 +332,10 @@ class Fetcher:
                 self._rollback_failed(str(error))
                 return
             self.rollback = None
-            node.min_valid = min_valid
             self.last_fetched = common
             self.message = ""
             node.trace(f"rolled back to {common}; recovering until {min_valid}")
-            node.set_state(MemberState.RECOVERING)
-            node.on_local_commit()
+            node.core.rolled_back(node.now, common_point=common, min_valid=min_valid)
 
         if not node.submit(WriteOp("rollback", run, done)):
             self._rollback_failed("writer queue full")
@@ -346,5 +354,5 @@ class Fetcher:
         assert job is not None
         node.trace(f"rollback against {job.source} failed, nothing changed: {why}")
         node.deny(job.source, ERROR_DENY_MS)
-        node.set_state(node.data_state())
+        node.set_state(node.core.data_state())
         self.rollback = None

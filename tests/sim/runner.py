@@ -37,7 +37,7 @@ from typing import Any
 
 from oplog.optime import NULL_OPTIME, OpTime
 from replset.member import MemberState
-from tests.sim import rpc
+from tests.sim import mutations, rpc
 from tests.sim.checkers import check
 from tests.sim.clients import ClientResult
 from tests.sim.disk import Disk, Entry, EntryKind, fold
@@ -473,7 +473,9 @@ class Simulation:
 
 
 def run_seed(seed: int, *, model: ShellModel | None = None, verbose: bool = False) -> RunResult:
-    return Simulation(make_scenario(seed), model=model, verbose=verbose).run()
+    model = model or ShellModel()
+    with mutations.applied(model.mutations):
+        return Simulation(make_scenario(seed), model=model, verbose=verbose).run()
 
 
 def _run_one(args: tuple[int, frozenset[str]]) -> RunResult:

@@ -1,73 +1,159 @@
-"""Directed stories for runtime bugs whose timing random seeds rarely hit.
+"""Directed stories for bugs whose timing random seeds rarely hit.
 
-Each story builds one simulated member, puts it exactly where the bug needs it,
-and steps it: with the runtime's current behaviour (`--shell-bug NAME`) the
-member ends in the bad state, with the fix it does not.
+Each story builds one member - a simulated one around the product's replica
+core, or the core alone - puts it exactly where the bug needs it, and steps it:
+as the core stands the member ends well; with the bug re-introduced
+(`tests.sim.mutations`) it ends in the bad state.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
+
+import pytest
 
 from oplog.optime import OpTime
-from replset.election import LastVote
+from replset import actions as act
+from replset.candidacy import Candidacy
+from replset.election import LastVote, VoteRequest
 from replset.member import MemberState
-from replset.messages import HeartbeatReply
-from tests.sim import rpc
-from tests.sim.candidate import ElectionRun
+from replset.messages import HeartbeatReply, vote_request
+from replset.replica import Replica
+from replset.write_concern import WriteConcern
+from tests.sim import mutations, rpc
 from tests.sim.clock import SimClock
-from tests.sim.disk import Disk, Entry, EntryKind
+from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError
 from tests.sim.model import ShellModel
 from tests.sim.node import SimNode
 from tests.sim.scenario import SHAPES, host_of, make_config
 
-STORY_BUGS = frozenset({"drain-cancels-rollback"})
+STORY_BUGS = frozenset({"drain-cancels-rollback", "term-adopted-while-becoming-primary", "wn-counts-other-branches"})
 
 
-def member_with_a_diverged_tail(model: ShellModel) -> SimNode:
-    """m1 was primary of term 1 and kept entries nobody else has; m0 has term-2 entries."""
+def member_with_a_diverged_tail() -> SimNode:
+    """m1 was primary of term 1 and kept entries nobody else has; m0 reports entries of term 3 (the story
+    needs a source it may roll back to while it stands in term 3; in a real run only our own term-3
+    primary could have written them, so the fetcher never finds such a source during a candidacy)."""
     config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
     disk = Disk()
     disk.write_unsynced([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
                          Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY),
                          Entry(OpTime(102, 1, 1), EntryKind.WRITE, 7, 0, 7)])
     disk.sync()
-    node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__, model)
-    reply = HeartbeatReply("rs0", MemberState.SECONDARY, 2, OpTime(105, 1, 2), OpTime(105, 1, 2), 1, 1, "",
-                           OpTime(105, 1, 2), -1)
+    node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__,
+                   ShellModel())
+    reply = HeartbeatReply("rs0", MemberState.SECONDARY, 3, OpTime(105, 1, 3), OpTime(105, 1, 3), 1, 1, "",
+                           OpTime(105, 1, 3), -1)
     node.topology.on_heartbeat_reply(0, reply, 1.0, 0, node.term)
     return node
 
 
-def win_term_3_and_diverge_during_catch_up(node: SimNode) -> None:
+def win_term_3_and_diverge_during_catch_up(node: SimNode) -> Candidacy:
+    core = node.core
     node.disk.persist_term(3, LastVote(3, node.id))
-    node.term, node.last_vote = 3, LastVote(3, node.id)
-    run = ElectionRun("electionTimeout", 3)
-    node.election = run
-    run._start_catch_up(node)                       # target: m0's (2, 105) - we are behind
+    core.term, core.last_vote = 3, LastVote(3, node.id)
+    run = Candidacy(core, "electionTimeout", 3)
+    core.candidacy = run
+    run._start_catch_up()                           # target: m0's (3, 105) - we are behind
     assert run.phase == "catch-up"
     fetcher = node.fetcher
     assert fetcher is not None
     fetcher.sync_source = fetcher.cursor_source = host_of(0)
-    fetcher._diverged(OpTime(105, 1, 2))            # m0 does not have our (1, 102): roll back
+    fetcher._diverged(OpTime(105, 1, 3))            # m0 does not have our (1, 102): roll back
     stray = rpc.Reply(-1, 0, rpc.HEARTBEAT, None)    # an unknown reply: ignored, but the member takes a step
     node.deliver(1, stray)                           # the rollback starts: ROLLBACK, scan sent
-    assert node.state is MemberState.ROLLBACK and fetcher.rollback is not None
-    node.tick(node.clock.global_ms_at(run.deadline_ms) + 1)   # catch-up times out: drain
+    assert node.state is MemberState.ROLLBACK
+    node.tick(node.clock.global_ms_at(run.deadline_ms) + 1)   # catch-up would time out here: drain
+    return run
 
 
-def test_a_drain_never_cancels_a_rollback() -> None:
-    node = member_with_a_diverged_tail(ShellModel())
+def test_a_rollback_ends_the_candidacy_and_goes_on() -> None:
+    node = member_with_a_diverged_tail()
     win_term_3_and_diverge_during_catch_up(node)
-    assert node.election is None                     # the election is abandoned...
-    assert node.fetcher is not None and node.fetcher.rollback is not None   # ...the rollback goes on
+    assert node.core.candidacy is None
+    assert node.fetcher is not None and node.fetcher.rollback is not None
 
 
-def test_the_runtime_today_leaves_the_member_stuck_in_rollback() -> None:
-    node = member_with_a_diverged_tail(ShellModel(frozenset({"drain-cancels-rollback"})))
-    win_term_3_and_diverge_during_catch_up(node)
-    assert node.election is None and node.state is MemberState.ROLLBACK
-    assert node.fetcher is None                      # no worker: nothing will ever leave ROLLBACK
-    node.start_worker()
-    assert node.fetcher is None
+def test_with_the_bug_a_drain_cancels_the_rollback_and_the_member_is_stuck() -> None:
+    with mutations.applied(["drain-cancels-rollback"]):
+        node = member_with_a_diverged_tail()
+        win_term_3_and_diverge_during_catch_up(node)
+        node.tick(node.clock.global_ms_at(node.now) + 10_000)   # the drain ends: nothing buffered
+        assert node.core.candidacy is None and node.state is MemberState.ROLLBACK
+        assert node.fetcher is None                  # no fetcher: nothing will ever leave ROLLBACK
+
+
+def member_writing_its_new_primary_entry() -> SimNode:
+    """m1 won term 3 and its "new primary" no-op is in the group commit, its fsync not yet done."""
+    node = member_with_a_diverged_tail()
+    core = node.core
+    node.disk.persist_term(3, LastVote(3, node.id))
+    core.term, core.last_vote = 3, LastVote(3, node.id)
+    node.fetcher = None
+    core.fetching = False
+    run = Candidacy(core, "electionTimeout", 3)
+    core.candidacy = run
+    run.phase = "drain"
+    run.on_drained(True)                             # -> WriteNoop(3)
+    node.deliver(1, rpc.Reply(-1, 0, rpc.HEARTBEAT, None))   # a step: the no-op's batch starts
+    assert run.phase == "new primary no-op" and node.fsync_started
+    return node
+
+
+def grant_a_vote_for_term_4_then_finish_the_fsync(node: SimNode) -> None:
+    config = node.config
+    ask = VoteRequest(config.name, False, 4, 0, config.version, config.term, OpTime(200, 1, 3))
+    node.deliver(2, rpc.Request(99, 0, rpc.VOTE, vote_request(ask)))
+    assert node.term == 4                            # decided: the term moves in memory at once
+    node.on_fsync_done(3)                            # the no-op commits; then the vote's fsync
+
+
+def test_a_vote_for_a_newer_term_ends_a_candidacy_writing_its_no_op() -> None:
+    node = member_writing_its_new_primary_entry()
+    grant_a_vote_for_term_4_then_finish_the_fsync(node)
+    assert node.state is MemberState.SECONDARY and node.core.candidacy is None
+    node.check_invariants()
+
+
+def test_with_the_bug_the_member_leads_a_term_it_did_not_win() -> None:
+    with mutations.applied(["term-adopted-while-becoming-primary"]):
+        node = member_writing_its_new_primary_entry()
+        grant_a_vote_for_term_4_then_finish_the_fsync(node)
+        assert node.state is MemberState.PRIMARY and node.term == 4   # a PRIMARY in term 4, elected in 3
+        with pytest.raises(SimInvariantError, match="PRIMARY of term 3 runs in term 4"):
+            node.check_invariants()
+
+
+def old_primary_answering_w2_after_a_newer_primary_was_heard_of() -> Any:
+    """m0 was primary of term 2; its write's fsync ran while a heartbeat told it of term 3, whose primary
+    m1 has entries of term 3 (which sort above the write without holding it); then the write concern."""
+    config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
+    start = OpTime(100, 1, 2)
+    core = Replica(me=host_of(0), config=config, state=MemberState.SECONDARY, term=2, last_vote=None,
+                   applied=start, durable=start, min_valid=None, rng=random.Random(1), now=0)
+    core.start(0)
+    core.became_primary(2, None)
+    write = OpTime(101, 1, 2)
+    core.local_commit(1, write)
+    core.local_durable(1, write)
+    core.take_actions()
+    newer = OpTime(102, 1, 3)
+    assert core.topology is not None
+    core.topology.on_heartbeat_reply(1, HeartbeatReply("rs0", MemberState.PRIMARY, 3, newer, newer, 1, 1, "",
+                                                       newer, 1), 1.0, 2, core.term)
+    core.update_term(3, "a heartbeat")
+    core.await_write_concern(3, "client", WriteConcern(w=2), write)
+    return [a for a in core.take_actions() if isinstance(a, act.Wake)]
+
+
+def test_w2_is_not_satisfied_by_a_member_on_a_newer_branch() -> None:
+    (wake,) = old_primary_answering_w2_after_a_newer_primary_was_heard_of()
+    assert wake.error is not None and wake.error.code == 189
+
+
+def test_with_the_bug_w2_counts_the_newer_branch() -> None:
+    with mutations.applied(["wn-counts-other-branches"]):
+        (wake,) = old_primary_answering_w2_after_a_newer_primary_was_heard_of()
+    assert wake.error is None  # acknowledged: a write only m0 holds, which m1's branch will roll back

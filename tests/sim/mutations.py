@@ -1,0 +1,204 @@
+"""Known bugs, re-introduced into the product's replica core on demand (test-only patches).
+
+Each entry names a bug the simulator once found in the runtime (or a broken
+core it must be able to see) and patches the *product's* code - the replica
+core in `replset/replica.py` and `replset/candidacy.py`, or a pure core it
+calls - back into the wrong behaviour. `python -m tests.sim --seed S --mutate
+NAME` replays a seed with the bug; `test_mutations.py` proves that, for every
+entry, some seed that `make test` runs fails. Since the simulator drives the
+same core as the asyncio member, a passing seed says something about the
+product, and a mutation that no seed catches says the simulator is blind there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import replset.replica as replica_module
+from oplog.errors import MongoError
+from oplog.optime import NULL_OPTIME, OpTime
+from replset import election, quorum
+from replset.candidacy import Candidacy
+from replset.config import ReplSetConfig
+from replset.member import MemberState
+from replset.messages import parse_update_position
+from replset.replica import STEPPED_DOWN, Replica
+from replset.write_concern import WriteConcern, check_satisfiable
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    description: str
+    patches: tuple[tuple[object, str, Any], ...]   # (owner, attribute, replacement)
+    checker: str = ""                               # the checker that must report it ("" for any)
+
+
+# -- the bugs the simulator found in the runtime ------------------------------------------------------
+
+def _heartbeat_positions_ignored(self: Replica) -> None:
+    return None
+
+
+def _positions_counted_before_term(self: Replica, now: int, doc: dict[str, Any]) -> dict[str, Any]:
+    self._enter(now)
+    try:
+        positions, term = parse_update_position(doc)
+        if term > self.term:
+            self._deferred.append(lambda: self.update_term(term, "replSetUpdatePosition"))
+        self._count_positions(positions)
+        return {"ok": 1.0}
+    finally:
+        self._leave()
+
+
+def _satisfied_on_any_branch(self: Replica, wc: WriteConcern, target: OpTime) -> bool:
+    assert self.config is not None and self.topology is not None
+    applied, durable = self.topology.positions(self.applied, self.durable)
+    return quorum.write_concern_satisfied(wc, target, config=self.config, applied=applied, durable=durable,
+                                          commit_point=self.commit_point)
+
+
+def _counted_before_stepping_down(self: Replica, wc: WriteConcern, target: OpTime) -> MongoError | bool | None:
+    error = check_satisfiable(wc, self.config)
+    if error is not None:
+        return error
+    if wc.unacknowledged or self.satisfied(wc, target):
+        return True
+    local_only = isinstance(wc.w, int) and wc.w <= 1
+    if not local_only and not self.is_primary:
+        return MongoError(189, STEPPED_DOWN)
+    return None
+
+
+def _noop_without_term_check(self: Replica, term: int) -> bool:
+    return self.state is MemberState.SECONDARY
+
+
+def _noop_written_without_term_check(self: Candidacy, term: int, ok: bool, wall: Any) -> None:
+    r = self.replica
+    if self.phase != "new primary no-op" or term != self.term:
+        return
+    if not ok or r.state is not MemberState.SECONDARY:
+        self._end(f"could not become primary in term {term}")
+        r._start_fetching()
+        return
+    r.candidacy = None
+    r.became_primary(term, wall)
+
+
+def _enter_state_keeps_candidacy(self: Replica, now: int, state: MemberState) -> None:
+    self._enter(now)
+    self.set_state(state)
+    if state in (MemberState.SECONDARY, MemberState.RECOVERING):
+        self._start_fetching()
+    self._leave()
+
+
+def _drain_ignores_rollback(self: Candidacy) -> None:
+    r = self.replica
+    self.phase = "drain"
+    self.deadline_ms = r.now + 6000
+    if r.fetching:
+        r.stop_fetching(drain=True)
+    else:
+        self.on_drained(True)
+
+
+# -- broken cores: a simulator that cannot see these proves nothing ------------------------------------
+
+def _voter_forgets_its_vote(req: election.VoteRequest, **kwargs: Any) -> Any:
+    kwargs["last_vote"] = None
+    return election.decide_vote(req, **kwargs)
+
+
+def _commit_with_one_member_short(config: ReplSetConfig, durable: Mapping[int, OpTime], current_term: int,
+                                  prior: OpTime) -> OpTime:
+    voting = [m for m in config.members if m.votes > 0 and m.data_bearing]
+    newest_first = sorted((durable.get(m.id, NULL_OPTIME) for m in voting), reverse=True)
+    candidate = newest_first[max(0, config.write_majority_count - 2)]
+    return candidate if candidate.term == current_term and candidate > prior else prior
+
+
+def _commit_without_term_rule(config: ReplSetConfig, durable: Mapping[int, OpTime], current_term: int,
+                              prior: OpTime) -> OpTime:
+    voting = [m for m in config.members if m.votes > 0 and m.data_bearing]
+    newest_first = sorted((durable.get(m.id, NULL_OPTIME) for m in voting), reverse=True)
+    return max(prior, newest_first[config.write_majority_count - 1])
+
+
+def _follower_plain_min(learned: OpTime, last_applied: OpTime, prior: OpTime) -> OpTime:
+    return max(prior, min(learned, last_applied))
+
+
+def _w_n_one_short(wc: WriteConcern, target: OpTime, **kwargs: Any) -> bool:
+    if isinstance(wc.w, int) and wc.w > 1:
+        wc = dataclasses.replace(wc, w=wc.w - 1)
+    return quorum.write_concern_satisfied(wc, target, **kwargs)
+
+
+MUTATIONS: dict[str, Mutation] = {
+    "heartbeat-positions-ignored": Mutation(
+        "A primary learns members' optimes from heartbeat replies too, but does not advance the commit "
+        "point nor wake write-concern waiters on them: when a heartbeat reply overtakes the member's "
+        "replSetUpdatePosition, the report then moves nothing, and on an idle primary the commit point "
+        "and every w:majority / w:N waiter stay stuck until the next write (or wtimeout).",
+        ((Replica, "_heartbeat_moved_positions", _heartbeat_positions_ignored),)),
+    "positions-counted-before-term": Mutation(
+        "A position report whose term is above ours is counted at once and the term adopted afterwards: "
+        "a primary still in the old term advances its commit point with the position of a member that "
+        "already voted in the newer term, whose primary may lack the entry - an acknowledged w:majority "
+        "write can be rolled back.",
+        ((Replica, "update_position", _positions_counted_before_term),)),
+    "wn-counts-other-branches": Mutation(
+        "w:N compares every member's position with the write's optime, and optimes order by term first: "
+        "a member on a newer primary's branch counts for a write of the old term it never had, and an old "
+        "primary that stepped down while the write's fsync ran answers w:2 as satisfied.",
+        ((Replica, "satisfied", _satisfied_on_any_branch),
+         (Replica, "write_concern_problem", _counted_before_stepping_down)),
+        "w_n_acks_had_holders"),
+    "term-adopted-while-becoming-primary": Mutation(
+        "A member that won term T writes its 'new primary' no-op without re-checking its term: a vote for "
+        "T+1 granted meanwhile leaves it PRIMARY next to the real primary of T+1, both stamping T+1.",
+        ((Replica, "may_write_noop", _noop_without_term_check),
+         (Candidacy, "on_noop_written", _noop_written_without_term_check))),
+    "drain-cancels-rollback": Mutation(
+        "A candidate whose fetcher started a rollback during catch-up goes on to drain: stopping the "
+        "fetcher cancels the rollback, the member stays in ROLLBACK, no fetcher restarts there, and it is "
+        "stuck until restarted.",
+        ((Replica, "enter_state", _enter_state_keeps_candidacy),
+         (Candidacy, "_start_drain", _drain_ignores_rollback))),
+    "voter-forgets-its-vote": Mutation(
+        "A voter grants two votes in one term.",
+        ((replica_module, "decide_vote", _voter_forgets_its_vote),)),
+    "commit-point-one-short": Mutation(
+        "The commit point needs one member less than a majority.",
+        ((replica_module, "majority_commit_point", _commit_with_one_member_short),)),
+    "commit-point-any-term": Mutation(
+        "The commit point ignores Raft's current-term rule.",
+        ((replica_module, "majority_commit_point", _commit_without_term_rule),)),
+    "follower-plain-min": Mutation(
+        "A secondary takes min(learned, last applied) as its commit point in any term.",
+        ((replica_module, "follower_commit_point", _follower_plain_min),)),
+    "w-n-one-short": Mutation(
+        "w:N counts one member short.",
+        ((replica_module, "write_concern_satisfied", _w_n_one_short),), "w_n_acks_had_holders"),
+}
+
+
+@contextlib.contextmanager
+def applied(names: Iterable[str]) -> Iterator[None]:
+    """Patches the named mutations in for the duration of the block."""
+    with contextlib.ExitStack() as stack:
+        for name in sorted(names):
+            for owner, attribute, replacement in MUTATIONS[name].patches:
+                stack.enter_context(mock.patch.object(owner, attribute, replacement))
+        yield
+
+
+def patched(name: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    return lambda: applied([name])

@@ -1,0 +1,147 @@
+"""The replica core (replset/replica.py): events in, actions out, in the order its contracts promise.
+
+Three members A (id 0, us), B (id 1), C (id 2). Time is a plain millisecond count;
+randomness a seeded `random.Random`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from oplog.optime import OpTime
+from replset import actions as act
+from replset.config import parse_config
+from replset.election import LastVote, VoteRequest, VoteResponse
+from replset.member import MemberState
+from replset.messages import (
+    HeartbeatReply,
+    MemberPosition,
+    heartbeat_reply,
+    update_position_command,
+    vote_reply,
+    vote_request,
+)
+from replset.replica import Replica
+from replset.write_concern import MAJORITY, WriteConcern
+
+A, B, C = "a:1", "b:1", "c:1"
+CONFIG = parse_config({"_id": "rs0", "version": 1, "term": 1,
+                       "members": [{"_id": i, "host": h} for i, h in enumerate((A, B, C))]})
+AT = OpTime(100, 1, 1)
+
+
+def replica(state: MemberState = MemberState.SECONDARY, term: int = 1) -> Replica:
+    r = Replica(me=A, config=CONFIG, state=MemberState.STARTUP, term=term, last_vote=None, applied=AT,
+                durable=AT, min_valid=None, rng=random.Random(7), now=0)
+    r.set_state(state)
+    r.start(0)
+    r.started_with = r.take_actions()  # type: ignore[attr-defined]
+    return r
+
+
+def of(kind: type, actions: list[act.Action]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def make_primary(r: Replica) -> None:
+    """Win term 2 at once: votes from B, the drain, the no-op."""
+    assert r.step_up(10, skip_dry_run=True)
+    persist = of(act.Persist, r.take_actions())[0]
+    r.persisted(11, persist.token)
+    send = next(s for s in of(act.Send, r.take_actions()) if s.to == 1)
+    r.reply(12, send.call, vote_reply(VoteResponse(2, True, "")))
+    r.take_actions()
+    r.sync_drained(13, True)
+    assert of(act.WriteNoop, r.take_actions()) == [act.WriteNoop(2)]
+    r.local_commit(14, OpTime(101, 1, 2))
+    r.noop_written(14, 2, ok=True)
+    r.take_actions()
+    assert r.is_primary and r.term == 2
+
+
+def commit(r: Replica, write: OpTime) -> None:
+    """Our own write at `write`, committed and flushed."""
+    r.local_commit(20, write)
+    r.local_durable(20, write)
+    r.take_actions()
+
+
+def test_a_vote_is_answered_only_after_it_is_persisted() -> None:
+    r = replica()
+    ask = VoteRequest("rs0", False, 2, 1, 1, 1, AT)
+    r.vote_request(5, vote_request(ask), reply_to="B's request")
+    actions = r.take_actions()
+    assert of(act.Answer, actions) == []
+    (persist,) = of(act.Persist, actions)
+    assert (persist.term, persist.last_vote) == (2, LastVote(2, 1))
+    assert r.term == 2  # in memory at once: reports and heartbeats carry it from now on
+    r.persisted(6, persist.token)
+    (answer,) = of(act.Answer, r.take_actions())
+    assert answer.reply_to == "B's request" and answer.body["voteGranted"] is True
+
+
+def test_a_candidate_asks_for_votes_only_after_its_own_vote_is_persisted() -> None:
+    r = replica()
+    assert r.step_up(10, skip_dry_run=True)
+    actions = r.take_actions()
+    assert of(act.Send, actions) == []
+    (persist,) = of(act.Persist, actions)
+    r.persisted(11, persist.token)
+    sends = of(act.Send, r.take_actions())
+    assert {s.to for s in sends if s.kind is act.CallKind.VOTE} == {1, 2}
+
+
+def test_a_primary_counts_nothing_from_a_report_of_a_newer_term() -> None:
+    r = replica()
+    make_primary(r)
+    write = OpTime(102, 1, 2)
+    commit(r, write)
+    report = update_position_command([MemberPosition(1, write, write, 1)], term=3)
+    r.update_position(21, report)
+    assert r.state is MemberState.SECONDARY
+    assert r.commit_point < write
+    assert any(isinstance(a, act.Persist) and a.term == 3 for a in r.take_actions())
+
+
+def test_a_majority_waiter_wakes_when_a_secondary_reports_and_times_out_otherwise() -> None:
+    r = replica()
+    make_primary(r)
+    first, second = OpTime(102, 1, 2), OpTime(103, 1, 2)
+    commit(r, first)
+    commit(r, second)
+    r.await_write_concern(21, "w1", WriteConcern(w=MAJORITY), first)
+    r.await_write_concern(21, "w2", WriteConcern(w=MAJORITY, wtimeout_ms=50), second)
+    assert of(act.Flush, r.take_actions())
+    r.update_position(22, update_position_command([MemberPosition(1, first, first, 1)], term=2))
+    assert of(act.Wake, r.take_actions()) == [act.Wake("w1", None)]
+    assert r.next_deadline() <= 71
+    r.tick(71)
+    (wake,) = of(act.Wake, r.take_actions())
+    assert wake.waiter == "w2" and wake.error is not None and wake.error.code == 64
+
+
+def test_w2_does_not_count_a_member_on_a_newer_branch() -> None:
+    r = replica()
+    make_primary(r)
+    write = OpTime(102, 1, 2)
+    commit(r, write)
+    # B's heartbeat shows an optime of term 3, which sorts above our write without holding it
+    assert not r.satisfied(WriteConcern(w=2), write)
+    r.topology.members[1].applied = OpTime(101, 5, 3)  # type: ignore[union-attr]
+    assert not r.satisfied(WriteConcern(w=2), write)
+    r.topology.members[1].applied = write  # type: ignore[union-attr]
+    assert r.satisfied(WriteConcern(w=2), write)
+
+
+def test_a_heartbeat_of_a_newer_term_steps_a_primary_down_and_persists_the_term() -> None:
+    r = replica()
+    heartbeats = [s for s in of(act.Send, r.started_with) if s.kind is act.CallKind.HEARTBEAT]  # type: ignore[attr-defined]
+    make_primary(r)
+    send = next(s for s in heartbeats if s.to == 1)
+    reply = heartbeat_reply(HeartbeatReply("rs0", MemberState.PRIMARY, 5, AT, AT, 1, 1, "", AT, 1))
+    r.reply(30, send.call, reply)
+    actions = r.take_actions()
+    assert r.state is MemberState.SECONDARY and r.term == 5
+    assert any(isinstance(a, act.Persist) and a.term == 5 for a in actions)
+    assert act.StartFetching() in actions
