@@ -132,6 +132,14 @@ class Resync:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseOplogCursors:
+    """Kill every cursor other members hold on our oplog: it is about to hold another history, and a
+    getMore would read on from a key of the old one (downstream members must find, and check, again)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class TopologyChanged:
     """What we know of the other members changed (wakes waiters on the view, e.g. a stepdown's catch-up)."""
 
@@ -142,4 +150,5 @@ class PositionsMoved:
 
 
 Action = (Persist | Send | Answer | StateChanged | StartFetching | StopFetching | ChangeSyncSource | WriteNoop
-          | Wake | Flush | AdoptConfig | CheckMinValid | Resync | TopologyChanged | PositionsMoved)
+          | Wake | Flush | AdoptConfig | CheckMinValid | Resync | CloseOplogCursors | TopologyChanged
+          | PositionsMoved)

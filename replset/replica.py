@@ -59,6 +59,7 @@ from replset.actions import (
     CallKind,
     ChangeSyncSource,
     CheckMinValid,
+    CloseOplogCursors,
     Flush,
     Persist,
     PositionsMoved,
@@ -100,6 +101,7 @@ from replset.quorum import follower_commit_point, majority_commit_point, write_c
 from replset.topology import Topology
 from replset.waiters import WaiterTable
 from replset.write_concern import MAJORITY, WriteConcern, check_satisfiable, timeout_error
+from sync.fetching import DIVERGED_DENY_MS, ERROR_DENY_MS
 from sync.sync_source import SyncSourceInputs, active_denylist, explain_sync_source, should_change_sync_source
 
 NEVER = 1 << 62
@@ -934,6 +936,13 @@ class Replica:
         if decision.change:
             self._emit(ChangeSyncSource(decision.reason))
 
+    def member_applied(self, host: str) -> OpTime | None:
+        """The newest entry `host` reported in its heartbeats (None: not a member we heard from)."""
+        member_id = self.member_id_of(host)
+        topology = self.topology
+        data = topology.members.get(member_id) if topology is not None and member_id is not None else None
+        return data.applied if data is not None and data.last_heartbeat_ms is not None else None
+
     def deny(self, now: int, host: str, for_ms: int) -> None:
         self._enter(now)
         self.denylist[host] = now + for_ms
@@ -965,11 +974,22 @@ class Replica:
         """A transition the sync pipeline drives (ROLLBACK, RECOVERING after a rollback, STARTUP2 for a
         resync, the data state after an initial sync): the core records it and acts on it."""
         self._enter(now)
-        if state is MemberState.ROLLBACK and self.candidacy is not None:
-            self.candidacy.abandon("our history diverged: rolling back")
+        if state is MemberState.ROLLBACK:
+            self._leave()
+            self.rollback_started(now)
+            return
         self.set_state(state)
         if state in (MemberState.SECONDARY, MemberState.RECOVERING):
             self._start_fetching()
+        self._leave()
+
+    def rollback_started(self, now: int) -> None:
+        """The fetcher drained its buffer and starts undoing our entries after the common point."""
+        self._enter(now)
+        if self.candidacy is not None:
+            self.candidacy.abandon("our history diverged: rolling back")
+        self.set_state(MemberState.ROLLBACK)
+        self._emit(CloseOplogCursors("the member is rolling back"))
         self._leave()
 
     def rolled_back(self, now: int, *, common_point: OpTime, min_valid: OpTime) -> None:
@@ -979,3 +999,20 @@ class Replica:
         self.set_state(MemberState.RECOVERING)
         self._leave()
         self.local_commit(now, common_point)
+
+    def rollback_refused(self, now: int, source: str) -> None:
+        """Rolling back to `source` would undo majority-committed entries: RECOVERING, and not that source."""
+        self._enter(now)
+        self.deny(now, source, DIVERGED_DENY_MS)
+        self.set_state(MemberState.RECOVERING)
+        self._start_fetching()
+        self._leave()
+
+    def rollback_failed(self, now: int, source: str) -> None:
+        """The rollback ended before its transaction (the source failed, our oplog moved): nothing
+        changed; back to where we were, and another try after a pause."""
+        self._enter(now)
+        self.deny(now, source, ERROR_DENY_MS)
+        self.set_state(self.data_state())
+        self._start_fetching()
+        self._leave()

@@ -47,7 +47,6 @@ from replset.status import MemberView
 from replset.topology import Topology
 from replset.write_concern import WriteConcern, check_satisfiable
 from sync.resync import ResyncCoordinator
-from sync.rollback import stale_branch_problem
 from sync.worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -170,10 +169,14 @@ class Replication:
             case act.Resync(reason=reason):
                 log.error("%s: resyncing", reason)
                 self._spawn(self._resync(reason))
+            case act.CloseOplogCursors(reason=reason):
+                self.node.cursors.kill_all(reason)
             case act.TopologyChanged():
                 self.topology_changed.fire()
             case act.PositionsMoved():
                 self._positions_moved.fire()
+            case _:
+                raise TypeError(f"unknown action {action!r}")
 
     async def _ticker(self) -> None:
         while True:
@@ -507,14 +510,24 @@ class Replication:
         self.core.fetcher_moved(now_ms(), source=source, last_fetched=last)
         self._carry_out()
 
-    def stale_branch_problem(self, host: str) -> str | None:
-        """Why a diverged source must not be rolled back to (`sync.rollback.stale_branch_problem`)."""
-        member_id = self.core.member_id_of(host)
-        topology = self.core.topology
-        data = topology.members.get(member_id) if topology is not None and member_id is not None else None
-        if data is None:
-            return "it is not a member we heard from"
-        return stale_branch_problem(data.applied, self.core.term)
+    def source_applied(self, host: str) -> OpTime | None:
+        return self.core.member_applied(host)
+
+    def rollback_started(self) -> None:
+        self.core.rollback_started(now_ms())
+        self._carry_out()
+
+    def rollback_refused(self, source: str) -> None:
+        self.core.rollback_refused(now_ms(), source)
+        self._carry_out()
+
+    def rollback_failed(self, source: str) -> None:
+        self.core.rollback_failed(now_ms(), source)
+        self._carry_out()
+
+    def rolled_back(self, common_point: OpTime, min_valid: OpTime) -> None:
+        self.core.rolled_back(now_ms(), common_point=common_point, min_valid=min_valid)
+        self._carry_out()
 
     def deny(self, host: str, for_ms: int) -> None:
         self.core.deny(now_ms(), host, for_ms)

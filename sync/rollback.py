@@ -90,6 +90,22 @@ def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> 
             f"{majority_committed}: rolling back would undo majority-committed writes")
 
 
+def commit_problem(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,
+                   majority_committed: OpTime) -> str | None:
+    """Checked inside the rollback's own transaction: why it must not commit now, or None.
+
+    The plan was made from our oplog ending at `planned_from`; a batch may have committed since
+    (a write in flight when the primary stepped down): truncating it now would undo it without
+    saving it or restoring what it changed, so the rollback fails (nothing changed; it is tried
+    again). "refused" when the commit point moved past the common point meanwhile.
+    """
+    if our_last_now != planned_from:
+        return f"our oplog moved from {planned_from} to {our_last_now} while the rollback was planned"
+    if majority_committed_past(common_point, majority_committed):
+        return "refused"
+    return None
+
+
 def stale_branch_problem(source_applied: OpTime, my_term: int) -> str | None:
     """Why we must not roll back to match a source whose newest entry is `source_applied`, or None.
 

@@ -37,12 +37,12 @@ from oplog.errors import MongoError
 from oplog.optime import OpTime
 from oplog.sqlite_store import StoreTxn
 from replset.peer import PeerClient
+from sync import rollback as rollback_rules
 from sync.rollback import (
     MAX_ROLLBACK_ENTRIES,
     RollbackPlan,
     check_rollback_allowed,
     find_common_point,
-    majority_committed_past,
     plan_rollback,
 )
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
@@ -256,10 +256,9 @@ class RollbackRunner:
         def write(txn: StoreTxn) -> str:
             # Checked again inside the transaction: a batch may have committed since the plan was made
             # (a write in flight when the primary stepped down), and the commit point may have moved.
-            if node.log.last != our_last:
-                return f"our oplog moved from {our_last} to {node.log.last} while the rollback was planned"
-            if majority_committed_past(common, node.repl.commit_point):
-                return "refused"
+            problem = rollback_rules.commit_problem(our_last, node.log.last, common, node.repl.commit_point)
+            if problem:
+                return problem
             for ns in plan.documents:
                 if txn.collection(ns) is None:
                     continue
@@ -282,8 +281,6 @@ class RollbackRunner:
             txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
             node.log.last = common
             node.on_history_replaced()
-            # Members tailing our oplog read on from a key that is about to hold another history.
-            node.cursors.kill_all("the member rolled back")
             return ""
 
         problem = await node.writer.submit(write)

@@ -39,9 +39,9 @@ from oplog.entry import cost_grows_with_data
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
-from replset.member import MemberState
 from replset.messages import POSITIONS_FIELD, parse_repl_metadata
 from replset.peer import PeerClient, PeerError
+from sync.fetching import ERROR_DENY_MS, Problem, Verdict, check_first_batch, diagnose_missing, react
 from sync.rollback import RollbackRefused
 from sync.rollback_runner import RollbackFailed, RollbackRunner
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
@@ -57,8 +57,6 @@ MAX_APPLY_BATCH = 5000
 APPLY_SLICE = 500
 APPLY_RETRY_S = 0.5
 FETCH_BATCH = 5000
-ERROR_DENY_MS = 1000
-DIVERGED_DENY_MS = 10_000
 STOP_TIMEOUT_S = 5.0
 ROLLBACK_FINISH_S = 120.0
 
@@ -194,34 +192,39 @@ class SyncWorker:
                     raise
             except PeerError as exc:
                 log.info("sync source %s failed: %s", source, exc)
-                repl.deny(source, ERROR_DENY_MS)
+                await self._react(source, Problem.UNREACHABLE, exc)
             except Diverged as exc:
-                problem = repl.stale_branch_problem(source)
-                if problem is not None:
-                    self.message = f"not rolling back to {source}: {problem}"
-                    log.warning("sync source %s: %s; not rolling back to it: %s", source, exc, problem)
-                    repl.deny(source, ERROR_DENY_MS)
-                    continue
-                log.warning("sync source %s: %s", source, exc)
-                await self._roll_back_uncancelled(source)
+                await self._react(source, Problem.DIVERGED, exc)
             except TooStale as exc:
-                self.message = str(exc)
-                log.warning("sync source %s: %s", source, exc)
-                repl.deny(source, DIVERGED_DENY_MS)
-                repl.resync.on_too_stale(StaleVerdict(source, exc.our_last, exc.source_oldest, _now_ms()))
+                await self._react(source, Problem.TOO_STALE, exc)
             except SyncSourceProblem as exc:
-                self.message = str(exc)
-                log.warning("sync source %s: %s", source, exc)
-                repl.deny(source, DIVERGED_DENY_MS)
-                await asyncio.sleep(0.1)
+                await self._react(source, Problem.NO_DATA, exc)
             except MongoError as exc:
-                log.warning("sync source %s: %s", source, exc)
-                repl.deny(source, ERROR_DENY_MS)
-            except Exception:  # a malformed reply must not end replication for good
+                await self._react(source, Problem.ERROR, exc)
+            except Exception as exc:  # a malformed reply must not end replication for good
                 log.exception("fetching from %s failed", source)
-                repl.deny(source, ERROR_DENY_MS)
+                await self._react(source, Problem.ERROR, exc)
             finally:
                 self._fetch_task = None
+
+    async def _react(self, source: str, problem: Problem, exc: BaseException) -> None:
+        """Carries out `sync.fetching.react`: what to do when fetching from `source` ended badly."""
+        repl = self.node.repl
+        reaction = react(problem, source_applied=repl.source_applied(source), my_term=self.node.term)
+        if reaction.message:
+            self.message = f"sync source {source}: {reaction.message}"
+        if problem is not Problem.UNREACHABLE:
+            log.warning("sync source %s: %s%s", source, exc,
+                        f" ({reaction.message})" if reaction.message and reaction.message != str(exc) else "")
+        if reaction.deny_ms:
+            repl.deny(source, reaction.deny_ms)
+        if reaction.too_stale and isinstance(exc, TooStale):
+            self.message = str(exc)
+            repl.resync.on_too_stale(StaleVerdict(source, exc.our_last, exc.source_oldest, _now_ms()))
+        if reaction.roll_back:
+            await self._roll_back_uncancelled(source)
+        if reaction.pause_ms:
+            await asyncio.sleep(reaction.pause_ms / 1000)
 
     async def _fetch(self, source: str) -> None:
         node = self.node
@@ -300,20 +303,23 @@ class SyncWorker:
 
     def _check_first_batch(self, docs: list[dict[str, Any]], last: OpTime) -> list[dict[str, Any]] | None:
         """The entries after our last one, or None when the source does not start with it."""
-        if last == NULL_OPTIME:
-            raise SyncSourceProblem("we have no data: an initial sync is needed")
-        if not docs or OpTime.from_document(docs[0]).ts_key > last.ts_key:
-            return None  # our entry is missing: too stale or diverged, as the source's oldest entry tells
-        if OpTime.from_document(docs[0]) != last:
-            raise Diverged(
-                f"our last fetched optime {last} is not in the source's oplog (it has "
-                f"{OpTime.from_document(docs[0])} there): the histories diverged and a rollback is needed")
+        first = OpTime.from_document(docs[0]) if docs else None
+        verdict = check_first_batch(first, last)
+        if verdict is Verdict.NO_DATA:
+            raise SyncSourceProblem(verdict.value)
+        if verdict is Verdict.MISSING:
+            return None  # too stale or diverged: the source's oldest entry tells
+        if verdict is Verdict.DIVERGED:
+            raise Diverged(f"our last fetched optime {last} is not in the source's oplog (it has {first} "
+                           "there): the histories diverged and a rollback is needed")
         return docs[1:]
 
     async def _diagnose_missing(self, client: PeerClient, last: OpTime) -> None:
         oldest = await oplog_end(client, newest=False, timeout_s=self.node.repl.heartbeat_timeout_s)
-        if oldest is not None and OpTime.from_document(oldest).ts_key > last.ts_key:
-            raise TooStale(last, OpTime.from_document(oldest))
+        source_oldest = OpTime.from_document(oldest) if oldest is not None else None
+        if diagnose_missing(last, source_oldest) is Verdict.TOO_STALE:
+            assert source_oldest is not None
+            raise TooStale(last, source_oldest)
         raise Diverged(f"our last fetched optime {last} is ahead of the source's newest entry "
                        "or missing from it: the histories diverged")
 
@@ -337,21 +343,19 @@ class SyncWorker:
         except TimeoutError:
             repl.deny(source, ERROR_DENY_MS)
             return
-        node.set_state(MemberState.ROLLBACK)
+        repl.rollback_started()
         self.message = f"rolling back to the common point with {source}"
         try:
             outcome = await RollbackRunner(node, source).run()
         except RollbackRefused as exc:
             log.critical("refusing to roll back: %s", exc)
             self.message = f"cannot roll back against {source}: {exc}"
-            repl.deny(source, DIVERGED_DENY_MS)
-            node.set_state(MemberState.RECOVERING)
+            repl.rollback_refused(source)
             return
         except (RollbackFailed, PeerError, MongoError) as exc:
             log.warning("rollback against %s failed, nothing changed: %s", source, exc)
             self.message = f"rollback against {source} failed: {exc}"
-            repl.deny(source, ERROR_DENY_MS)
-            node.set_state(node.data_state())
+            repl.rollback_failed(source)
             return
         self.last_fetched = outcome.common_point
         repl.on_fetched()
@@ -359,8 +363,8 @@ class SyncWorker:
         log.warning("rollback done: %d entries undone back to %s, %d documents saved to %s; rbid %d, "
                     "recovering until %s", outcome.undone_entries, outcome.common_point,
                     outcome.saved_documents, outcome.files or "no file", node.rbid, outcome.min_valid)
-        node.set_state(MemberState.RECOVERING)
-        repl.on_local_commit()  # RECOVERING ends once minValid is applied (at once if already there)
+        # RECOVERING until minValid is applied (at once if already there)
+        repl.rolled_back(outcome.common_point, outcome.min_valid)
 
     async def _enqueue(self, entries: list[FetchedEntry]) -> None:
         if not entries:

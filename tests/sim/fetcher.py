@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from oplog.optime import OpTime
 from replset.member import MemberState
-from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point, stale_branch_problem
+from sync import rollback as rollback_rules
+from sync.fetching import ERROR_DENY_MS, Problem, Verdict, check_first_batch, diagnose_missing, react
+from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point
 from tests.sim import rpc
-from tests.sim.disk import Entry, EntryKind
+from tests.sim.disk import Entry, EntryKind, SimInvariantError
 from tests.sim.writer import RollbackFailed, WriteOp
 
 if TYPE_CHECKING:
@@ -41,8 +43,6 @@ if TYPE_CHECKING:
 BUFFER_BATCHES = 64
 MAX_APPLY_BATCH = 5000
 FETCH_BATCH = 200
-ERROR_DENY_MS = 1000
-DIVERGED_DENY_MS = 10_000
 PROBLEM_SLEEP_MS = 100
 NO_SOURCE_RETRY_MS = 1000
 STOP_TIMEOUT_MS = 5000
@@ -169,10 +169,8 @@ class Fetcher:
         node = self.node
         if rpc_id == self.call:
             self.call = None
-            source = self.cursor_source or ""
-            node.trace(f"sync source {source} failed: {why}")
-            node.deny(source, ERROR_DENY_MS)
-            self._close_cursor()
+            node.trace(f"sync source {self.cursor_source} failed: {why}")
+            self._react(Problem.UNREACHABLE if why in ("timed out", rpc.REFUSED) else Problem.ERROR)
         elif self.rollback is not None and rpc_id == self.rollback.call:
             self.rollback.call = None
             self._rollback_failed(f"the source failed: {why}")
@@ -183,14 +181,19 @@ class Fetcher:
         entries: list[Entry] = list(reply.entries)
         if self.cursor is None:
             self.cursor = reply.cursor
-            if not entries or entries[0].optime != self.last_fetched:
-                self._diverged(entries[0].optime if entries else None)
+            verdict = check_first_batch(entries[0].optime if entries else None, self.last_fetched)
+            if verdict is Verdict.MISSING:
+                verdict = diagnose_missing(self.last_fetched, reply.oldest)
+            if verdict is not Verdict.CONTINUES:
+                node.trace(f"sync source {self.cursor_source}: {verdict.value} (our last fetched "
+                           f"{self.last_fetched}, its first {entries[0].optime if entries else None})")
+                self._react(Problem[verdict.name])
                 return
             if not reply.has_required and not node.model.has("recovering-ignores-min-valid-branch"):
                 # The documents our rollback refetched came from a branch this source does not hold
                 # (that branch lost since): take them again from this source, as a rollback would.
                 node.trace(f"{self.cursor_source} lacks our minValid {node.min_valid}: refetching again")
-                self._diverged(entries[0].optime)
+                self._react(Problem.DIVERGED)
                 return
             entries = entries[1:]
         self.message = ""
@@ -201,23 +204,26 @@ class Fetcher:
             self.buffer.append(entries)
             node.core.fetcher_moved(node.now, source=self.sync_source, last_fetched=self.last_fetched)
 
-    def _diverged(self, theirs: OpTime | None) -> None:
+    def _react(self, problem: Problem) -> None:
+        """Carries out `sync.fetching.react` for the current source."""
         node = self.node
         source = self.cursor_source or ""
         source_id = node.member_id_of(source)
-        self._close_cursor()
         assert source_id is not None
-        source_data = node.topology.members.get(source_id)
-        problem = stale_branch_problem(source_data.applied if source_data is not None else theirs or OpTime(0, 0, -1),
-                                       node.term)
-        if problem is not None:
-            node.trace(f"sync source {source} does not have our last fetched {self.last_fetched}, but we do not "
-                       f"roll back to it: {problem}")
-            node.deny(source, ERROR_DENY_MS)
-            return
-        node.trace(f"sync source {source} does not have our last fetched {self.last_fetched} "
-                   f"(it has {theirs}): rollback")
-        self.rollback = RollbackJob(source, source_id, deadline_ms=node.now + STOP_TIMEOUT_MS)
+        self._close_cursor()
+        reaction = react(problem, source_applied=node.core.member_applied(source), my_term=node.term)
+        if reaction.message:
+            self.message = reaction.message
+            node.trace(f"sync source {source}: {reaction.message}")
+        if reaction.too_stale:
+            raise SimInvariantError(f"m{node.id} is too stale for {source}, but no oplog is capped here")
+        if reaction.deny_ms:
+            node.deny(source, reaction.deny_ms)
+        if reaction.pause_ms:
+            self.wake_at = node.now + reaction.pause_ms
+        if reaction.roll_back:
+            node.trace(f"sync source {source} does not have our last fetched {self.last_fetched}: rollback")
+            self.rollback = RollbackJob(source, source_id, deadline_ms=node.now + STOP_TIMEOUT_MS)
 
     # -- applying -----------------------------------------------------------------------------------
 
@@ -255,9 +261,7 @@ class Fetcher:
                 node.deny(job.source, ERROR_DENY_MS)
                 self.rollback = None
             return
-        node.set_state(MemberState.ROLLBACK)
-        if not node.model.has("cursor-survives-rollback"):
-            node.source.kill_cursors()  # downstream members must re-find (and re-check) after our oplog changes
+        node.core.rollback_started(node.now)
         self.message = f"rolling back to the common point with {job.source}"
         job.our_last = node.last_applied
         self._scan(job, job.our_last.ts_key)
@@ -314,9 +318,11 @@ class Fetcher:
         node.disk.save_rollback_file(job.undone)
 
         def run() -> list[Entry]:
-            check_rollback_allowed(common, node.commit_point)
-            if node.disk.last != our_last and not node.model.has("rollback-ignores-late-commits"):
-                raise RollbackFailed(f"our oplog moved from {our_last} to {node.disk.last} during the rollback")
+            problem = rollback_rules.commit_problem(our_last, node.disk.last, common, node.commit_point)
+            if problem == "refused":
+                check_rollback_allowed(common, node.commit_point)  # raises RollbackRefused
+            if problem:
+                raise RollbackFailed(problem)
             keep = node.disk.refetched_keys if node.min_valid is not None else frozenset()
             node.writer.rollback_commit = lambda: node.disk.roll_back(common, docs, min_valid, keep)
             node.log_last = common
@@ -345,14 +351,12 @@ class Fetcher:
         node.trace(f"refusing to roll back: {why}")
         self.message = f"cannot roll back against {job.source}: {why}"
         node.refused_rollbacks += 1
-        node.deny(job.source, DIVERGED_DENY_MS)
-        node.set_state(MemberState.RECOVERING)
         self.rollback = None
+        node.core.rollback_refused(node.now, job.source)
 
     def _rollback_failed(self, why: str) -> None:
         job, node = self.rollback, self.node
         assert job is not None
         node.trace(f"rollback against {job.source} failed, nothing changed: {why}")
-        node.deny(job.source, ERROR_DENY_MS)
-        node.set_state(node.core.data_state())
         self.rollback = None
+        node.core.rollback_failed(node.now, job.source)

@@ -1,11 +1,12 @@
-"""Bugs of the sync pipeline the simulator's fetcher (`tests.sim.fetcher`) can still replay.
+"""The one bug the simulator's fetcher (`tests.sim.fetcher`) replays by a flag of its own.
 
-The replica core's bugs are re-introduced into the product's own code by
-`tests.sim.mutations`; the three below live in the fetcher, applier and
-rollback, which the simulator still models in `tests/sim/fetcher.py` until
-that pipeline's decisions move into the core. The fetcher follows the fix by
-default; `python -m tests.sim --seed S --mutate NAME` follows the old
-behaviour.
+Every other known bug is re-introduced into the product's own code by
+`tests.sim.mutations`. This one is about which source a RECOVERING member may
+fetch from and what its rollback refetches; the simulated fetcher follows
+MongoDB's requiredOpTime rule here, while the asyncio member resyncs when it
+passes minValid on another branch (the replica core's `CheckMinValid`). Until
+the two agree on one rule in the core, the flag stays. The fetcher follows the
+fix by default; `python -m tests.sim --seed S --mutate NAME` follows the bug.
 """
 
 from __future__ import annotations
@@ -16,25 +17,6 @@ from tests.sim.mutations import MUTATIONS
 
 # name -> what the runtime does today (the model's default is the fix).
 SHELL_BUGS: dict[str, str] = {
-    "cursor-survives-rollback": (
-        "A sync source that rolls back keeps serving the tailable oplog cursors its downstream members "
-        "opened before (replset/wire/crud.py cmd_get_more continues after the cursor's last key; getMore "
-        "has no role check; sync/worker.py checks only the first batch of a find). After the source "
-        "truncates its oplog and applies the new branch, a downstream member's next getMore returns the new "
-        "branch's entries after its old-branch tail: its oplog splices a rolled-back entry onto the new "
-        "branch and silently misses the new branch's entries in between. Fix: kill every open oplog cursor "
-        "when the member enters ROLLBACK (and/or report the rbid in getMore replies and have the fetcher "
-        "restart with a checked find when it changes, as MongoDB's OplogFetcher does)."),
-    "rollback-ignores-late-commits": (
-        "sync/rollback_runner.py plans the rollback from our committed oplog (our_last = "
-        "last_committed_optime, undone = oplog_after(common)) but its final transaction truncates whatever "
-        "follows the common point by then. A primary that steps down while a group commit of client writes is "
-        "in flight starts its fetcher at once (last_fetched = log.last includes those writes), diverges, and "
-        "plans before that batch commits; the batch then commits (and w:1 is acknowledged), and the rollback "
-        "truncates it from the oplog without saving it to a rollback file or restoring the documents it "
-        "changed: that member's data differs from its own oplog and from every other member for good. Fix: "
-        "in _commit's transaction, refuse (RollbackFailed, nothing changed, retried) when the oplog's top is "
-        "no longer the our_last the plan was made from (or wait for the writer to drain before planning)."),
     "recovering-ignores-min-valid-branch": (
         "Rollback via refetch (sync/rollback_runner.py) copies the touched documents as the source has them "
         "now - possibly writes of the source's own branch that are not committed - and sets minValid to the "

@@ -2,8 +2,9 @@
 
 Each entry names a bug the simulator once found in the runtime (or a broken
 core it must be able to see) and patches the *product's* code - the replica
-core in `replset/replica.py` and `replset/candidacy.py`, or a pure core it
-calls - back into the wrong behaviour. `python -m tests.sim --seed S --mutate
+core in `replset/replica.py` and `replset/candidacy.py`, or a pure core the
+member calls (`sync.rollback`, `replset.quorum`, ...) - back into the wrong
+behaviour. `python -m tests.sim --seed S --mutate
 NAME` replays a seed with the bug; `test_mutations.py` proves that, for every
 entry, some seed that `make test` runs fails. Since the simulator drives the
 same core as the asyncio member, a passing seed says something about the
@@ -23,12 +24,14 @@ import replset.replica as replica_module
 from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from replset import election, quorum
+from replset.actions import CloseOplogCursors
 from replset.candidacy import Candidacy
 from replset.config import ReplSetConfig
 from replset.member import MemberState
 from replset.messages import parse_update_position
 from replset.replica import STEPPED_DOWN, Replica
 from replset.write_concern import WriteConcern, check_satisfiable
+from sync import rollback as rollback_rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +94,24 @@ def _noop_written_without_term_check(self: Candidacy, term: int, ok: bool, wall:
     r.became_primary(term, wall)
 
 
-def _enter_state_keeps_candidacy(self: Replica, now: int, state: MemberState) -> None:
+def _rollback_keeps_candidacy(self: Replica, now: int) -> None:
     self._enter(now)
-    self.set_state(state)
-    if state in (MemberState.SECONDARY, MemberState.RECOVERING):
-        self._start_fetching()
+    self.set_state(MemberState.ROLLBACK)
+    self._emit(CloseOplogCursors("the member is rolling back"))
     self._leave()
+
+
+def _rollback_keeps_cursors(self: Replica, now: int) -> None:
+    self._enter(now)
+    if self.candidacy is not None:
+        self.candidacy.abandon("our history diverged: rolling back")
+    self.set_state(MemberState.ROLLBACK)
+    self._leave()
+
+
+def _commit_ignoring_late_commits(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,
+                                  majority_committed: OpTime) -> str | None:
+    return "refused" if rollback_rules.majority_committed_past(common_point, majority_committed) else None
 
 
 def _drain_ignores_rollback(self: Candidacy) -> None:
@@ -170,8 +185,20 @@ MUTATIONS: dict[str, Mutation] = {
         "A candidate whose fetcher started a rollback during catch-up goes on to drain: stopping the "
         "fetcher cancels the rollback, the member stays in ROLLBACK, no fetcher restarts there, and it is "
         "stuck until restarted.",
-        ((Replica, "enter_state", _enter_state_keeps_candidacy),
+        ((Replica, "rollback_started", _rollback_keeps_candidacy),
          (Candidacy, "_start_drain", _drain_ignores_rollback))),
+    "cursor-survives-rollback": Mutation(
+        "A sync source that rolls back keeps serving the tailable oplog cursors its downstream members opened "
+        "before: after it truncates its oplog and applies the new branch, a downstream member's next getMore "
+        "returns the new branch's entries after its old-branch tail - its oplog splices a rolled-back entry "
+        "onto the new branch and silently misses the entries in between.",
+        ((Replica, "rollback_started", _rollback_keeps_cursors),)),
+    "rollback-ignores-late-commits": Mutation(
+        "The rollback plans from our committed oplog but its transaction truncates whatever follows the "
+        "common point by then: a batch of client writes that commits (and is acknowledged w:1) between the "
+        "plan and the transaction is truncated without being saved to a rollback file or undone in the "
+        "data - that member's data differs from its own oplog for good.",
+        ((rollback_rules, "commit_problem", _commit_ignoring_late_commits),)),
     "voter-forgets-its-vote": Mutation(
         "A voter grants two votes in one term.",
         ((replica_module, "decide_vote", _voter_forgets_its_vote),)),

@@ -267,8 +267,12 @@ class SimNode:
             case act.TopologyChanged():
                 if self.fetcher is not None:
                     self.fetcher.on_topology_change()
+            case act.CloseOplogCursors():
+                self.source.kill_cursors()
             case act.Flush() | act.PositionsMoved() | act.AdoptConfig():
                 pass  # every commit is fsynced here; the config is fixed for a run
+            case _:
+                raise SimInvariantError(f"m{self.id}: the core asked for {action!r}, which this shell cannot do")
 
     def _maybe_drained(self) -> None:
         if self.drain_deadline is None:

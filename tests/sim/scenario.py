@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replset.config import ReplSetConfig, parse_config
+from sync.fetching import DIVERGED_DENY_MS
 from tests.sim.clock import SimClock
-from tests.sim.fetcher import DIVERGED_DENY_MS, ROLLBACK_COMMAND_TIMEOUT_MS
+from tests.sim.fetcher import ROLLBACK_COMMAND_TIMEOUT_MS
 from tests.sim.network import NetworkParams
 from tests.sim.workload import WorkloadParams
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oplog.errors import MongoError
+from oplog.optime import OpTime
 from replset.member import MemberState
 from tests.sim import rpc
 from tests.sim.disk import Entry
@@ -35,6 +36,7 @@ class FetchReply:
     metadata: dict[str, Any]
     cursor: int
     has_required: bool = True     # the source holds the requested minValid entry
+    oldest: OpTime | None = None  # the source's oldest entry (a `find` answer only)
 
 
 class OplogSource:
@@ -59,7 +61,8 @@ class OplogSource:
             batch = disk.oplog[index:index + body.limit]
             cursor = self._new_cursor(batch[-1].optime.ts_key if batch else body.after.ts_key - 1)
             has_required = body.required is None or disk.index_of(body.required) is not None
-            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor, has_required))
+            oldest = disk.oplog[0].optime if disk.oplog else None
+            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor, has_required, oldest))
             return
         if body.cursor not in self.cursors:
             raise MongoError(43, f"cursor id {body.cursor} not found")

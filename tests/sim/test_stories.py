@@ -22,6 +22,7 @@ from replset.member import MemberState
 from replset.messages import HeartbeatReply, vote_request
 from replset.replica import Replica
 from replset.write_concern import WriteConcern
+from sync.fetching import Problem
 from tests.sim import mutations, rpc
 from tests.sim.clock import SimClock
 from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError
@@ -61,7 +62,7 @@ def win_term_3_and_diverge_during_catch_up(node: SimNode) -> Candidacy:
     fetcher = node.fetcher
     assert fetcher is not None
     fetcher.sync_source = fetcher.cursor_source = host_of(0)
-    fetcher._diverged(OpTime(105, 1, 3))            # m0 does not have our (1, 102): roll back
+    fetcher._react(Problem.DIVERGED)                # m0 does not have our (1, 102): roll back
     stray = rpc.Reply(-1, 0, rpc.HEARTBEAT, None)    # an unknown reply: ignored, but the member takes a step
     node.deliver(1, stray)                           # the rollback starts: ROLLBACK, scan sent
     assert node.state is MemberState.ROLLBACK

@@ -1,0 +1,58 @@
+"""The fetcher's decisions (sync/fetching.py) and the rollback's last check (sync/rollback.py)."""
+
+from __future__ import annotations
+
+from oplog.optime import NULL_OPTIME, OpTime
+from sync.fetching import (
+    DIVERGED_DENY_MS,
+    ERROR_DENY_MS,
+    Problem,
+    Verdict,
+    check_first_batch,
+    diagnose_missing,
+    react,
+)
+from sync.rollback import commit_problem
+
+OURS = OpTime(100, 3, 2)
+
+
+def test_the_first_batch_continues_our_oplog_only_from_our_very_entry() -> None:
+    assert check_first_batch(OURS, OURS) is Verdict.CONTINUES
+    assert check_first_batch(OpTime(100, 3, 3), OURS) is Verdict.DIVERGED  # same ts, another term
+    assert check_first_batch(OpTime(100, 2, 2), OURS) is Verdict.DIVERGED  # our entry is not there
+    assert check_first_batch(OpTime(100, 4, 2), OURS) is Verdict.MISSING
+    assert check_first_batch(None, OURS) is Verdict.MISSING
+    assert check_first_batch(OURS, NULL_OPTIME) is Verdict.NO_DATA
+
+
+def test_a_missing_entry_is_too_stale_only_when_the_source_trimmed_past_it() -> None:
+    assert diagnose_missing(OURS, OpTime(200, 1, 2)) is Verdict.TOO_STALE
+    assert diagnose_missing(OURS, OpTime(50, 1, 1)) is Verdict.DIVERGED
+    assert diagnose_missing(OURS, None) is Verdict.DIVERGED
+
+
+def test_reactions() -> None:
+    assert react(Problem.UNREACHABLE, source_applied=None, my_term=2).deny_ms == ERROR_DENY_MS
+    assert react(Problem.ERROR, source_applied=OURS, my_term=2).deny_ms == ERROR_DENY_MS
+    stale = react(Problem.TOO_STALE, source_applied=OURS, my_term=2)
+    assert stale.too_stale and stale.deny_ms == DIVERGED_DENY_MS
+    no_data = react(Problem.NO_DATA, source_applied=OURS, my_term=2)
+    assert no_data.pause_ms > 0 and no_data.deny_ms == DIVERGED_DENY_MS and not no_data.roll_back
+
+
+def test_a_member_rolls_back_only_to_a_source_on_the_current_branch() -> None:
+    current = react(Problem.DIVERGED, source_applied=OpTime(300, 1, 4), my_term=4)
+    assert current.roll_back and current.deny_ms == 0
+    deposed = react(Problem.DIVERGED, source_applied=OpTime(300, 1, 3), my_term=4)
+    assert not deposed.roll_back and deposed.deny_ms == ERROR_DENY_MS and "deposed" in deposed.message
+    unknown = react(Problem.DIVERGED, source_applied=None, my_term=4)
+    assert not unknown.roll_back
+
+
+def test_the_rollback_commits_only_from_the_oplog_it_planned_from() -> None:
+    common, commit_point = OpTime(90, 1, 1), OpTime(80, 1, 1)
+    assert commit_problem(OURS, OURS, common, commit_point) is None
+    moved = commit_problem(OURS, OpTime(101, 1, 2), common, commit_point)
+    assert moved is not None and "moved" in moved
+    assert commit_problem(OURS, OURS, common, OpTime(95, 1, 1)) == "refused"
