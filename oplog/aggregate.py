@@ -14,8 +14,8 @@ $limit) are generators, so ``[$match, $limit]`` stops reading input once it has 
 Blocking stages ($sort, $group, $count, $sortByCount, $bucket, $facet) consume their whole
 input before yielding.
 
-Expressions are evaluated by `oplog.expressions`; filters and sorting come from
-`oplog.query`. Output documents may share nested values with the input documents (no stage
+Expressions are evaluated by `oplog.expressions`; filters come from `oplog.query` and sorting
+from `oplog.sort`. Output documents may share nested values with the input documents (no stage
 mutates its input), so callers must not mutate results in place if the inputs are live.
 
 Pure: no I/O, no clock (``$$NOW`` is the ``now`` argument), no randomness.
@@ -47,7 +47,8 @@ from oplog.expressions import (
     type_name,
     validate_expression,
 )
-from oplog.query import compile_filter, sort_documents
+from oplog.query import compile_filter
+from oplog.sort import sort_documents
 from oplog.values import SortKey, canonical_key, compare_values, is_number
 
 __all__ = ["UNSUPPORTED_STAGES", "iter_pipeline", "run_pipeline", "validate_pipeline"]

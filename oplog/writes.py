@@ -24,7 +24,8 @@ from bson.regex import Regex
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
 from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
-from oplog.query import Matcher, compile_filter, sort_documents
+from oplog.query import Matcher, compile_filter
+from oplog.sort import sort_documents
 from oplog.sqlite_store import StoreTxn
 from oplog.update import (
     UpdateOutcome,

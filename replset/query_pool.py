@@ -9,8 +9,8 @@ for the batch without blocking and goes on serving everything else meanwhile.
 Threads share one interpreter, so the loop still needs its turn: pure-Python work (decoding,
 matching, computing sort keys) gives it up every `sys.getswitchinterval()` (0.2 ms here); SQLite
 steps release it; the C-level steps that would not (one big `list.sort`, a runaway regex) are
-bounded where they happen: sorts go in runs of `oplog.query.SORT_RUN` documents, and regex matching
-releases the interpreter and stops at its budget (`oplog.query.REGEX_BUDGET`).
+bounded where they happen: sorts go in runs of `oplog.sort.SORT_RUN` documents, and regex matching
+releases the interpreter and stops at its budget (`oplog.query_regex.REGEX_BUDGET`).
 
 Time limits: `maxTimeMS` is what the operation may spend in total, over its first batch and every
 getMore (`TimeLimit`, kept by the cursor). Inside a batch, `check_time_limit` is called from the
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from oplog.errors import MongoError
-from oplog.query import REGEX_BUDGET, RegexBudget
+from oplog.query_regex import REGEX_BUDGET, RegexBudget
 
 T = TypeVar("T")
 

@@ -16,15 +16,9 @@ from oplog.aggregate import run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
 from oplog.errors import MongoError
 from oplog.optime import OpTime
-from oplog.query import (
-    Matcher,
-    apply_projection,
-    compile_filter,
-    compile_projection,
-    sort_documents,
-    sort_payloads,
-    validate_projection,
-)
+from oplog.projection import apply_projection, compile_projection, validate_projection
+from oplog.query import Matcher, compile_filter
+from oplog.sort import sort_documents, sort_payloads
 from oplog.values import canonical_key
 from oplog.writes import (
     WriteEnv,
@@ -499,7 +493,7 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
 
 @command("distinct", kind="read")
 async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
-    from oplog.query import get_path
+    from oplog.query_common import get_path
 
     ns = f"{ctx.db}.{collection_name(ctx)}"
     key = ctx.cmd.get("key")

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from oplog.errors import MongoError
 from oplog.optime import OpTime
-from oplog.query import compile_filter, sort_payloads
+from oplog.query import compile_filter
+from oplog.sort import sort_payloads
 from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import sessions

@@ -25,20 +25,13 @@ from bson.regex import Regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog import query
+import oplog.sort
+from oplog import query_regex
 from oplog.errors import MongoError
-from oplog.query import (
-    Matcher,
-    MatchResult,
-    apply_projection,
-    compile_filter,
-    compile_projection,
-    get_path,
-    matches,
-    resolve_field,
-    sort_documents,
-    validate_projection,
-)
+from oplog.projection import apply_projection, compile_projection, validate_projection
+from oplog.query import Matcher, MatchResult, compile_filter, matches
+from oplog.query_common import get_path, resolve_field
+from oplog.sort import sort_documents
 from oplog.values import compare_values
 
 OID1 = ObjectId("5234cc89687ea597eabee675")
@@ -1866,26 +1859,26 @@ def test_sorting_in_runs_gives_the_single_sort_order(docs: list[dict[str, Any]],
     # The reference: stable sorts from the last key to the first.
     reference = list(docs)
     for field, direction in reversed(list(spec.items())):
-        reference.sort(key=lambda d, f=field, s=direction: query._sort_key(d, (f,), s), reverse=direction < 0)
-    whole = [d["_id"] for d in query.sort_documents(docs, spec)]
+        reference.sort(key=lambda d, f=field, s=direction: oplog.sort._sort_key(d, (f,), s), reverse=direction < 0)
+    whole = [d["_id"] for d in oplog.sort.sort_documents(docs, spec)]
     assert whole == [d["_id"] for d in reference]
-    saved = query.SORT_RUN
-    query.SORT_RUN = 7
+    saved = oplog.sort.SORT_RUN
+    oplog.sort.SORT_RUN = 7
     try:
-        in_runs = [d["_id"] for d in query.sort_documents(docs, spec)]
+        in_runs = [d["_id"] for d in oplog.sort.sort_documents(docs, spec)]
     finally:
-        query.SORT_RUN = saved
+        oplog.sort.SORT_RUN = saved
     assert in_runs == whole
 
 
 def test_a_catastrophic_regex_stops_at_its_budget() -> None:
     matcher = compile_filter({"s": {"$regex": "^(a|aa)+$"}})
-    budget = query.RegexBudget(0.05, 50, "operation exceeded time limit")
-    token = query.REGEX_BUDGET.set(budget)
+    budget = query_regex.RegexBudget(0.05, 50, "operation exceeded time limit")
+    token = query_regex.REGEX_BUDGET.set(budget)
     try:
         with pytest.raises(MongoError) as err:
             matcher.matches({"s": "a" * 60 + "!"})
     finally:
-        query.REGEX_BUDGET.reset(token)
+        query_regex.REGEX_BUDGET.reset(token)
     assert err.value.code == 50
     assert matcher.matches({"s": "aaaa"})
