@@ -880,10 +880,11 @@ class Replica:
         """The shell stopped waiting for `waiter` (its connection closed)."""
         self.waiters.remove(waiter)
 
-    def satisfied(self, wc: WriteConcern, target: OpTime) -> bool:
+    def satisfied(self, wc: WriteConcern, target: OpTime,
+                  positions: tuple[dict[int, OpTime], dict[int, OpTime]] | None = None) -> bool:
         if self.config is None or self.topology is None:
             return (self.durable if wc.j or wc.w == MAJORITY else self.applied) >= target
-        applied, durable = self.topology.positions(self.applied, self.durable)
+        applied, durable = positions or self.topology.positions(self.applied, self.durable)
         # Only members in the write's term follow the primary that wrote it; a higher-term optime
         # from another branch sorts above the write without containing it.
         applied = {m: o for m, o in applied.items() if o.term == target.term}
@@ -896,7 +897,10 @@ class Replica:
             return
         for waiting in self.waiters.reached_commit_point(self.commit_point):
             self._emit(Wake(waiting.waiter, None))
-        for waiting in self.waiters.satisfied(self.satisfied):
+        if not self.waiters.others:
+            return
+        positions = self.topology.positions(self.applied, self.durable) if self.topology is not None else None
+        for waiting in self.waiters.satisfied(lambda wc, target: self.satisfied(wc, target, positions)):
             self._emit(Wake(waiting.waiter, None))
 
     def _fail_waiters(self, error: MongoError) -> None:

@@ -44,6 +44,11 @@ class WaiterTable:
     def __len__(self) -> int:
         return len(self._all)
 
+    @property
+    def others(self) -> int:
+        """How many waiters wait for something other than the commit point (w:N, j, a tag mode)."""
+        return len(self._others)
+
     def __iter__(self) -> Iterator[Waiting]:
         return iter(list(self._all.values()))
 

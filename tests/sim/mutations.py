@@ -59,9 +59,9 @@ def _positions_counted_before_term(self: Replica, now: int, doc: dict[str, Any])
         self._leave()
 
 
-def _satisfied_on_any_branch(self: Replica, wc: WriteConcern, target: OpTime) -> bool:
+def _satisfied_on_any_branch(self: Replica, wc: WriteConcern, target: OpTime, positions: Any = None) -> bool:
     assert self.config is not None and self.topology is not None
-    applied, durable = self.topology.positions(self.applied, self.durable)
+    applied, durable = positions or self.topology.positions(self.applied, self.durable)
     return quorum.write_concern_satisfied(wc, target, config=self.config, applied=applied, durable=durable,
                                           commit_point=self.commit_point)
 
