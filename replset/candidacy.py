@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from replset.replica import Replica
 
 DRAIN_TIMEOUT_MS = 6000  # the shell's own drain gives up after 5 s; this is the core's backstop
+# The no-op waits its turn in the group commit (behind a long index build, say); only a shell that never
+# answers hits this.
+NOOP_BACKSTOP_MS = 60_000
 NEVER = 1 << 62
 
 
@@ -139,7 +142,8 @@ class Candidacy:
         """Persist term + 1 and our own vote, then ask for votes in it."""
         r = self.replica
         term = r.term + 1
-        self.phase, self.deadline_ms = "persisting our vote", NEVER
+        # A backstop: the shell reports the persist long before this (it never fails silently).
+        self.phase, self.deadline_ms = "persisting our vote", r.now + r.election_timeout_base
 
         if r.state is not MemberState.SECONDARY:
             self._end("no longer a secondary")
@@ -199,11 +203,11 @@ class Candidacy:
         if self.phase != "drain":
             return
         r = self.replica
-        if not drained or r.term != self.term or r.state is not MemberState.SECONDARY:
+        if not drained or r.term != self.term or r.state is not MemberState.SECONDARY or r.fetching:
             self._end("could not drain the applier" if not drained else "the term moved while draining")
             r._start_fetching()
             return
-        self.phase, self.deadline_ms = "new primary no-op", NEVER
+        self.phase, self.deadline_ms = "new primary no-op", r.now + NOOP_BACKSTOP_MS
         r._emit(WriteNoop(self.term))
 
     def on_noop_written(self, term: int, ok: bool, wall: datetime.datetime | None) -> None:
@@ -246,3 +250,6 @@ class Candidacy:
             self._start_drain()
         elif self.phase == "drain":
             self.on_drained(False)
+        elif self.phase in ("persisting our vote", "new primary no-op"):
+            self._end(f"no answer from the shell in phase {self.phase}")  # a lost no-op loses nothing committed
+            r._start_fetching()

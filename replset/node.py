@@ -454,12 +454,17 @@ class Node:
 
         await self.submit_write(write, require_primary=False)
 
-    async def persist_election(self, term: int, last_vote: LastVote | None) -> None:
-        """Durably records the term and the last vote (fsynced before anyone relies on them)."""
-        meta: dict[str, Any] = {"term": term}
-        if last_vote is not None:
-            meta["lastVote"] = {"term": last_vote.term, "candidateIndex": last_vote.candidate_id}
-        await self.writer.submit(lambda txn: txn.set_meta(ELECTION_META, meta))
+    async def persist_election(self, current: Callable[[], tuple[int, LastVote | None]]) -> None:
+        """Durably records the term and the last vote as `current()` gives them inside the transaction
+        (fsynced before anyone relies on them)."""
+        def write(txn: StoreTxn) -> None:
+            term, last_vote = current()
+            meta: dict[str, Any] = {"term": term}
+            if last_vote is not None:
+                meta["lastVote"] = {"term": last_vote.term, "candidateIndex": last_vote.candidate_id}
+            txn.set_meta(ELECTION_META, meta)
+
+        await self.writer.submit(write)
 
     async def write_new_primary_noop(self, term: int, may_write: Callable[[int], bool]) -> None:
         """Writes the "new primary" no-op in `term`, if `may_write(term)` still holds in its transaction."""

@@ -283,6 +283,8 @@ class Replica:
         self._calls.clear()
 
     def _start_fetching(self) -> None:
+        if self.candidacy is not None and self.candidacy.phase in ("drain", "new primary no-op"):
+            return  # about to become primary: the fetcher was stopped for good (the candidacy restarts it if lost)
         if not self.fetching and self.state in (MemberState.SECONDARY, MemberState.RECOVERING):
             self.fetching = True
             self.last_fetched = self.applied
@@ -292,6 +294,7 @@ class Replica:
         """The shell's initial sync ended (or a resync was abandoned): fetch from our last entry."""
         self._enter(now)
         self._start_fetching()
+        self.heartbeat_now()  # tell the others at once that we are a data-bearing member again
         self._leave()
 
     def stop_fetching(self, *, drain: bool) -> None:
@@ -1001,6 +1004,9 @@ class Replica:
         self._enter(now)
         self.min_valid = min_valid
         self.set_state(MemberState.RECOVERING)
+        # Again at the end: a find that passed its role check just before ROLLBACK began may have
+        # registered its cursor since.
+        self._emit(CloseOplogCursors("the member rolled back"))
         self._leave()
         self.local_commit(now, common_point)
 

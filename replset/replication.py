@@ -135,14 +135,16 @@ class Replication:
         match action:
             case act.Send():
                 self._spawn(self._send(action))
-            case act.Persist(term=term, last_vote=vote, token=token):
-                self._spawn(self._persist(term, vote, token))
+            case act.Persist(term=term, token=token):
+                self._spawn(self._persist(term, token))
             case act.Answer(reply_to=future, body=body):
                 assert isinstance(future, asyncio.Future)
                 if not future.done():
                     future.set_result(body)
             case act.StateChanged(old=old, new=new):
                 self.node.on_state_changed(old, new)
+                if new is MemberState.REMOVED:
+                    self._spawn(self.resync.stop())  # an initial sync of a member no longer in the set
             case act.StartFetching():
                 self._spawn(self._start_worker())
             case act.StopFetching(drain=drain):
@@ -237,14 +239,16 @@ class Replication:
                 client.close()
         self._carry_out()
 
-    async def _persist(self, term: int, last_vote: Any, token: int) -> None:
+    async def _persist(self, term: int, token: int) -> None:
+        """Persists the core's term and vote *as they are when the write runs*: a retry, or a write
+        queued behind a newer decision, never puts an older term or vote back on disk."""
         while True:
             try:
-                await self.node.persist_election(term, last_vote)
+                await self.node.persist_election(lambda: (self.core.term, self.core.last_vote))
                 break
-            except MongoError:
+            except Exception:  # a storage error: retried, the answer waits (never announced before)
                 if self._stopped or self.node.shutting_down:
-                    return  # never announced: a restart recovers the last durable term and vote
+                    return  # a restart recovers the last durable term and vote
                 log.exception("persisting term %d failed; retrying", term)
                 await asyncio.sleep(0.1)
         self.core.persisted(now_ms(), token)
@@ -275,6 +279,9 @@ class Replication:
             ok = True
         except MongoError as exc:
             log.warning("could not become primary in term %d: %s", term, exc)
+            ok = False
+        except Exception:  # the candidacy must hear back whatever happened
+            log.exception("writing the new primary entry of term %d failed", term)
             ok = False
         self.core.noop_written(now_ms(), term, ok=ok, wall=self.node.now())
         if self.node.is_primary:
@@ -600,7 +607,11 @@ class Replication:
         if not started:
             return False
         candidacy = core.candidacy
-        deadline = time.monotonic() + 2 * core.election_timeout_base / 1000 + STOP_TIMEOUT_S
+        # Every phase has a deadline of its own in the core; this bound only guards against a shell bug.
+        config = self.node.config
+        catch_up_ms = config.settings.catch_up_timeout_ms if config is not None else 0
+        bound_ms = 3 * core.election_timeout_base + max(catch_up_ms, 0) + 70_000
+        deadline = time.monotonic() + bound_ms / 1000
         while core.candidacy is candidacy and candidacy is not None and time.monotonic() < deadline:
             await self._stepped.wait(deadline - time.monotonic())
         return self.node.is_primary

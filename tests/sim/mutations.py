@@ -109,6 +109,14 @@ def _rollback_keeps_cursors(self: Replica, now: int) -> None:
     self._leave()
 
 
+def _rolled_back_keeps_cursors(self: Replica, now: int, *, common_point: OpTime, min_valid: OpTime) -> None:
+    self._enter(now)
+    self.min_valid = min_valid
+    self.set_state(MemberState.RECOVERING)
+    self._leave()
+    self.local_commit(now, common_point)
+
+
 def _commit_ignoring_late_commits(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,
                                   majority_committed: OpTime) -> str | None:
     return "refused" if rollback_rules.majority_committed_past(common_point, majority_committed) else None
@@ -192,7 +200,8 @@ MUTATIONS: dict[str, Mutation] = {
         "before: after it truncates its oplog and applies the new branch, a downstream member's next getMore "
         "returns the new branch's entries after its old-branch tail - its oplog splices a rolled-back entry "
         "onto the new branch and silently misses the entries in between.",
-        ((Replica, "rollback_started", _rollback_keeps_cursors),)),
+        ((Replica, "rollback_started", _rollback_keeps_cursors),
+         (Replica, "rolled_back", _rolled_back_keeps_cursors))),
     "rollback-ignores-late-commits": Mutation(
         "The rollback plans from our committed oplog but its transaction truncates whatever follows the "
         "common point by then: a batch of client writes that commits (and is acknowledged w:1) between the "

@@ -226,13 +226,21 @@ class SimNode:
                 rpc_id = self._next_rpc_id()
                 self.core_calls[rpc_id] = call
                 self.outbox.append((to, rpc.Request(rpc_id, self.id, _KINDS[kind], body)))
-            case act.Persist(term=term, last_vote=vote, token=token):
-                def persisted(error: BaseException | None, term: int = term, vote: Any = vote,
-                              token: int = token) -> None:
-                    self.disk.persist_term(term, vote)
+            case act.Persist(token=token):
+                # As the member's group commit does: the transaction writes the term and vote the core
+                # holds when it runs, and they are durable once its fsync completes.
+                written: list[tuple[int, Any]] = []
+
+                def write(written: list[tuple[int, Any]] = written) -> list[Entry]:
+                    written.append((core.term, core.last_vote))
+                    return []
+
+                def persisted(error: BaseException | None, token: int = token,
+                              written: list[tuple[int, Any]] = written) -> None:
+                    self.disk.persist_term(*written[0])
                     core.persisted(self.now, token)
 
-                if not self.writer.submit(WriteOp("term", lambda: [], persisted)):
+                if not self.writer.submit(WriteOp("term", write, persisted)):
                     raise SimInvariantError(f"m{self.id}: the writer queue is full; the term cannot be persisted")
             case act.Answer(reply_to=request, body=body):
                 assert isinstance(request, rpc.Request)

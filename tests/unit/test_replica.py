@@ -145,3 +145,18 @@ def test_a_heartbeat_of_a_newer_term_steps_a_primary_down_and_persists_the_term(
     assert r.state is MemberState.SECONDARY and r.term == 5
     assert any(isinstance(a, act.Persist) and a.term == 5 for a in actions)
     assert act.StartFetching() in actions
+
+
+def test_a_new_config_during_the_drain_does_not_restart_fetching() -> None:
+    r = replica()
+    assert r.fetching
+    assert r.step_up(10, skip_dry_run=True)
+    r.persisted(11, of(act.Persist, r.take_actions())[0].token)
+    send = next(s for s in of(act.Send, r.take_actions()) if s.to == 1)
+    r.reply(12, send.call, vote_reply(VoteResponse(2, True, "")))
+    assert act.StopFetching(drain=True) in r.take_actions() and not r.fetching
+    newer = parse_config({**CONFIG.to_document(), "version": 2})
+    r.install_config(13, newer)
+    assert act.StartFetching() not in r.take_actions()  # no fetcher under a member about to lead
+    r.sync_drained(14, True)
+    assert of(act.WriteNoop, r.take_actions()) == [act.WriteNoop(2)]
