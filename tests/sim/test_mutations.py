@@ -22,7 +22,9 @@ from tests.sim.test_stories import STORY_BUGS
 
 def test_every_known_bug_is_caught_by_a_seed_or_a_story() -> None:
     assert set(CATCHING_SEEDS) | STORY_BUGS == set(KNOWN_BUGS)
-    assert set(CATCHING_SEEDS) >= set(KNOWN_BUGS) - {"drain-cancels-rollback", "wn-counts-other-branches"}
+    # The one race no seed reaches: with the stale-branch rule a candidate never finds a source it may
+    # roll back to, so only the directed story gets a rollback going during a candidacy.
+    assert set(CATCHING_SEEDS) >= set(KNOWN_BUGS) - {"drain-cancels-rollback"}
 
 
 def test_catching_seeds_are_seeds_make_test_runs() -> None:

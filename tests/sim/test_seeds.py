@@ -30,6 +30,7 @@ CATCHING_SEEDS: dict[str, int] = {
     "positions-counted-before-term": 597,
     "term-adopted-while-becoming-primary": 528,
     "recovering-ignores-min-valid-branch": 777,
+    "wn-counts-other-branches": 4283,
 }
 REGRESSION_SEEDS = sorted(seed for seed in CATCHING_SEEDS.values() if seed not in CI_SEEDS)
 JOBS = min(2, os.cpu_count() or 1)
