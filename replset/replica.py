@@ -702,15 +702,16 @@ class Replica:
         self._enter(now)
         self.applied = applied
         self.durable = min(self.durable, applied)  # the log may have been cut back (rollback)
-        if not self.configured:
-            self.commit_point = self.durable
-        elif self.is_primary:
-            self._advance_commit_point()
+        if self.is_primary and self.configured:
+            self._advance_commit_point()  # wakes the waiters it satisfies
         else:
-            self._maybe_end_recovering()
-            self.commit_point = follower_commit_point(self.learned_commit_point, applied, self.commit_point)
-            self._own_position_moved()
-        self._check_waiters()
+            if not self.configured:
+                self.commit_point = self.durable
+            else:
+                self._maybe_end_recovering()
+                self.commit_point = follower_commit_point(self.learned_commit_point, applied, self.commit_point)
+                self._own_position_moved()
+            self._check_waiters()
         if self.candidacy is not None:
             self.candidacy.on_local_commit()
         self._leave()
@@ -719,13 +720,14 @@ class Replica:
         """The journal flush made our entries durable up to `durable`."""
         self._enter(now)
         self.durable = min(max(self.durable, durable), self.applied)
-        if not self.configured:
-            self.commit_point = self.durable
-        elif self.is_primary:
-            self._advance_commit_point()
+        if self.is_primary and self.configured:
+            self._advance_commit_point()  # wakes the waiters it satisfies
         else:
-            self._own_position_moved()
-        self._check_waiters()
+            if not self.configured:
+                self.commit_point = self.durable
+            else:
+                self._own_position_moved()
+            self._check_waiters()
         self._leave()
 
     def _own_position_moved(self) -> None:

@@ -506,9 +506,6 @@ class Replication:
     def choose_sync_source(self, last_fetched: OpTime) -> str | None:
         return self.core.choose_sync_source(now_ms(), last_fetched)
 
-    def on_sync_source_changed(self) -> None:
-        self.on_fetched()
-
     def on_fetched(self) -> None:
         """The fetcher's source or its last fetched entry changed."""
         worker = self.worker

@@ -188,7 +188,7 @@ class InitialSyncer:
         self.sync_source = source
         self._source_rbid = -1
         self._deferred = DeferredIndexes()
-        node.repl.on_sync_source_changed()
+        node.repl.on_fetched()
         log.info("initial sync: starting an attempt from %s", source)
         client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
         try:

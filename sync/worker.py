@@ -181,7 +181,7 @@ class SyncWorker:
             if source != self.sync_source:
                 log.info("choosing sync source %s", source)
             self.sync_source = source
-            repl.on_sync_source_changed()
+            repl.on_fetched()
             self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(source))
             try:
                 await self._fetch_task
@@ -376,7 +376,7 @@ class SyncWorker:
     async def _wait_while_stopped(self) -> None:
         points = self.node.failpoints
         while points.is_on("stopReplProducer"):
-            self.node.repl.on_sync_source_changed()
+            self.node.repl.on_fetched()
             await asyncio.sleep(0.02)  # test-only fail point: nothing to wait on but the operator
 
     # -- applier ----------------------------------------------------------------------------------

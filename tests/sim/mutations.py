@@ -25,7 +25,7 @@ from oplog.errors import MongoError
 from oplog.optime import NULL_OPTIME, OpTime
 from replset import election, quorum
 from replset.actions import CloseOplogCursors
-from replset.candidacy import Candidacy
+from replset.candidacy import DRAIN_TIMEOUT_MS, Candidacy
 from replset.config import ReplSetConfig
 from replset.member import MemberState
 from replset.messages import parse_update_position
@@ -94,27 +94,16 @@ def _noop_written_without_term_check(self: Candidacy, term: int, ok: bool, wall:
     r.became_primary(term, wall)
 
 
-def _rollback_keeps_candidacy(self: Replica, now: int) -> None:
-    self._enter(now)
-    self.set_state(MemberState.ROLLBACK)
-    self._emit(CloseOplogCursors("the member is rolling back"))
-    self._leave()
+def _candidacy_not_abandoned(self: Candidacy, why: str) -> None:
+    return None
 
 
-def _rollback_keeps_cursors(self: Replica, now: int) -> None:
-    self._enter(now)
-    if self.candidacy is not None:
-        self.candidacy.abandon("our history diverged: rolling back")
-    self.set_state(MemberState.ROLLBACK)
-    self._leave()
+_emit = Replica._emit
 
 
-def _rolled_back_keeps_cursors(self: Replica, now: int, *, common_point: OpTime, min_valid: OpTime) -> None:
-    self._enter(now)
-    self.min_valid = min_valid
-    self.set_state(MemberState.RECOVERING)
-    self._leave()
-    self.local_commit(now, common_point)
+def _emit_without_closing_cursors(self: Replica, action: Any) -> None:
+    if not isinstance(action, CloseOplogCursors):
+        _emit(self, action)
 
 
 def _commit_ignoring_late_commits(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,
@@ -125,7 +114,7 @@ def _commit_ignoring_late_commits(planned_from: OpTime, our_last_now: OpTime, co
 def _drain_ignores_rollback(self: Candidacy) -> None:
     r = self.replica
     self.phase = "drain"
-    self.deadline_ms = r.now + 6000
+    self.deadline_ms = r.now + DRAIN_TIMEOUT_MS
     if r.fetching:
         r.stop_fetching(drain=True)
     else:
@@ -193,15 +182,14 @@ MUTATIONS: dict[str, Mutation] = {
         "A candidate whose fetcher started a rollback during catch-up goes on to drain: stopping the "
         "fetcher cancels the rollback, the member stays in ROLLBACK, no fetcher restarts there, and it is "
         "stuck until restarted.",
-        ((Replica, "rollback_started", _rollback_keeps_candidacy),
+        ((Candidacy, "abandon", _candidacy_not_abandoned),
          (Candidacy, "_start_drain", _drain_ignores_rollback))),
     "cursor-survives-rollback": Mutation(
         "A sync source that rolls back keeps serving the tailable oplog cursors its downstream members opened "
         "before: after it truncates its oplog and applies the new branch, a downstream member's next getMore "
         "returns the new branch's entries after its old-branch tail - its oplog splices a rolled-back entry "
         "onto the new branch and silently misses the entries in between.",
-        ((Replica, "rollback_started", _rollback_keeps_cursors),
-         (Replica, "rolled_back", _rolled_back_keeps_cursors))),
+        ((Replica, "_emit", _emit_without_closing_cursors),)),
     "rollback-ignores-late-commits": Mutation(
         "The rollback plans from our committed oplog but its transaction truncates whatever follows the "
         "common point by then: a batch of client writes that commits (and is acknowledged w:1) between the "
