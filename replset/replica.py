@@ -102,6 +102,7 @@ from replset.topology import Topology
 from replset.waiters import WaiterTable
 from replset.write_concern import MAJORITY, WriteConcern, check_satisfiable, timeout_error
 from sync.fetching import DIVERGED_DENY_MS, ERROR_DENY_MS
+from sync.rollback_flow import Outcome, RollbackRun
 from sync.sync_source import SyncSourceInputs, active_denylist, explain_sync_source, should_change_sync_source
 
 NEVER = 1 << 62
@@ -1011,6 +1012,21 @@ class Replica:
         self._emit(CloseOplogCursors("the member rolled back"))
         self._leave()
         self.local_commit(now, common_point)
+
+    def rollback_ended(self, now: int, run: RollbackRun) -> None:
+        """A rollback run (`sync.rollback_flow`) ended: carry its ending into the member's state."""
+        ending = run.ending
+        assert ending is not None
+        match ending.outcome:
+            case Outcome.ROLLED_BACK:
+                assert ending.common_point is not None and ending.min_valid is not None
+                self.rolled_back(now, common_point=ending.common_point, min_valid=ending.min_valid)
+            case Outcome.REFUSED:
+                self.rollback_refused(now, run.source)
+            case Outcome.FAILED:
+                self.rollback_failed(now, run.source)
+            case Outcome.NOT_STARTED:
+                self.deny(now, run.source, ERROR_DENY_MS)
 
     def rollback_refused(self, now: int, source: str) -> None:
         """Rolling back to `source` would undo majority-committed entries: RECOVERING, and not that source."""

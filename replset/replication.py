@@ -47,6 +47,7 @@ from replset.status import MemberView
 from replset.topology import Topology
 from replset.write_concern import WriteConcern, check_satisfiable
 from sync.resync import ResyncCoordinator
+from sync.rollback_flow import RollbackRun
 from sync.worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -521,16 +522,8 @@ class Replication:
         self.core.rollback_started(now_ms())
         self._carry_out()
 
-    def rollback_refused(self, source: str) -> None:
-        self.core.rollback_refused(now_ms(), source)
-        self._carry_out()
-
-    def rollback_failed(self, source: str) -> None:
-        self.core.rollback_failed(now_ms(), source)
-        self._carry_out()
-
-    def rolled_back(self, common_point: OpTime, min_valid: OpTime) -> None:
-        self.core.rolled_back(now_ms(), common_point=common_point, min_valid=min_valid)
+    def rollback_ended(self, run: RollbackRun) -> None:
+        self.core.rollback_ended(now_ms(), run)
         self._carry_out()
 
     def deny(self, host: str, for_ms: int) -> None:

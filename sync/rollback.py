@@ -15,8 +15,9 @@ Everything after the common point on our side is undone. That is only safe if
 none of it was majority-committed: a majority-committed entry is on every future
 primary's log, so a source that lacks it proves a bug (or lost disk writes on a
 majority), and rolling it back would lose an acknowledged write.
-`check_rollback_allowed` refuses then (MongoDB fasserts; the runtime stops
-syncing from that source and says so).
+`majority_committed_past` tells; the run refuses then (MongoDB fasserts; the
+member stops syncing from that source and says so). The steps of one rollback
+and how each can end are `sync.rollback_flow`'s.
 
 Undoing follows MongoDB's "rollback via refetch" (`plan_rollback`): every
 document an undone entry touched (insert, update, delete; keyed by `_id`) is
@@ -48,10 +49,6 @@ from oplog.optime import OpTime
 MAX_ROLLBACK_ENTRIES = 1_000_000
 
 
-class RollbackRefused(Exception):
-    """Rolling back to the common point would undo majority-committed entries."""
-
-
 def find_common_point(ours: Iterable[OpTime], theirs: Iterable[OpTime]) -> OpTime | None:
     """The newest optime present in both oplogs, or None when the windows do not meet.
 
@@ -80,14 +77,6 @@ def majority_committed_past(common_point: OpTime, majority_committed: OpTime) ->
     history; the entries being undone are those of our oplog newer than the common point.
     """
     return majority_committed.ts_key > common_point.ts_key
-
-
-def check_rollback_allowed(common_point: OpTime, majority_committed: OpTime) -> None:
-    """Raises RollbackRefused if entries after `common_point` include a majority-committed one."""
-    if majority_committed_past(common_point, majority_committed):
-        raise RollbackRefused(
-            f"the common point {common_point} is older than our majority commit point "
-            f"{majority_committed}: rolling back would undo majority-committed writes")
 
 
 def commit_problem(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,

@@ -1,11 +1,12 @@
 """Rolling back a diverged member: the I/O around the decisions in `sync.rollback`.
 
 A shell, run by the fetcher (`sync.worker`) in state ROLLBACK once everything it
-had buffered is applied:
+had buffered is applied; it carries out the steps of a `sync.rollback_flow.RollbackRun`,
+which decides how each ends:
 
 1. Walk our oplog and the source's backwards (the source serves
-   `{ts: {$lte: <our last>}}` newest first) until `find_common_point` meets.
-2. Refuse if that would undo majority-committed entries (`check_rollback_allowed`).
+   `{ts: {$lte: <our last>}}` newest first), a window at a time, until the run
+   finds the common point, or refuses it (it would undo majority-committed entries).
 3. Plan from our entries after the common point (`plan_rollback`), refetch those
    documents by `_id` and recloned collections whole from the source, then read
    the source's newest optime: that is `minValid`, the point we must reach again
@@ -26,7 +27,7 @@ import asyncio
 import datetime
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import bson
@@ -36,15 +37,9 @@ from oplog.codec_options import DOC_OPTIONS
 from oplog.errors import MongoError
 from oplog.optime import OpTime
 from oplog.sqlite_store import StoreTxn
-from replset.peer import PeerClient
-from sync import rollback as rollback_rules
-from sync.rollback import (
-    MAX_ROLLBACK_ENTRIES,
-    RollbackPlan,
-    check_rollback_allowed,
-    find_common_point,
-    plan_rollback,
-)
+from replset.peer import PeerClient, PeerError
+from sync.rollback import MAX_ROLLBACK_ENTRIES, RollbackPlan, plan_rollback
+from sync.rollback_flow import SCAN_WINDOW, Ending, Outcome, RollbackRun, ScanStep
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 
 if TYPE_CHECKING:
@@ -52,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW = 1000
 REFETCH_CHUNK = 500
 COMMAND_TIMEOUT_S = 30.0
 MIN_VALID_META = "minValid"
@@ -72,39 +66,41 @@ class SourceCollection:
     documents: list[dict[str, Any]]
 
 
-@dataclass(slots=True)
-class RollbackOutcome:
-    common_point: OpTime
-    min_valid: OpTime
-    undone_entries: int
-    saved_documents: int
-    files: list[str] = field(default_factory=list)
-
-
 def rollback_dir(dbpath: str) -> str:
     return os.path.join(dbpath, "rollback")
 
 
 class RollbackRunner:
-    def __init__(self, node: Node, source: str) -> None:
-        self.node = node
-        self.source = source
-        self.client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
+    """Carries out one `RollbackRun` (drained: its scan starts at our last entry) against its source."""
 
-    async def run(self) -> RollbackOutcome:
+    def __init__(self, node: Node, run: RollbackRun) -> None:
+        self.node = node
+        self.run_state = run
+        self.source = run.source
+        self.client = PeerClient(run.source, latency_ms=node.failpoints.latency_ms,
+                                 route=node.failpoints.peer_route)
+
+    async def run(self) -> Ending:
+        """How the run ended; nothing changed unless it is ROLLED_BACK."""
         try:
             return await self._run()
+        except (RollbackFailed, PeerError, MongoError) as exc:
+            return self.run_state.failed(str(exc))
         finally:
             self.client.close()
 
     async def _command(self, body: dict[str, Any]) -> dict[str, Any]:
         return await source_command(self.client, body, timeout_s=COMMAND_TIMEOUT_S)
 
-    async def _run(self) -> RollbackOutcome:
-        node = self.node
-        our_last = node.last_committed_optime
-        common = await self._find_common_point(our_last)
-        check_rollback_allowed(common, node.repl.commit_point)
+    async def _run(self) -> Ending:
+        node, run = self.node, self.run_state
+        assert run.our_last is not None
+        our_last = run.our_last
+        if await self._find_common_point(our_last) is not ScanStep.FOUND:
+            assert run.ending is not None
+            return run.ending
+        common = run.common_point
+        assert common is not None
         undone = [bson.decode(blob, DOC_OPTIONS)
                   for _key, blob in node.store.reader.oplog_after(common.ts_key, MAX_ROLLBACK_ENTRIES)]
         plan = plan_rollback(undone)
@@ -113,40 +109,42 @@ class RollbackRunner:
                     len(plan.collections), len(plan.databases), self.source)
         documents = await self._refetch_documents(plan)
         collections = await self._reclone(plan)
-        min_valid = await self._source_top()
+        run.refetched(await self._source_top())
         saved, files = await asyncio.to_thread(self._save_rollback_files, plan)
-        await self._commit(our_last, common, min_valid, plan, documents, collections)
-        return RollbackOutcome(common, min_valid, plan.entries, saved, files)
+        ending = await self._commit(plan, documents, collections)
+        if ending.outcome is Outcome.ROLLED_BACK:
+            log.warning("rollback done: %d entries undone back to %s, %d documents saved to %s; rbid %d, "
+                        "recovering until %s", plan.entries, common, saved, files or "no file", node.rbid,
+                        run.min_valid)
+        return ending
 
     # -- 1. the common point ----------------------------------------------------------------------
 
-    async def _find_common_point(self, our_last: OpTime) -> OpTime:
-        reader = self.node.store.reader
-        ours: list[OpTime] = []
-        theirs: list[OpTime] = []
+    async def _find_common_point(self, our_last: OpTime) -> ScanStep:
+        reader, run = self.node.store.reader, self.run_state
         our_key = our_last.ts_key + 1
+        our_count = 0
         reply = await self._command({
             "find": "oplog.rs", "filter": {"ts": {"$lte": our_last.ts}}, "sort": {"$natural": -1},
-            "projection": {"ts": 1, "t": 1}, "batchSize": WINDOW, "$db": "local"})
+            "projection": {"ts": 1, "t": 1}, "batchSize": SCAN_WINDOW, "$db": "local"})
         batch, cursor_id = reply["cursor"].get("firstBatch", []), reply["cursor"].get("id", 0)
         try:
             while True:
-                theirs.extend(OpTime.from_document(doc) for doc in batch)
-                rows = reader.oplog_before(our_key, WINDOW) if len(ours) < MAX_ROLLBACK_ENTRIES else []
+                rows = reader.oplog_before(our_key, SCAN_WINDOW) if our_count < MAX_ROLLBACK_ENTRIES else []
+                ours = []
                 for key, blob in rows:
                     ours.append(OpTime.from_document(bson.decode(blob, DOC_OPTIONS)))
                     our_key = key
-                common = find_common_point(ours, theirs)
-                if common is not None:
-                    return common
-                if not rows and not batch:
-                    raise RollbackFailed(
-                        f"no common point with {self.source} within {len(ours)} of our entries and "
-                        f"{len(theirs)} of its entries: this member must be resynced")
+                our_count += len(ours)
+                step = run.scanned(ours, [OpTime.from_document(doc) for doc in batch],
+                                   ours_done=len(rows) < SCAN_WINDOW or our_count >= MAX_ROLLBACK_ENTRIES,
+                                   theirs_done=not cursor_id, commit_point=self.node.repl.commit_point)
+                if step is not ScanStep.MORE:
+                    return step
                 batch = []
                 if cursor_id:
                     reply = await self._command({"getMore": cursor_id, "collection": "oplog.rs",
-                                                 "batchSize": WINDOW, "$db": "local"})
+                                                 "batchSize": SCAN_WINDOW, "$db": "local"})
                     batch, cursor_id = reply["cursor"].get("nextBatch", []), reply["cursor"].get("id", 0)
         finally:
             if cursor_id:
@@ -248,17 +246,18 @@ class RollbackRunner:
 
     # -- 5. one transaction -------------------------------------------------------------------------
 
-    async def _commit(self, our_last: OpTime, common: OpTime, min_valid: OpTime, plan: RollbackPlan,
-                      documents: dict[str, list[dict[str, Any]]],
-                      collections: dict[str, SourceCollection | None]) -> None:
-        node = self.node
+    async def _commit(self, plan: RollbackPlan, documents: dict[str, list[dict[str, Any]]],
+                      collections: dict[str, SourceCollection | None]) -> Ending:
+        node, run = self.node, self.run_state
+        common, min_valid = run.common_point, run.min_valid
+        assert common is not None and min_valid is not None
 
-        def write(txn: StoreTxn) -> str:
+        def write(txn: StoreTxn) -> Ending | None:
             # Checked again inside the transaction: a batch may have committed since the plan was made
             # (a write in flight when the primary stepped down), and the commit point may have moved.
-            problem = rollback_rules.commit_problem(our_last, node.log.last, common, node.repl.commit_point)
-            if problem:
-                return problem
+            ending = run.commit_verdict(node.log.last, node.repl.commit_point)
+            if ending is not None:
+                return ending
             for ns in plan.documents:
                 if txn.collection(ns) is None:
                     continue
@@ -281,15 +280,14 @@ class RollbackRunner:
             txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
             node.log.last = common
             node.on_history_replaced()
-            return ""
+            return None
 
-        problem = await node.writer.submit(write)
-        if problem == "refused":
-            check_rollback_allowed(common, node.repl.commit_point)  # raises RollbackRefused
-        if problem:
-            raise RollbackFailed(problem)
+        ending = await node.writer.submit(write)
+        if ending is not None:
+            return ending
         node.rbid += 1
         node.min_valid = min_valid
+        return run.committed()
 
 
 def _insert(txn: StoreTxn, ns: str, doc: dict[str, Any]) -> None:

@@ -41,9 +41,9 @@ from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
 from replset.messages import POSITIONS_FIELD, parse_repl_metadata
 from replset.peer import PeerClient, PeerError
-from sync.fetching import ERROR_DENY_MS, Problem, Verdict, check_first_batch, diagnose_missing, react
-from sync.rollback import RollbackRefused
-from sync.rollback_runner import RollbackFailed, RollbackRunner
+from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
+from sync.rollback_flow import Outcome, RollbackRun
+from sync.rollback_runner import RollbackRunner
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 from sync.too_stale import StaleVerdict, describe_optime
 
@@ -336,35 +336,34 @@ class SyncWorker:
             raise
 
     async def _roll_back(self, source: str) -> None:
-        """ROLLBACK: undo our entries after the common point, then RECOVERING until minValid."""
+        """ROLLBACK: undo our entries after the common point, then RECOVERING until minValid. The steps
+        and how each ends are `sync.rollback_flow`'s; this carries them out."""
         node, repl = self.node, self.node.repl
+        run = RollbackRun(source, _now_ms())
         try:
-            await asyncio.wait_for(self._buffer.join(), STOP_TIMEOUT_S)
+            await asyncio.wait_for(self._buffer.join(), (run.drain_deadline_ms - _now_ms()) / 1000)
         except TimeoutError:
-            repl.deny(source, ERROR_DENY_MS)
+            run.drain_overdue(run.drain_deadline_ms)
+            repl.rollback_ended(run)
             return
+        run.drained(node.log.last)
         repl.rollback_started()
-        self.message = f"rolling back to the common point with {source}"
-        try:
-            outcome = await RollbackRunner(node, source).run()
-        except RollbackRefused as exc:
-            log.critical("refusing to roll back: %s", exc)
-            self.message = f"cannot roll back against {source}: {exc}"
-            repl.rollback_refused(source)
-            return
-        except (RollbackFailed, PeerError, MongoError) as exc:
-            log.warning("rollback against %s failed, nothing changed: %s", source, exc)
-            self.message = f"rollback against {source} failed: {exc}"
-            repl.rollback_failed(source)
-            return
-        self.last_fetched = outcome.common_point
-        repl.on_fetched()
-        self.message = ""
-        log.warning("rollback done: %d entries undone back to %s, %d documents saved to %s; rbid %d, "
-                    "recovering until %s", outcome.undone_entries, outcome.common_point,
-                    outcome.saved_documents, outcome.files or "no file", node.rbid, outcome.min_valid)
-        # RECOVERING until minValid is applied (at once if already there)
-        repl.rolled_back(outcome.common_point, outcome.min_valid)
+        self.message = run.message
+        ending = await RollbackRunner(node, run).run()
+        match ending.outcome:
+            case Outcome.ROLLED_BACK:
+                assert ending.common_point is not None
+                self.last_fetched = ending.common_point
+                repl.on_fetched()
+                self.message = ""
+            case Outcome.REFUSED:
+                log.critical("refusing to roll back: %s", ending.why)
+                self.message = f"cannot roll back against {source}: {ending.why}"
+            case _:
+                log.warning("rollback against %s failed, nothing changed: %s", source, ending.why)
+                self.message = f"rollback against {source} failed: {ending.why}"
+        # RECOVERING until minValid is applied (at once if already there), or back where we were
+        repl.rollback_ended(run)
 
     async def _enqueue(self, entries: list[FetchedEntry]) -> None:
         if not entries:

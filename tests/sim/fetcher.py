@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from oplog.optime import OpTime
 from replset.member import MemberState
-from sync import rollback as rollback_rules
-from sync.fetching import ERROR_DENY_MS, Problem, Verdict, check_first_batch, diagnose_missing, react
-from sync.rollback import RollbackRefused, check_rollback_allowed, find_common_point
+from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
+from sync.rollback_flow import SCAN_WINDOW, Outcome, RollbackRun, ScanStep, Stage
 from tests.sim import rpc
 from tests.sim.disk import Entry, EntryKind, SimInvariantError
-from tests.sim.writer import RollbackFailed, WriteOp
+from tests.sim.writer import WriteOp
 
 if TYPE_CHECKING:
     from tests.sim.node import Call, SimNode
@@ -45,22 +44,17 @@ MAX_APPLY_BATCH = 5000
 FETCH_BATCH = 200
 PROBLEM_SLEEP_MS = 100
 NO_SOURCE_RETRY_MS = 1000
-STOP_TIMEOUT_MS = 5000
-ROLLBACK_WINDOW = 1000
 ROLLBACK_COMMAND_TIMEOUT_MS = 30_000
 MAX_ROLLBACK_SCAN = 100_000
 
 
 @dataclass(slots=True)
 class RollbackJob:
-    source: str
+    """The shell around one `RollbackRun`: the call in flight and what the plan refetches."""
+
+    run: RollbackRun
     source_id: int
-    stage: str = "drain"          # drain -> scan -> refetch -> commit
-    deadline_ms: int = 0
     call: int | None = None
-    our_last: OpTime | None = None
-    theirs: list[OpTime] = field(default_factory=list)
-    common: OpTime | None = None
     undone: list[Entry] = field(default_factory=list)
     keys: tuple[int, ...] = ()
 
@@ -84,8 +78,8 @@ class Fetcher:
     # -- the step interface -------------------------------------------------------------------------
 
     def next_wakeup(self) -> int:
-        if self.rollback is not None and self.rollback.stage == "drain":
-            return self.rollback.deadline_ms
+        if self.rollback is not None and self.rollback.run.stage is Stage.DRAIN:
+            return self.rollback.run.drain_deadline_ms
         if self.running and self.call is None and self.rollback is None:
             return self.wake_at
         return 1 << 62
@@ -122,7 +116,7 @@ class Fetcher:
         if self.rollback is not None:
             if self.rollback.call is not None:
                 self.node.calls.pop(self.rollback.call, None)
-            self.node.trace(f"rollback cancelled in stage {self.rollback.stage}")
+            self.node.trace(f"rollback cancelled in stage {self.rollback.run.stage.name}")
             self.rollback = None
         self._close_cursor()
 
@@ -173,7 +167,7 @@ class Fetcher:
             self._react(Problem.UNREACHABLE if why in ("timed out", rpc.REFUSED) else Problem.ERROR)
         elif self.rollback is not None and rpc_id == self.rollback.call:
             self.rollback.call = None
-            self._rollback_failed(f"the source failed: {why}")
+            self._rollback_ended(self.rollback, f"the source failed: {why}")
 
     def _on_fetch_reply(self, reply: Any) -> None:
         node = self.node
@@ -223,7 +217,7 @@ class Fetcher:
             self.wake_at = node.now + reaction.pause_ms
         if reaction.roll_back:
             node.trace(f"sync source {source} does not have our last fetched {self.last_fetched}: rollback")
-            self.rollback = RollbackJob(source, source_id, deadline_ms=node.now + STOP_TIMEOUT_MS)
+            self.rollback = RollbackJob(RollbackRun(source, node.now), source_id)
 
     # -- applying -----------------------------------------------------------------------------------
 
@@ -254,75 +248,68 @@ class Fetcher:
     def _pump_rollback(self) -> None:
         job, node = self.rollback, self.node
         assert job is not None
-        if job.stage != "drain":
+        run = job.run
+        if run.stage is not Stage.DRAIN:
             return
         if not self.drained():
-            if node.now >= job.deadline_ms:
-                node.deny(job.source, ERROR_DENY_MS)
-                self.rollback = None
+            if run.drain_overdue(node.now):
+                self._rollback_ended(job)
             return
+        run.drained(node.last_applied)
         node.core.rollback_started(node.now)
-        self.message = f"rolling back to the common point with {job.source}"
-        job.our_last = node.last_applied
-        self._scan(job, job.our_last.ts_key)
+        self.message = run.message
+        assert run.our_last is not None
+        self._scan(job, run.our_last.ts_key)
 
     def _scan(self, job: RollbackJob, at_or_before_ts_key: int) -> None:
-        job.stage = "scan"
-        job.call = self.node.call(job.source_id, rpc.SCAN, (at_or_before_ts_key, ROLLBACK_WINDOW),
+        job.call = self.node.call(job.source_id, rpc.SCAN, (at_or_before_ts_key, SCAN_WINDOW),
                                   ROLLBACK_COMMAND_TIMEOUT_MS)
         if job.call is None:
-            self._rollback_failed("too many calls in flight")
+            self._rollback_ended(job, "too many calls in flight")
 
     def _on_rollback_reply(self, body: Any) -> None:
         job = self.rollback
         assert job is not None
-        if job.stage == "scan":
+        if job.run.stage is Stage.SCAN:
             self._on_scan_reply(job, body)
-        elif job.stage == "refetch":
+        elif job.run.stage is Stage.REFETCH:
             self._on_refetch_reply(job, body)
 
     def _on_scan_reply(self, job: RollbackJob, batch: tuple[OpTime, ...]) -> None:
-        node = self.node
-        assert job.our_last is not None
-        job.theirs.extend(batch)
-        ours = node.disk.optimes_newest_first(job.our_last.ts_key, MAX_ROLLBACK_SCAN)
-        common = find_common_point(ours, job.theirs)
-        if common is None:
-            if len(batch) == ROLLBACK_WINDOW:
-                self._scan(job, batch[-1].ts_key - 1)
-            else:
-                self._rollback_failed("no common point: this member must be resynced")
+        node, run = self.node, job.run
+        assert run.our_last is not None
+        # Our side in one read (the disk is in memory); the source's a window at a time.
+        ours = node.disk.optimes_newest_first(run.our_last.ts_key, MAX_ROLLBACK_SCAN) if not run.ours else []
+        step = run.scanned(ours, batch, ours_done=True, theirs_done=len(batch) < SCAN_WINDOW,
+                           commit_point=node.commit_point)
+        if step is ScanStep.MORE:
+            self._scan(job, batch[-1].ts_key - 1)
             return
-        try:
-            check_rollback_allowed(common, node.commit_point)
-        except RollbackRefused as exc:
-            self._rollback_refused(job, str(exc))
+        if step is ScanStep.ENDED:
+            self._rollback_ended(job)
             return
-        job.common = common
+        common = run.common_point
+        assert common is not None
         job.undone = node.disk.entries_after(common)   # the plan: our committed entries after the common point
         keys = {e.key for e in job.undone if e.kind is EntryKind.WRITE}
         if node.min_valid is not None and not node.model.has("recovering-ignores-min-valid-branch"):
             keys |= node.disk.refetched_keys  # still inconsistent from the previous rollback
         job.keys = tuple(sorted(keys))
-        job.stage = "refetch"
         job.call = node.call(job.source_id, rpc.REFETCH, job.keys, ROLLBACK_COMMAND_TIMEOUT_MS)
         if job.call is None:
-            self._rollback_failed("too many calls in flight")
+            self._rollback_ended(job, "too many calls in flight")
 
     def _on_refetch_reply(self, job: RollbackJob, body: tuple[dict[int, tuple[int, int] | None], OpTime]) -> None:
-        node = self.node
+        node, run = self.node, job.run
         docs, min_valid = body
-        common, our_last = job.common, job.our_last
-        assert common is not None and our_last is not None
-        job.stage = "commit"
+        run.refetched(min_valid)
+        common = run.common_point
+        assert common is not None
         node.disk.save_rollback_file(job.undone)
 
-        def run() -> list[Entry]:
-            problem = rollback_rules.commit_problem(our_last, node.disk.last, common, node.commit_point)
-            if problem == "refused":
-                check_rollback_allowed(common, node.commit_point)  # raises RollbackRefused
-            if problem:
-                raise RollbackFailed(problem)
+        def run_commit() -> list[Entry]:
+            if run.commit_verdict(node.disk.last, node.commit_point) is not None:
+                return []
             keep = node.disk.refetched_keys if node.min_valid is not None else frozenset()
             node.writer.rollback_commit = lambda: node.disk.roll_back(common, docs, min_valid, keep)
             node.log_last = common
@@ -331,32 +318,27 @@ class Fetcher:
         def done(error: BaseException | None) -> None:
             if self.rollback is not job:
                 return  # cancelled while the transaction ran: the runtime never gets past the await
-            if isinstance(error, RollbackRefused):
-                self._rollback_refused(job, str(error))
-                return
-            if isinstance(error, RollbackFailed):
-                self._rollback_failed(str(error))
-                return
-            self.rollback = None
-            self.last_fetched = common
-            self.message = ""
-            node.trace(f"rolled back to {common}; recovering until {min_valid}")
-            node.core.rolled_back(node.now, common_point=common, min_valid=min_valid)
+            if run.ending is None:
+                run.committed()
+                self.last_fetched = common
+                node.trace(f"rolled back to {common}; recovering until {min_valid}")
+            self._rollback_ended(job)
 
-        if not node.submit(WriteOp("rollback", run, done)):
-            self._rollback_failed("writer queue full")
+        if not node.submit(WriteOp("rollback", run_commit, done)):
+            self._rollback_ended(job, "writer queue full")
 
-    def _rollback_refused(self, job: RollbackJob, why: str) -> None:
-        node = self.node
-        node.trace(f"refusing to roll back: {why}")
-        self.message = f"cannot roll back against {job.source}: {why}"
-        node.refused_rollbacks += 1
+    def _rollback_ended(self, job: RollbackJob, failure: str = "") -> None:
+        """Hands the run's ending (or `failure`: nothing changed) to the replica core."""
+        node, run = self.node, job.run
+        ending = run.failed(failure) if failure or run.ending is None else run.ending
+        match ending.outcome:
+            case Outcome.ROLLED_BACK:
+                self.message = ""
+            case Outcome.REFUSED:
+                node.trace(f"refusing to roll back: {ending.why}")
+                self.message = f"cannot roll back against {run.source}: {ending.why}"
+                node.refused_rollbacks += 1
+            case _:
+                node.trace(f"rollback against {run.source} {ending.outcome.value}, nothing changed: {ending.why}")
         self.rollback = None
-        node.core.rollback_refused(node.now, job.source)
-
-    def _rollback_failed(self, why: str) -> None:
-        job, node = self.rollback, self.node
-        assert job is not None
-        node.trace(f"rollback against {job.source} failed, nothing changed: {why}")
-        self.rollback = None
-        node.core.rollback_failed(node.now, job.source)
+        node.core.rollback_ended(node.now, run)

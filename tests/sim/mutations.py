@@ -32,6 +32,7 @@ from replset.messages import parse_update_position
 from replset.replica import STEPPED_DOWN, Replica
 from replset.write_concern import WriteConcern, check_satisfiable
 from sync import rollback as rollback_rules
+from sync import rollback_flow
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,7 @@ MUTATIONS: dict[str, Mutation] = {
         "common point by then: a batch of client writes that commits (and is acknowledged w:1) between the "
         "plan and the transaction is truncated without being saved to a rollback file or undone in the "
         "data - that member's data differs from its own oplog for good.",
-        ((rollback_rules, "commit_problem", _commit_ignoring_late_commits),)),
+        ((rollback_flow, "commit_problem", _commit_ignoring_late_commits),)),
     "voter-forgets-its-vote": Mutation(
         "A voter grants two votes in one term.",
         ((replica_module, "decide_vote", _voter_forgets_its_vote),)),

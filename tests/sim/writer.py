@@ -17,15 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from oplog.errors import MongoError
-from sync.rollback import RollbackRefused
 from tests.sim.disk import Disk, Entry
 
 MAX_QUEUED_WRITES = 10_000
 MAX_BATCH_OPS = 2_000
-
-
-class RollbackFailed(Exception):
-    """The rollback could not complete; nothing was changed (sync/rollback_runner.py)."""
 
 
 @dataclass(slots=True)
@@ -66,7 +61,7 @@ class GroupCommit:
         for op in batch:
             try:
                 op.entries = op.run()
-            except (MongoError, RollbackRefused, RollbackFailed) as exc:
+            except MongoError as exc:
                 op.error = exc
                 continue
             entries.extend(op.entries)
