@@ -37,7 +37,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
-from replset.wire.codec import encode_op_msg_request
+from base.codec import encode_op_msg_request
 from tests.support.replica_set import ReplicaSet, make_replica_set
 from tests.support.wire import roundtrip
 

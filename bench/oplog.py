@@ -21,10 +21,10 @@ from typing import Any
 
 import bson
 
+from base.optime import NULL_OPTIME
 from oplog.apply import apply_entry
 from oplog.codec_options import DOC_OPTIONS
 from oplog.log_writer import LogWriter
-from oplog.optime import NULL_OPTIME
 from oplog.sqlite_store import SQLiteStore
 from oplog.writes import WriteEnv, delete_documents, insert_documents, update_documents
 

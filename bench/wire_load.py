@@ -28,7 +28,7 @@ from typing import Any
 import bson
 from bson.objectid import ObjectId
 
-from replset.wire.codec import HEADER, OP_MSG, OP_QUERY, decode_message, encode_op_msg, encode_op_reply
+from base.codec import HEADER, OP_MSG, OP_QUERY, decode_message, encode_op_msg, encode_op_reply
 
 _HEADER_SIZE = HEADER.size
 _LATENCY_SAMPLE_EVERY = 1  # every request's latency is kept (a few hundred thousand floats at most)

@@ -35,7 +35,7 @@ from typing import Any
 
 from bson.decimal128 import Decimal128
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expressions import (
     MISSING,
     Context,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.sqlite_store import StoreTxn
 from oplog.update import apply_oplog_update
 

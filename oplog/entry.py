@@ -16,7 +16,7 @@ from typing import Any
 from bson.binary import Binary
 from bson.int64 import Int64
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 
 
 def insert_entry(ns: str, doc: Mapping[str, Any], ui: Binary | None = None) -> dict[str, Any]:

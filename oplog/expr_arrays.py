@@ -16,7 +16,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 
 from typing import Any
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
 from oplog.expr_values import (
     INT32_MAX,

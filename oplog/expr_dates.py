@@ -19,7 +19,7 @@ from typing import Any
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_eval import Context, _Args, _eval, _lazy, _object_args
 from oplog.expr_values import is_nullish, type_name
 

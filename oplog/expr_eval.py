@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_values import MISSING, _null_if_missing, type_name
 
 __all__ = [

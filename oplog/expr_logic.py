@@ -18,7 +18,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 from collections.abc import Callable
 from typing import Any
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
 from oplog.expr_values import compare, is_nullish, is_truthy, type_name
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from bson.decimal128 import Decimal128
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_dates import format_date
 from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
 from oplog.expr_values import INT32_MAX, INT32_MIN, _is_integral, _to_int, is_nullish, type_name

@@ -17,7 +17,7 @@ from typing import Any
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_dates import _date_ms
 from oplog.expr_eval import Context, _eager
 from oplog.expr_strings import _coerce_to_string

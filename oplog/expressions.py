@@ -48,9 +48,10 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
+from base.errors import MongoError
+
 # Importing the operator families registers their operators in the dispatch table.
 from oplog import expr_arithmetic, expr_arrays, expr_dates, expr_logic, expr_strings, expr_types  # noqa: F401
-from oplog.errors import MongoError
 from oplog.expr_arrays import _as_variable, merge_object_into
 from oplog.expr_dates import format_date
 from oplog.expr_eval import (

@@ -14,9 +14,9 @@ from typing import Any
 
 import bson
 
+from base.optime import OpTime, next_optime
 from oplog.apply import apply_entry
 from oplog.entry import stamp
-from oplog.optime import OpTime, next_optime
 from oplog.sqlite_store import StoreTxn
 
 

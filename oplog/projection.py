@@ -21,7 +21,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_values import MISSING, is_truthy, type_name
 from oplog.expressions import evaluate, is_operator, validate_expression
 from oplog.query import Matcher

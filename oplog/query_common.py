@@ -32,7 +32,7 @@ from typing import Any
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_values import MISSING
 
 __all__ = [

@@ -31,7 +31,7 @@ from typing import Any
 from bson.binary import Binary
 from bson.regex import Regex
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_values import is_truthy
 from oplog.expressions import validate_expression
 from oplog.query_common import _ARRAY, _DOC, _NO_TRAVERSE, _TRAVERSE, Pred, _bad, _is_nan, _truncate_to_long

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import regex
 from bson.regex import Regex
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.query_common import Pred, _bad
 
 __all__ = [

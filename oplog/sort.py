@@ -22,7 +22,7 @@ from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.min_key import MinKey
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.expr_values import MISSING
 from oplog.query_common import (
     _ARRAY,

@@ -40,8 +40,8 @@ from typing import Any
 import bson
 from bson.binary import Binary
 
+from base.errors import MongoError
 from oplog.codec_options import DOC_OPTIONS
-from oplog.errors import MongoError
 from oplog.index_keys import index_keys, key_document
 from oplog.values import canonical_key
 

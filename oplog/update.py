@@ -53,7 +53,7 @@ from typing import Any
 import bson
 from bson.regex import Regex
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.update_paths import (
     ArrayNode,
     Leaf,

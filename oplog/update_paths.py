@@ -47,7 +47,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.values import TYPE_ALIASES, bson_type_code, compare_values, is_number
 
 MAX_PADDING = 1_500_000  # pathsupport::kMaxPaddingAllowed

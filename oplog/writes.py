@@ -21,8 +21,8 @@ from bson.binary import Binary
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
+from base.errors import MongoError
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
-from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
 from oplog.query import Matcher, compile_filter
 from oplog.sort import sort_documents

@@ -21,10 +21,10 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
-from replset.election import LastVote
-from replset.member import MemberState
+from base.errors import MongoError
+from base.member import MemberState
+from base.optime import OpTime
+from base.votes import LastVote
 
 
 class CallKind(enum.Enum):
@@ -125,6 +125,15 @@ class CheckMinValid:
 
 
 @dataclass(frozen=True, slots=True)
+class ForgetMinValid:
+    """`optime`, the rollback's minValid, is reached with that very entry: drop its durable record (and
+    what the rollback refetched), so that a restart after the oplog was trimmed past it does not take it
+    for a minValid not reached yet."""
+
+    optime: OpTime
+
+
+@dataclass(frozen=True, slots=True)
 class Resync:
     """Our data cannot be made consistent by fetching: drop it and run an initial sync."""
 
@@ -150,5 +159,5 @@ class PositionsMoved:
 
 
 Action = (Persist | Send | Answer | StateChanged | StartFetching | StopFetching | ChangeSyncSource | WriteNoop
-          | Wake | Flush | AdoptConfig | CheckMinValid | Resync | CloseOplogCursors | TopologyChanged
+          | Wake | Flush | AdoptConfig | CheckMinValid | ForgetMinValid | Resync | CloseOplogCursors | TopologyChanged
           | PositionsMoved)

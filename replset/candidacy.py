@@ -24,12 +24,13 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import parse_vote_reply, vote_request
+from base.optime import OpTime
+from base.votes import LastVote, VoteRequest
 from replset.actions import CallKind, WriteNoop
-from replset.election import ElectionTally, LastVote, VoteRequest
-from replset.member import MemberState
-from replset.messages import parse_vote_reply, vote_request
+from replset.election import ElectionTally
 
 if TYPE_CHECKING:
     from replset.replica import Replica

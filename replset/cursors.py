@@ -19,7 +19,7 @@ from typing import Any
 import bson
 from bson.int64 import Int64
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_FIRST_BATCH = 101

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
-from oplog.optime import OpTime
-from replset.config import ReplSetConfig
+from base.config import ReplSetConfig
+from base.optime import OpTime
+from base.votes import LastVote, VoteRequest, VoteResponse
 
 # replElectionTimeoutOffsetLimitFraction: the jitter is below this share of the timeout.
 ELECTION_TIMEOUT_OFFSET_LIMIT_FRACTION = Fraction(15, 100)
@@ -54,36 +54,6 @@ class RandomSource(Protocol):
     """The part of `random.Random` the election timer uses."""
 
     def random(self) -> float: ...
-
-
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
-    """`replSetRequestVotes`: `term` is the candidate's current term in a dry run, term + 1 otherwise."""
-
-    set_name: str
-    dry_run: bool
-    term: int
-    candidate_id: int
-    config_version: int
-    config_term: int
-    last_applied: OpTime
-
-
-@dataclass(frozen=True, slots=True)
-class VoteResponse:
-    """The voter's answer; `term` is the voter's term after handling the request."""
-
-    term: int
-    vote_granted: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LastVote:
-    """The durable record of the last real-election vote (`local.replset.election`)."""
-
-    term: int
-    candidate_id: int
 
 
 def config_is_older(version: int, term: int, than_version: int, than_term: int) -> bool:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 
 T = TypeVar("T")

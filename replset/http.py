@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from bson import json_util
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from replset.status import replset_status
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ async def _status(request: web.Request) -> web.Response:
 
 
 async def _hello(request: web.Request) -> web.Response:
-    from replset.hello import build_hello
+    from base.hello import build_hello
 
     node = request.app[NODE_KEY]
     return _json_response(build_hello(node.hello_view(0), legacy=False, hello_ok=False,

@@ -31,28 +31,28 @@ from typing import Any, TypeVar
 import bson
 from bson.objectid import ObjectId
 
+from base.config import ReplSetConfig, parse_config
+from base.errors import MongoError
+from base.hello import HelloView
+from base.member import MemberState
+from base.messages import HeartbeatRequest, heartbeat_request
+from base.optime import NULL_OPTIME, OpTime
+from base.votes import LastVote
 from oplog.codec_options import DOC_OPTIONS
 from oplog.entry import noop_entry
-from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
-from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
-from replset.config import ReplSetConfig, parse_config
 from replset.cursors import CursorRegistry
-from replset.election import LastVote
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
-from replset.hello import HelloView
-from replset.member import MemberState
-from replset.messages import HeartbeatRequest, heartbeat_request
-from replset.peer import PeerClient, PeerError
 from replset.pulse import Pulse
 from replset.query_pool import QueryPool
 from replset.replication import Replication
 from replset.status import StatusView
 from replset.write_concern import WriteConcern
 from sync.initial_sync import INITIAL_SYNC_META
+from sync.peer import PeerClient, PeerError
 from sync.rollback_runner import load_min_valid, load_rbid
 
 T = TypeVar("T")
@@ -128,8 +128,8 @@ class Node:
         self.last_durable_optime = self.last_committed_optime
         self.rbid = load_rbid(self)
         min_valid = load_min_valid(self)
-        if min_valid is not None and self.last_committed_optime >= min_valid:
-            min_valid = None  # else a rollback finished but its source's entries were not all applied
+        if min_valid is not None and self.last_committed_optime >= min_valid and self.repl.oplog_holds(min_valid):
+            min_valid = None  # else a rollback finished but its source's entries (that very one) were not applied
         self.repl.recover(term=self._recovered_term, last_vote=self._recovered_vote, min_valid=min_valid)
         raw = self.store.reader.get(CONFIG_NS, self.options.repl_set)
         if raw is not None:

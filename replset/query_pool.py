@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.query_regex import REGEX_BUDGET, RegexBudget
 
 T = TypeVar("T")

@@ -33,8 +33,8 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 
 from collections.abc import Iterable, Mapping
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.config import MemberConfig, ReplSetConfig
+from base.config import MemberConfig, ReplSetConfig
+from base.optime import NULL_OPTIME, OpTime
 from replset.write_concern import MAJORITY, WriteConcern
 
 

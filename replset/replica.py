@@ -50,40 +50,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.actions import (
-    Action,
-    AdoptConfig,
-    Answer,
-    CallKind,
-    ChangeSyncSource,
-    CheckMinValid,
-    CloseOplogCursors,
-    Flush,
-    Persist,
-    PositionsMoved,
-    Resync,
-    Send,
-    StartFetching,
-    StateChanged,
-    StopFetching,
-    TopologyChanged,
-    Wake,
-)
-from replset.candidacy import Candidacy
-from replset.config import ReplSetConfig
-from replset.election import (
-    LastVote,
-    RandomSource,
-    config_is_older,
-    decide_vote,
-    election_timeout_ms,
-    priority_takeover_delay_ms,
-    wants_priority_takeover,
-)
-from replset.member import MemberState, check_transition
-from replset.messages import (
+from base.config import ReplSetConfig
+from base.errors import MongoError
+from base.member import MemberState, check_transition
+from base.messages import (
     HeartbeatReply,
     HeartbeatRequest,
     ReplMetadata,
@@ -96,6 +66,37 @@ from replset.messages import (
     position_report,
     update_position_command,
     vote_reply,
+)
+from base.optime import NULL_OPTIME, OpTime
+from base.votes import LastVote
+from replset.actions import (
+    Action,
+    AdoptConfig,
+    Answer,
+    CallKind,
+    ChangeSyncSource,
+    CheckMinValid,
+    CloseOplogCursors,
+    Flush,
+    ForgetMinValid,
+    Persist,
+    PositionsMoved,
+    Resync,
+    Send,
+    StartFetching,
+    StateChanged,
+    StopFetching,
+    TopologyChanged,
+    Wake,
+)
+from replset.candidacy import Candidacy
+from replset.election import (
+    RandomSource,
+    config_is_older,
+    decide_vote,
+    election_timeout_ms,
+    priority_takeover_delay_ms,
+    wants_priority_takeover,
 )
 from replset.quorum import follower_commit_point, majority_commit_point, write_concern_satisfied
 from replset.topology import Topology
@@ -765,6 +766,7 @@ class Replica:
             self.min_valid = None
             if held:
                 self.set_state(MemberState.SECONDARY)
+                self._emit(ForgetMinValid(optime))
             else:
                 # We went past minValid on another branch: the documents the rollback refetched may
                 # hold writes of a branch that lost, and no entry of ours will undo them.

@@ -27,27 +27,29 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
-from replset import actions as act
-from replset.config import ReplSetConfig, parse_config
-from replset.election import config_is_older
-from replset.member import MemberState
-from replset.messages import (
+from base.config import ReplSetConfig, parse_config
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import (
     HeartbeatRequest,
     ReplMetadata,
     heartbeat_request,
     parse_heartbeat_request,
     repl_metadata,
 )
-from replset.peer import PeerClient, PeerError
+from base.optime import OpTime
+from oplog.sqlite_store import StoreTxn
+from replset import actions as act
+from replset.election import config_is_older
 from replset.pulse import Pulse
 from replset.replica import NEVER, NoConfig, Replica
 from replset.status import MemberView
 from replset.topology import Topology
 from replset.write_concern import WriteConcern, check_satisfiable
+from sync.peer import PeerClient, PeerError
 from sync.resync import ResyncCoordinator
 from sync.rollback_flow import RollbackRun
+from sync.rollback_runner import MIN_VALID_META, REFETCHED_META
 from sync.worker import SyncWorker
 
 if TYPE_CHECKING:
@@ -165,10 +167,12 @@ class Replication:
             case act.AdoptConfig(document=document):
                 self._spawn(self._adopt_config(document))
             case act.CheckMinValid(optime=optime):
-                held = self._oplog_holds(optime)
+                held = self.oplog_holds(optime)
                 if held:
                     log.info("reached minValid %s: data consistent again", optime)
                 self.core.min_valid_checked(now_ms(), optime, held)
+            case act.ForgetMinValid(optime=optime):
+                self._spawn(self._forget_min_valid(optime))
             case act.Resync(reason=reason):
                 log.error("%s: resyncing", reason)
                 self._spawn(self._resync(reason))
@@ -289,7 +293,19 @@ class Replication:
             log.info("became primary in term %d", term)
         self._carry_out()
 
-    def _oplog_holds(self, optime: OpTime) -> bool:
+    async def _forget_min_valid(self, optime: OpTime) -> None:
+        def write(txn: StoreTxn) -> None:
+            if txn.meta(MIN_VALID_META) == optime.to_document():  # not a newer rollback's
+                txn.delete_meta(MIN_VALID_META)
+                txn.delete_meta(REFETCHED_META)
+
+        try:
+            await self.node.writer.submit(write)
+        except MongoError as exc:  # kept: a restart then checks it against our oplog again
+            log.warning("could not drop the reached minValid %s: %s", optime, exc)
+
+    def oplog_holds(self, optime: OpTime) -> bool:
+        """Whether our oplog holds that very entry (its timestamp with its term)."""
         blob = self.node.store.reader.oplog_entry(optime.ts_key)
         return blob is not None and OpTime.from_document(bson.decode(blob)) == optime
 

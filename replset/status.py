@@ -17,8 +17,8 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from oplog.optime import OpTime
-from replset.member import MemberState
+from base.member import MemberState
+from base.optime import OpTime
 
 EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 

@@ -30,11 +30,11 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.config import ReplSetConfig
+from base.config import ReplSetConfig
+from base.member import MemberState
+from base.messages import HeartbeatReply, MemberPosition
+from base.optime import NULL_OPTIME, OpTime
 from replset.election import config_is_older
-from replset.member import MemberState
-from replset.messages import HeartbeatReply, MemberPosition
 from sync.ping_stats import PingStats
 from sync.sync_source import MemberSnapshot, SyncSourceInputs
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 from replset.write_concern import MAJORITY, WriteConcern
 
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oplog.errors import MongoError
-from replset.config import ReplSetConfig
+from base.config import ReplSetConfig
+from base.errors import MongoError
 
 MAJORITY = "majority"
 

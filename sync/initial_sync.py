@@ -75,12 +75,11 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
+from base.errors import MongoError
+from base.optime import NULL_OPTIME, OpTime
 from oplog.apply import apply_entry
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import DeferredIndexes, StoreTxn
 from oplog.values import canonical_key
-from replset.peer import PeerClient, PeerError
 from sync.initial_sync_progress import (
     AttemptInfo,
     CollectionProgress,
@@ -88,10 +87,11 @@ from sync.initial_sync_progress import (
     InitialSyncProgress,
     elapsed_ms,
 )
+from sync.peer import PeerClient, PeerError
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 
 if TYPE_CHECKING:
-    from replset.node import Node
+    from sync.host import SyncHost
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def retry_delay_s(failed_attempts: int) -> float:
 
 
 class InitialSyncer:
-    def __init__(self, node: Node, on_done: Callable[[], None], *, data_saved: bool = False) -> None:
+    def __init__(self, node: SyncHost, on_done: Callable[[], None], *, data_saved: bool = False) -> None:
         self.node = node
         self._data_saved = data_saved  # the caller already copied the member's data aside
         self.progress = InitialSyncProgress()
@@ -446,7 +446,7 @@ class InitialSyncer:
         await node.writer.submit(write)
 
 
-def has_data_of_its_own(node: Node) -> bool:
+def has_data_of_its_own(node: SyncHost) -> bool:
     """An oplog or replicated collections that are not an interrupted initial sync's partial copy."""
     reader = node.store.reader
     if reader.meta(INITIAL_SYNC_META) is not None:
@@ -458,7 +458,7 @@ def backup_dir(dbpath: str, now: datetime.datetime) -> str:
     return os.path.join(dbpath, "rollback", "resync-" + now.strftime("%Y-%m-%dT%H-%M-%S.%fZ"))
 
 
-async def save_data_aside(node: Node) -> str | None:
+async def save_data_aside(node: SyncHost) -> str | None:
     """Copies the database file to `<dbpath>/rollback/resync-<UTC time>/` when the member holds
     data of its own; returns the copy's path (None: nothing to keep). Raises OSError."""
     if not has_data_of_its_own(node):

@@ -4,7 +4,7 @@ when steady-state replication cannot go on because the member is too stale.
 A shell, owned by the replication coordinator (`replset.replication`), which calls:
 
 * `start_initial_sync()` when the member is in STARTUP2 (no data, or an initial
-  sync was interrupted: see `Node.data_state`); on success the member goes
+  sync was interrupted: see `SyncHost.data_state`); on success the member goes
   SECONDARY and steady-state replication starts.
 * `on_too_stale(verdict)` from the fetcher when a source no longer holds our last
   entry, and `on_applied()` whenever a batch was applied. The pure
@@ -30,14 +30,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from oplog.errors import MongoError
-from replset.member import MemberState
+from base.errors import MongoError
+from base.member import MemberState
 from sync.initial_sync import INITIAL_SYNC_META, InitialSyncer, save_data_aside
 from sync.initial_sync_progress import initial_sync_status
 from sync.too_stale import StaleVerdict, TooStaleTracker, resync_delay_ms
 
 if TYPE_CHECKING:
-    from replset.node import Node
+    from sync.host import SyncHost
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def now_ms() -> int:
 
 
 class ResyncCoordinator:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SyncHost) -> None:
         self.node = node
         self.syncer: InitialSyncer | None = None
         self.tracker = TooStaleTracker()

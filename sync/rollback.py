@@ -42,11 +42,13 @@ from typing import Any
 
 from bson import encode
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 
 # How far back the common point is searched, in entries of our own oplog. A longer
 # divergence needs a full resync (as a rollback of more than a day of writes does in MongoDB).
 MAX_ROLLBACK_ENTRIES = 1_000_000
+# The ids a rollback refetched are kept (in one document) until its minValid is reached.
+MAX_REMEMBERED_BYTES = 4 * 1024 * 1024
 
 
 def find_common_point(ours: Iterable[OpTime], theirs: Iterable[OpTime]) -> OpTime | None:
@@ -134,6 +136,41 @@ class RollbackPlan:
     @property
     def document_count(self) -> int:
         return sum(len(ids) for ids in self.documents.values())
+
+    def merge(self, other: RollbackPlan) -> None:
+        """Refetch what `other` refetches as well (a previous rollback whose minValid is not reached)."""
+        for ns, ids in other.documents.items():
+            self.documents.setdefault(ns, {}).update(ids)
+        self.collections |= other.collections
+        self.databases |= other.databases
+        for ns in self.collections:
+            self.documents.pop(ns, None)
+
+    def remembered(self) -> dict[str, Any]:
+        """What the plan refetched, as a document kept until minValid is reached (`recalled` reads it).
+
+        Past `MAX_REMEMBERED_BYTES` of ids, the namespaces are remembered whole instead (a next
+        rollback reclones them): the record stays one bounded document.
+        """
+        doc: dict[str, Any] = {"documents": [{"ns": ns, "ids": self.ids(ns)} for ns in sorted(self.documents)],
+                               "collections": sorted(self.collections), "databases": sorted(self.databases)}
+        if len(encode(doc)) > MAX_REMEMBERED_BYTES:
+            doc = {"documents": [], "collections": sorted(self.collections | set(self.documents)),
+                   "databases": sorted(self.databases)}
+        return doc
+
+
+def recalled(doc: Mapping[str, Any] | None) -> RollbackPlan:
+    """The plan `RollbackPlan.remembered` kept (empty for None)."""
+    plan = RollbackPlan()
+    if doc is None:
+        return plan
+    for item in doc.get("documents", []):
+        for id_value in item.get("ids", []):
+            plan.add_document(str(item["ns"]), id_value)
+    plan.collections.update(str(ns) for ns in doc.get("collections", []))
+    plan.databases.update(str(db) for db in doc.get("databases", []))
+    return plan
 
 
 def plan_rollback(undone: Sequence[Mapping[str, Any]]) -> RollbackPlan:

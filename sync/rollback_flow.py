@@ -16,7 +16,9 @@ at a time:
    not be older than the commit point we learned (`majority_committed_past`), or
    the run is **refused** (rolling back would undo majority-committed writes).
 3. **refetch**: the shell refetches what the entries after the common point touched
-   and reads the source's newest entry (`minValid`); `refetched` records it.
+   (and, while a previous rollback's minValid is not reached, what that one
+   refetched: `refetch_last_rollback`) and reads the source's newest entry
+   (`minValid`); `refetched` records it.
 4. **commit**: inside the rollback's one storage transaction the shell asks
    `commit_verdict`: our oplog must still end where the plan was made and the
    commit point must not have passed the common point meanwhile.
@@ -37,7 +39,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 from sync.rollback import commit_problem, find_common_point, majority_committed_past
 
 DRAIN_TIMEOUT_MS = 5000
@@ -84,6 +86,7 @@ class RollbackRun:
     common_point: OpTime | None = None
     min_valid: OpTime | None = None
     ending: Ending | None = None
+    refetch_last_rollback: bool = False
     ours: list[OpTime] = field(default_factory=list)
     theirs: list[OpTime] = field(default_factory=list)
 
@@ -100,11 +103,16 @@ class RollbackRun:
             return True
         return False
 
-    def drained(self, our_last: OpTime) -> None:
-        """Everything fetched is applied and our oplog ends at `our_last`: start scanning from it."""
+    def drained(self, our_last: OpTime, *, recovering: bool) -> None:
+        """Everything fetched is applied and our oplog ends at `our_last`: start scanning from it.
+
+        `recovering`: a previous rollback's minValid is not reached yet, so the documents it refetched
+        may hold writes of a branch that lost since: this run refetches them again.
+        """
         assert self.stage is Stage.DRAIN, self.stage
         self.stage = Stage.SCAN
         self.our_last = our_last
+        self.refetch_last_rollback = recovering
 
     @property
     def message(self) -> str:

@@ -7,14 +7,14 @@ which decides how each ends:
 1. Walk our oplog and the source's backwards (the source serves
    `{ts: {$lte: <our last>}}` newest first), a window at a time, until the run
    finds the common point, or refuses it (it would undo majority-committed entries).
-3. Plan from our entries after the common point (`plan_rollback`), refetch those
+2. Plan from our entries after the common point (`plan_rollback`), refetch those
    documents by `_id` and recloned collections whole from the source, then read
    the source's newest optime: that is `minValid`, the point we must reach again
    before our data is a consistent snapshot.
-4. Write our current versions of every affected document to
+3. Write our current versions of every affected document to
    `<dbpath>/rollback/<ns>/<timestamp>.bson` (concatenated BSON, fsynced) so
    nothing is silently dropped.
-5. In ONE storage transaction: replace or delete the affected documents, reclone
+4. In ONE storage transaction: replace or delete the affected documents, reclone
    the affected collections, truncate our oplog after the common point, store
    `minValid` and the incremented rollback id. A crash before the commit leaves
    the member as it was (it diverges again and redoes the rollback); a crash
@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any
 import bson
 from bson.codec_options import CodecOptions
 
+from base.errors import MongoError
+from base.optime import OpTime
 from oplog.codec_options import DOC_OPTIONS
-from oplog.errors import MongoError
-from oplog.optime import OpTime
 from oplog.sqlite_store import StoreTxn
-from replset.peer import PeerClient, PeerError
-from sync.rollback import MAX_ROLLBACK_ENTRIES, RollbackPlan, plan_rollback
+from sync.peer import PeerClient, PeerError
+from sync.rollback import MAX_ROLLBACK_ENTRIES, RollbackPlan, plan_rollback, recalled
 from sync.rollback_flow import SCAN_WINDOW, Ending, Outcome, RollbackRun, ScanStep
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 
 if TYPE_CHECKING:
-    from replset.node import Node
+    from sync.host import SyncHost
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ REFETCH_CHUNK = 500
 COMMAND_TIMEOUT_S = 30.0
 MIN_VALID_META = "minValid"
 RBID_META = "rbid"
+REFETCHED_META = "rollbackRefetched"  # what the last rollback refetched: again, if a new one comes first
 
 
 class RollbackFailed(Exception):
@@ -73,7 +74,7 @@ def rollback_dir(dbpath: str) -> str:
 class RollbackRunner:
     """Carries out one `RollbackRun` (drained: its scan starts at our last entry) against its source."""
 
-    def __init__(self, node: Node, run: RollbackRun) -> None:
+    def __init__(self, node: SyncHost, run: RollbackRun) -> None:
         self.node = node
         self.run_state = run
         self.source = run.source
@@ -104,6 +105,8 @@ class RollbackRunner:
         undone = [bson.decode(blob, DOC_OPTIONS)
                   for _key, blob in node.store.reader.oplog_after(common.ts_key, MAX_ROLLBACK_ENTRIES)]
         plan = plan_rollback(undone)
+        if run.refetch_last_rollback:
+            plan.merge(recalled(node.store.reader.meta(REFETCHED_META)))
         log.warning("rolling back %d entries after the common point %s (%d documents, %d collections, "
                     "%d databases to refetch from %s)", plan.entries, common, plan.document_count,
                     len(plan.collections), len(plan.databases), self.source)
@@ -150,7 +153,7 @@ class RollbackRunner:
             if cursor_id:
                 await kill_oplog_cursor(self.client, cursor_id)
 
-    # -- 3. refetching ------------------------------------------------------------------------------
+    # -- 2. refetching ------------------------------------------------------------------------------
 
     async def _find_all(self, ns: str, filter_: dict[str, Any]) -> list[dict[str, Any]]:
         db, coll = ns.split(".", 1)
@@ -204,7 +207,7 @@ class RollbackRunner:
             raise RollbackFailed(f"{self.source} has an empty oplog")
         return OpTime.from_document(newest)
 
-    # -- 4. rollback files --------------------------------------------------------------------------
+    # -- 3. rollback files --------------------------------------------------------------------------
 
     def _save_rollback_files(self, plan: RollbackPlan) -> tuple[int, list[str]]:
         """Our versions of every document the rollback replaces or deletes, per namespace."""
@@ -244,7 +247,7 @@ class RollbackRunner:
             log.warning("saved %d rolled-back documents of %s to %s", len(docs), ns, path)
         return sum(map(len, by_ns.values())), files
 
-    # -- 5. one transaction -------------------------------------------------------------------------
+    # -- 4. one transaction -------------------------------------------------------------------------
 
     async def _commit(self, plan: RollbackPlan, documents: dict[str, list[dict[str, Any]]],
                       collections: dict[str, SourceCollection | None]) -> Ending:
@@ -277,6 +280,7 @@ class RollbackRunner:
                     _insert(txn, ns, doc)
             txn.truncate_oplog_after(common.ts_key)
             txn.set_meta(MIN_VALID_META, min_valid.to_document())
+            txn.set_meta(REFETCHED_META, plan.remembered())
             txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
             node.log.last = common
             node.on_history_replaced()
@@ -306,11 +310,11 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def load_rbid(node: Node) -> int:
+def load_rbid(node: SyncHost) -> int:
     meta = node.store.reader.meta(RBID_META)
     return int(meta["rbid"]) if meta else 0
 
 
-def load_min_valid(node: Node) -> OpTime | None:
+def load_min_valid(node: SyncHost) -> OpTime | None:
     meta = node.store.reader.meta(MIN_VALID_META)
     return OpTime.from_document(meta) if meta else None

@@ -1,6 +1,6 @@
 """Reading from a sync source: the few commands the fetcher, initial sync and rollback share.
 
-A shell over `replset.peer.PeerClient`. Every read carries `$readPreference`
+A shell over `sync.peer.PeerClient`. Every read carries `$readPreference`
 secondaryPreferred (the source may be a secondary), a reply with `ok: 0` becomes
 the `MongoError` it names, and an oplog cursor is released on a best-effort basis.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oplog.errors import MongoError
-from replset.peer import PeerClient, PeerError
+from base.errors import MongoError
+from sync.peer import PeerClient, PeerError
 
 SECONDARY_OK = {"mode": "secondaryPreferred"}
 KILL_CURSOR_TIMEOUT_S = 1.0

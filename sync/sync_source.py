@@ -48,9 +48,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from oplog.optime import OpTime
-from replset.config import MemberConfig
-from replset.member import MemberState
+from base.config import MemberConfig
+from base.member import MemberState
+from base.optime import OpTime
 
 DEFAULT_MAX_SYNC_SOURCE_LAG_SECS = 30
 DEFAULT_CHANGE_THRESHOLD_MS = 5.0

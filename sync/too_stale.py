@@ -34,7 +34,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 
 VERDICT_TTL_MS = 60_000
 RESYNC_DELAY_ELECTION_TIMEOUTS = 3

@@ -33,22 +33,24 @@ from typing import TYPE_CHECKING, Any
 import bson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_fixed
 
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import POSITIONS_FIELD, parse_repl_metadata
+from base.optime import NULL_OPTIME, OpTime
 from oplog.apply import apply_entry
 from oplog.codec_options import DOC_OPTIONS
 from oplog.entry import cost_grows_with_data
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
 from oplog.sqlite_store import StoreTxn
-from replset.messages import POSITIONS_FIELD, parse_repl_metadata
-from replset.peer import PeerClient, PeerError
+from sync import fetching
 from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
+from sync.peer import PeerClient, PeerError
 from sync.rollback_flow import Outcome, RollbackRun
 from sync.rollback_runner import RollbackRunner
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
 from sync.too_stale import StaleVerdict, describe_optime
 
 if TYPE_CHECKING:
-    from replset.node import Node
+    from sync.host import SyncHost
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,10 @@ class Diverged(SyncSourceProblem):
     """Our last fetched entry is not in the source's oplog: roll back to the common point."""
 
 
+class BeforeMinValid(SyncSourceProblem):
+    """RECOVERING after a rollback, and the source has not reached the rollback's minValid yet."""
+
+
 class TooStale(SyncSourceProblem):
     """The source trimmed entries we never applied: its oldest entry is newer than our last one."""
 
@@ -89,7 +95,7 @@ def _now_ms() -> int:
 
 
 class SyncWorker:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SyncHost) -> None:
         self.node = node
         self.last_fetched = node.log.last
         self.sync_source: str | None = None
@@ -197,6 +203,8 @@ class SyncWorker:
                 await self._react(source, Problem.DIVERGED, exc)
             except TooStale as exc:
                 await self._react(source, Problem.TOO_STALE, exc)
+            except BeforeMinValid as exc:
+                await self._react(source, Problem.BEFORE_MIN_VALID, exc)
             except SyncSourceProblem as exc:
                 await self._react(source, Problem.NO_DATA, exc)
             except MongoError as exc:
@@ -238,11 +246,12 @@ class SyncWorker:
                 "find": "oplog.rs", "filter": query, "tailable": True, "awaitData": True,
                 "batchSize": FETCH_BATCH, "$db": "local"})
             cursor = reply["cursor"]
+            cursor_id = cursor.get("id", 0)  # released below however this ends
             docs = self._check_first_batch(list(cursor.get("firstBatch", [])), last)
             if docs is None:
                 await self._diagnose_missing(client, last)
+            await self._check_min_valid(client, source)
             await self._enqueue([(doc, None) for doc in docs or []])
-            cursor_id = cursor.get("id", 0)
             self.message = ""
             self.carrying_reports = True
             while cursor_id:
@@ -323,6 +332,23 @@ class SyncWorker:
         raise Diverged(f"our last fetched optime {last} is ahead of the source's newest entry "
                        "or missing from it: the histories diverged")
 
+    async def _check_min_valid(self, client: PeerClient, source: str) -> None:
+        """While RECOVERING after a rollback: the source must hold the rollback's minValid entry."""
+        node = self.node
+        min_valid = node.min_valid
+        if min_valid is None or node.state is not MemberState.RECOVERING:
+            return
+        # The first entry at or after it (a keyed seek: `{ts: X}` alone would scan on when X is missing).
+        reply = await self._command(client, {
+            "find": "oplog.rs", "filter": {"ts": {"$gte": min_valid.ts}}, "limit": 1, "singleBatch": True,
+            "$db": "local"})
+        found = [OpTime.from_document(doc) for doc in reply["cursor"].get("firstBatch", [])]
+        verdict = fetching.check_min_valid(min_valid, found[:1] == [min_valid], node.repl.source_applied(source))
+        if verdict is Verdict.MIN_VALID_ELSEWHERE:
+            raise Diverged(f"{verdict.value} (our minValid {min_valid})")
+        if verdict is Verdict.BEFORE_MIN_VALID:
+            raise BeforeMinValid(f"{verdict.value} (our minValid {min_valid})")
+
     async def _roll_back_uncancelled(self, source: str) -> None:
         """A rollback runs to its end even if the fetcher is cancelled meanwhile (a drain before an
         election, a source change): stopping half-way would leave the member in ROLLBACK with its
@@ -346,7 +372,9 @@ class SyncWorker:
             run.drain_overdue(run.drain_deadline_ms)
             repl.rollback_ended(run)
             return
-        run.drained(node.log.last)
+        # Committed entries only: a write still committing (a step-down raced it) is caught by the run's
+        # commit check, as our oplog then no longer ends where the plan was made.
+        run.drained(node.last_committed_optime, recovering=node.min_valid is not None)
         repl.rollback_started()
         self.message = run.message
         ending = await RollbackRunner(node, run).run()

@@ -11,13 +11,13 @@ from typing import Any
 from bson.binary import Binary
 from bson.int64 import Int64
 
+from base.errors import MongoError
+from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from oplog.entry import command_entry
-from oplog.errors import MongoError
 from oplog.query import compile_filter
 from oplog.writes import WriteEnv, ensure_collection, new_collection_uuid, validate_namespace
 from replset import __version__
 from replset.cursors import Cursor
-from replset.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from replset.status import replset_status
 from replset.wire import system_namespaces
 from replset.wire.commands import CommandContext, command

@@ -42,7 +42,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from replset.wire.codec import MalformedRequest, OpMsgRequest, OpQueryRequest
+from base.codec import MalformedRequest, OpMsgRequest, OpQueryRequest
 
 MAX_CONNS_CAP = 1_000_000  # mongod's default maxIncomingConnections
 FD_SHARE = 0.8  # mongod's share of the descriptor limit open to connections

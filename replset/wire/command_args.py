@@ -48,7 +48,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 
 # BSONDepth::kDefaultMaxAllowableDepth: levels of nesting under the outermost document.
 MAX_BSON_DEPTH = 200

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oplog.errors import RETRYABLE_CODES, MongoError
-from replset.member import MemberState
-from replset.wire.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
+from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
+from base.errors import RETRYABLE_CODES, MongoError
+from base.member import MemberState
 from replset.wire.command_args import check_command
 
 if TYPE_CHECKING:

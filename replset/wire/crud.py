@@ -12,10 +12,11 @@ from typing import Any
 import bson
 from bson.int64 import Int64
 
+from base.errors import MongoError
+from base.messages import POSITIONS_FIELD
+from base.optime import OpTime
 from oplog.aggregate import run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
-from oplog.errors import MongoError
-from oplog.optime import OpTime
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher, compile_filter
 from oplog.sort import sort_documents, sort_payloads
@@ -29,7 +30,6 @@ from oplog.writes import (
     update_documents,
 )
 from replset.cursors import Cursor, cursor_reply
-from replset.messages import POSITIONS_FIELD
 from replset.node import utcnow
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import sessions, system_namespaces

@@ -10,9 +10,9 @@ import bson
 from bson.raw_bson import RawBSONDocument
 from bson.timestamp import Timestamp
 
+from base.errors import MongoError
+from base.optime import ts_key
 from oplog.codec_options import DOC_OPTIONS
-from oplog.errors import MongoError
-from oplog.optime import ts_key
 
 CHUNK = 1000
 OPLOG_NS = "local.oplog.rs"

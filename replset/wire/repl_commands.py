@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from oplog.errors import MongoError
-from replset.config import parse_config
-from replset.member import MemberState
+from base.config import parse_config
+from base.errors import MongoError
+from base.member import MemberState
 from replset.wire.commands import CommandContext, command
 
 

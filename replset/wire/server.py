@@ -27,9 +27,7 @@ import resource
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from oplog.errors import MongoError
-from replset.wire.admission import Admission, Role, Verdict, effective_max_conns, is_member_request
-from replset.wire.codec import (
+from base.codec import (
     OP_QUERY,
     MalformedRequest,
     MessageDecoder,
@@ -37,6 +35,8 @@ from replset.wire.codec import (
     encode_op_msg,
     encode_op_reply,
 )
+from base.errors import MongoError
+from replset.wire.admission import Admission, Role, Verdict, effective_max_conns, is_member_request
 
 if TYPE_CHECKING:
     from replset.node import Node

@@ -13,8 +13,8 @@ from typing import Any
 
 from bson.int64 import Int64
 
+from base.errors import MongoError
 from oplog.entry import update_entry
-from oplog.errors import MongoError
 from oplog.writes import WriteEnv
 
 SESSIONS_NS = "config.transactions"

@@ -25,7 +25,7 @@ Other `local` collections stay writable (they are never replicated).
 
 from __future__ import annotations
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from replset.wire.oplog_reader import OPLOG_NS
 
 PROTECTED_NAMESPACES = frozenset({

@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
+from base.errors import MongoError
+from base.optime import OpTime
 from oplog.query import compile_filter
 from oplog.sort import sort_payloads
 from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality

@@ -23,7 +23,7 @@ import bson
 import google_crc32c
 from bson import SON
 
-from replset.wire.codec import MAX_MESSAGE_SIZE, OP_COMPRESSED, OP_MSG, OP_QUERY, encode_op_msg_request
+from base.codec import MAX_MESSAGE_SIZE, OP_COMPRESSED, OP_MSG, OP_QUERY, encode_op_msg_request
 from tests.fuzz import values
 
 HEADER = struct.Struct("<iiii")

@@ -19,7 +19,7 @@ from typing import Any
 
 import bson
 
-from replset.wire.codec import OP_MSG, OP_QUERY, OP_REPLY, encode_op_msg_request
+from base.codec import OP_MSG, OP_QUERY, OP_REPLY, encode_op_msg_request
 from tests.fuzz.cases import Case, CaseFactory, Expect
 from tests.fuzz.http_cases import HttpCase, next_http_case
 

@@ -14,7 +14,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
 
-from replset.wire.codec import HEADER, encode_op_msg_request
+from base.codec import HEADER, encode_op_msg_request
 from tests.support.members import Member
 from tests.support.wire import roundtrip
 

@@ -569,8 +569,8 @@ def test_a_primary_ignores_positions_reported_in_a_newer_term(routed: tuple[Repl
     """The deterministic core of the schedule above: P waits for w:"majority" on W while no
     secondary fetches; a replSetUpdatePosition in term + 1 says member 1 holds W. P must step
     down (W fails with PrimarySteppedDown), not count it and acknowledge W."""
-    from oplog.optime import OpTime
-    from replset.messages import MemberPosition, update_position_command
+    from base.messages import MemberPosition, update_position_command
+    from base.optime import OpTime
 
     rs, _ = routed
     p, s1, s2 = rs.members

@@ -17,7 +17,7 @@ from typing import Any
 
 import bson
 
-from replset.wire.codec import decode_reply, encode_op_msg_request
+from base.codec import decode_reply, encode_op_msg_request
 from tests.support.members import Member, wait_for
 from tests.support.replica_set import make_replica_set
 from tests.support.wire import raw_command, recv_exact, roundtrip

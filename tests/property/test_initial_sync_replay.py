@@ -18,11 +18,11 @@ import bson
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from base.errors import MongoError
+from base.optime import NULL_OPTIME
 from oplog.apply import apply_entry
 from oplog.codec_options import DOC_OPTIONS
-from oplog.errors import MongoError
 from oplog.log_writer import LogWriter
-from oplog.optime import NULL_OPTIME
 from oplog.sqlite_store import DeferredIndexes, SQLiteStore
 from oplog.values import canonical_key
 from oplog.writes import WriteEnv, delete_documents, insert_documents, update_documents

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.config import MemberConfig, ReplSetConfig, Settings
+from base.config import MemberConfig, ReplSetConfig, Settings
+from base.optime import NULL_OPTIME, OpTime
 from replset.quorum import (
     count_members_at,
     follower_commit_point,

@@ -2,8 +2,8 @@
 
 Prints one line per failing seed, with the command that replays it, then
 `N seeds, F failures`; exits 1 if F > 0. `--seed S` replays one seed with its
-event log. `--mutate NAME` re-introduces a known bug (`tests.sim.mutations`
-for the replica core, `tests.sim.model` for the simulated fetcher).
+event log. `--mutate NAME` re-introduces a known bug into the product's code
+(`tests.sim.mutations`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from tests.sim.model import KNOWN_BUGS, ShellModel
+from tests.sim.mutations import MUTATIONS
 from tests.sim.runner import run_seed, run_seeds
 
 
@@ -26,14 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--seed", type=int, default=None, help="replay one seed with its event log")
-    parser.add_argument("--mutate", action="append", default=[], choices=sorted(KNOWN_BUGS),
+    parser.add_argument("--mutate", action="append", default=[], choices=sorted(MUTATIONS),
                         help="re-introduce a known bug")
     parser.add_argument("--quiet", action="store_true", help="with --seed: no event log")
     parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
     args = parser.parse_args(argv)
-    model = ShellModel(frozenset(args.mutate))
+    bugs = frozenset(args.mutate)
     if args.seed is not None:
-        result = run_seed(args.seed, model=model, verbose=not args.quiet)
+        result = run_seed(args.seed, bugs=bugs, verbose=not args.quiet)
         print("\n".join(result.trace))
         if not args.quiet:
             for member, log in sorted(result.final_logs.items()):
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.start, args.start + args.seeds))
     chunk = max(1, args.jobs) * 16
     for i in range(0, len(seeds), chunk):  # chunks: failures print as they are found
-        for result in run_seeds(seeds[i:i + chunk], model=model, jobs=args.jobs):
+        for result in run_seeds(seeds[i:i + chunk], bugs=bugs, jobs=args.jobs):
             if result.failures:
                 failed += 1
                 print(f"seed {result.seed} FAILED: {result.failures[0]} ({len(result.failures)} violations) "

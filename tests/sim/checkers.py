@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 from tests.sim.history import History
 
 

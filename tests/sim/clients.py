@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
-from replset.member import MemberState
+from base.errors import MongoError
+from base.member import MemberState
+from base.optime import OpTime
 from replset.write_concern import WriteConcern
 from tests.sim import rpc
 from tests.sim.disk import Entry, EntryKind
@@ -92,5 +92,5 @@ class ClientService:
         if body.majority:
             value = node.disk.value_at(body.key, node.commit_point)
         else:
-            value = node.disk.data.get(body.key)
+            value = node.disk.get(body.key)
         node.reply(req, ClientResult(0, value=value))

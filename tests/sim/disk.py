@@ -20,20 +20,31 @@ by a hash chain: `chain[i]` covers entries `0..i`. Two members whose oplogs
 hold the same optime with the same chain value agree on the whole prefix up to
 it; the checkers use that to compare committed prefixes in O(1).
 
-Data is a map `key -> (value, write_id)`, the result of applying every WRITE
-entry in order (entries are idempotent: they set a value).
+Data lives in a real store: an in-memory `oplog.sqlite_store.SQLiteStore`,
+one document `{_id: key, value, write}` per key in `sim.kv`. A batch becomes
+durable by applying its entries with the product's `oplog.apply.apply_entry`
+(each WRITE entry in the product's idempotent oplog form, a `$set` with upsert:
+`entry_document`) in one storage transaction, and a rollback replaces the
+refetched documents in one transaction too. `fold` is what the model expects:
+the checkers compare each member's store (`data`) with the fold of its oplog.
 """
 
 from __future__ import annotations
 
 import bisect
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.election import LastVote
+from base.optime import NULL_OPTIME, OpTime
+from base.votes import LastVote
+from oplog.apply import apply_entry
+from oplog.entry import update_entry
+from oplog.sqlite_store import SQLiteStore, StoreTxn
 
 MAX_OPLOG_ENTRIES = 200_000
+KV_NS = "sim.kv"
 
 
 class SimInvariantError(Exception):
@@ -63,6 +74,19 @@ class Entry:
 def chain_hash(previous: int, entry: Entry) -> int:
     o = entry.optime
     return hash((previous, o.term, o.secs, o.inc, int(entry.kind), entry.write_id, entry.key, entry.value))
+
+
+def entry_document(entry: Entry) -> dict[str, Any] | None:
+    """The product's oplog form of a simulated entry (None for the no-ops, which change no data)."""
+    if entry.kind is not EntryKind.WRITE:
+        return None
+    return update_entry(KV_NS, entry.key, {"$set": {"value": entry.value, "write": entry.write_id}}, upsert=True)
+
+
+def _put(txn: StoreTxn, key: int, doc: tuple[int, int] | None) -> None:
+    txn.delete(KV_NS, key)
+    if doc is not None:
+        txn.insert(KV_NS, {"_id": key, "value": doc[0], "write": doc[1]}, upsert=True)
 
 
 def apply_entries(data: dict[int, tuple[int, int]], entries: list[Entry]) -> None:
@@ -96,7 +120,7 @@ class Disk:
     oplog: list[Entry] = field(default_factory=list)
     chain: list[int] = field(default_factory=list)
     ts_keys: list[int] = field(default_factory=list)
-    data: dict[int, tuple[int, int]] = field(default_factory=dict)
+    store: SQLiteStore = field(default_factory=lambda: SQLiteStore(None))
     rollback_saved: list[Entry] = field(default_factory=list)
     unsynced: list[Entry] | None = None
     journal: list[DiskEvent] = field(default_factory=list)
@@ -108,6 +132,31 @@ class Disk:
     @property
     def last_hash(self) -> int:
         return self.chain[-1] if self.chain else 0
+
+    @property
+    def data(self) -> dict[int, tuple[int, int]]:
+        """The store's documents, as `key -> (value, write_id)`."""
+        reader = self.store.reader
+        if reader.collection(KV_NS) is None:
+            return {}
+        return {doc["_id"]: (doc["value"], doc["write"]) for doc in reader.scan(KV_NS)}
+
+    def get(self, key: int) -> tuple[int, int] | None:
+        doc = self.store.reader.get(KV_NS, key)
+        return (doc["value"], doc["write"]) if doc is not None else None
+
+    def _transaction(self, work: Callable[[StoreTxn], None]) -> None:
+        txn = self.store.begin()
+        try:
+            work(txn)
+        except BaseException:
+            self.store.rollback()
+            raise
+        self.store.commit()
+
+    def put(self, key: int, doc: tuple[int, int] | None) -> None:
+        """Sets one document directly (a story's starting state)."""
+        self._transaction(lambda txn: _put(txn, key, doc))
 
     # -- writes -------------------------------------------------------------------------------------
 
@@ -133,10 +182,17 @@ class Disk:
             self.chain.append(h)
             self.ts_keys.append(e.optime.ts_key)
             hashes.append(h)
-        apply_entries(self.data, entries)
+        self._transaction(lambda txn: self._apply(txn, entries))
         if entries:
             self.journal.append(DiskEvent("synced", tuple(entries), tuple(hashes)))
         return entries
+
+    @staticmethod
+    def _apply(txn: StoreTxn, entries: list[Entry]) -> None:
+        for e in entries:
+            doc = entry_document(e)
+            if doc is not None:
+                apply_entry(txn, doc, replay=True)
 
     def _check_order(self, entry: Entry) -> None:
         last = self.last
@@ -161,11 +217,11 @@ class Disk:
         undone = self.oplog[index + 1:]
         hashes = self.chain[index + 1:]
         del self.oplog[index + 1:], self.chain[index + 1:], self.ts_keys[index + 1:]
-        for key, doc in refetched.items():
-            if doc is None:
-                self.data.pop(key, None)
-            else:
-                self.data[key] = doc
+        def restore(txn: StoreTxn) -> None:
+            for key, doc in refetched.items():
+                _put(txn, key, doc)
+
+        self._transaction(restore)
         self.min_valid = min_valid
         self.refetched_keys = frozenset(refetched) | keep_refetched
         self.rbid += 1

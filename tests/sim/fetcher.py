@@ -1,22 +1,22 @@
-"""The secondary's pipeline (`sync/worker.py`): fetcher -> bounded buffer -> applier, and rollback.
+"""The shell around the secondary's pipeline (`sync/worker.py`): fetcher -> bounded buffer -> applier.
 
-* **Fetcher.** Asks the member for a sync source (the pure `choose_sync_source`;
-  none: wait for a topology change or 1 s). Opens a tailable cursor with `find
-  {ts: {$gte: last_fetched.ts}}`; the first entry must equal our last fetched
-  one, else the histories diverged (rollback). Then `getMore` on the same
+It moves messages and entries; every decision is the product's:
+
+* **Fetcher.** Asks the replica core for a sync source (none: wait for a topology
+  change or 1 s). Opens a tailable cursor with `find {ts: {$gte: last_fetched.ts}}`
+  and judges the first batch with `sync.fetching` (`check_first_batch`,
+  `diagnose_missing`, and while RECOVERING `check_min_valid`); every way a fetch
+  ends badly gets `sync.fetching.react`'s answer. Then `getMore` on the same
   cursor, which the source answers as soon as it commits or after
   `await_data_ms`. As in the product, a `getMore` is *not* checked: the source
-  serves the entries after the cursor's last key, whatever happened to its
-  oplog since. Errors deny the source for 1 s. A full buffer stops the fetcher.
+  serves the entries after the cursor's last key. A full buffer stops the fetcher.
 * **Applier.** Takes everything buffered (bounded), skips entries at or below
   our last optime and writes the rest through the group-commit writer.
-* **Rollback** (`sync/rollback_runner.py`): wait until the buffer is applied,
-  go ROLLBACK, fetch the source's optimes newest first and find the common
-  point with the product's `find_common_point`, refuse with
-  `check_rollback_allowed` if majority-committed entries would go, refetch the
-  touched keys and the source's top (`minValid`), then one transaction saves
-  the undone entries to the rollback file, replaces the keys, truncates the
-  oplog and bumps the rbid. RECOVERING until `minValid` is applied.
+* **Rollback**: one `sync.rollback_flow.RollbackRun`, as `sync/rollback_runner.py`
+  carries it out: wait until the buffer is applied, scan both oplogs newest first
+  for the common point, refetch the touched keys (and, while RECOVERING, what the
+  last rollback refetched) and the source's top (`minValid`), then one
+  transaction; its ending goes to the core (`Replica.rollback_ended`).
 
 The member owns one `Fetcher` while it is SECONDARY or RECOVERING (the
 runtime's `SyncWorker`); `stop_fetching` is the drain before becoming primary.
@@ -28,8 +28,9 @@ import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oplog.optime import OpTime
-from replset.member import MemberState
+from base.member import MemberState
+from base.optime import OpTime
+from sync import fetching
 from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
 from sync.rollback_flow import SCAN_WINDOW, Outcome, RollbackRun, ScanStep, Stage
 from tests.sim import rpc
@@ -178,16 +179,13 @@ class Fetcher:
             verdict = check_first_batch(entries[0].optime if entries else None, self.last_fetched)
             if verdict is Verdict.MISSING:
                 verdict = diagnose_missing(self.last_fetched, reply.oldest)
+            if verdict is Verdict.CONTINUES and reply.required is not None:
+                verdict = fetching.check_min_valid(reply.required, reply.has_required,
+                                          node.core.member_applied(self.cursor_source or ""))
             if verdict is not Verdict.CONTINUES:
                 node.trace(f"sync source {self.cursor_source}: {verdict.value} (our last fetched "
                            f"{self.last_fetched}, its first {entries[0].optime if entries else None})")
                 self._react(Problem[verdict.name])
-                return
-            if not reply.has_required and not node.model.has("recovering-ignores-min-valid-branch"):
-                # The documents our rollback refetched came from a branch this source does not hold
-                # (that branch lost since): take them again from this source, as a rollback would.
-                node.trace(f"{self.cursor_source} lacks our minValid {node.min_valid}: refetching again")
-                self._react(Problem.DIVERGED)
                 return
             entries = entries[1:]
         self.message = ""
@@ -255,7 +253,7 @@ class Fetcher:
             if run.drain_overdue(node.now):
                 self._rollback_ended(job)
             return
-        run.drained(node.last_applied)
+        run.drained(node.last_applied, recovering=node.min_valid is not None)
         node.core.rollback_started(node.now)
         self.message = run.message
         assert run.our_last is not None
@@ -292,7 +290,7 @@ class Fetcher:
         assert common is not None
         job.undone = node.disk.entries_after(common)   # the plan: our committed entries after the common point
         keys = {e.key for e in job.undone if e.kind is EntryKind.WRITE}
-        if node.min_valid is not None and not node.model.has("recovering-ignores-min-valid-branch"):
+        if run.refetch_last_rollback:
             keys |= node.disk.refetched_keys  # still inconsistent from the previous rollback
         job.keys = tuple(sorted(keys))
         job.call = node.call(job.source_id, rpc.REFETCH, job.keys, ROLLBACK_COMMAND_TIMEOUT_MS)
@@ -310,7 +308,7 @@ class Fetcher:
         def run_commit() -> list[Entry]:
             if run.commit_verdict(node.disk.last, node.commit_point) is not None:
                 return []
-            keep = node.disk.refetched_keys if node.min_valid is not None else frozenset()
+            keep = node.disk.refetched_keys if run.refetch_last_rollback else frozenset()
             node.writer.rollback_commit = lambda: node.disk.roll_back(common, docs, min_valid, keep)
             node.log_last = common
             return []

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oplog.optime import OpTime
+from base.optime import OpTime
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,18 +21,19 @@ from typing import Any
 from unittest import mock
 
 import replset.replica as replica_module
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
+from base.config import ReplSetConfig
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import parse_update_position
+from base.optime import NULL_OPTIME, OpTime
 from replset import election, quorum
 from replset.actions import CloseOplogCursors
 from replset.candidacy import DRAIN_TIMEOUT_MS, Candidacy
-from replset.config import ReplSetConfig
-from replset.member import MemberState
-from replset.messages import parse_update_position
 from replset.replica import STEPPED_DOWN, Replica
 from replset.write_concern import WriteConcern, check_satisfiable
+from sync import fetching, rollback_flow
 from sync import rollback as rollback_rules
-from sync import rollback_flow
+from sync.fetching import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,17 @@ def _emit_without_closing_cursors(self: Replica, action: Any) -> None:
 def _commit_ignoring_late_commits(planned_from: OpTime, our_last_now: OpTime, common_point: OpTime,
                                   majority_committed: OpTime) -> str | None:
     return "refused" if rollback_rules.majority_committed_past(common_point, majority_committed) else None
+
+
+def _min_valid_never_checked(min_valid: OpTime | None, held: bool, source_applied: OpTime | None) -> Verdict:
+    return Verdict.CONTINUES
+
+
+_min_valid_checked = Replica.min_valid_checked
+
+
+def _recovering_ends_on_any_branch(self: Replica, now: int, optime: OpTime, held: bool) -> None:
+    _min_valid_checked(self, now, optime, True)
 
 
 def _drain_ignores_rollback(self: Candidacy) -> None:
@@ -197,6 +209,16 @@ MUTATIONS: dict[str, Mutation] = {
         "plan and the transaction is truncated without being saved to a rollback file or undone in the "
         "data - that member's data differs from its own oplog for good.",
         ((rollback_flow, "commit_problem", _commit_ignoring_late_commits),)),
+    "recovering-ignores-min-valid-branch": Mutation(
+        "Rollback via refetch copies the touched documents as the source has them now - possibly writes of "
+        "the source's own branch that are not committed - and sets minValid to the source's top. A "
+        "RECOVERING member fetches from any source that continues its oplog and leaves RECOVERING once it "
+        "applied past minValid, and optimes order by term first, so entries of any newer-term branch pass. "
+        "When the rollback source's branch then loses and the member syncs from the new primary, the "
+        "refetched documents keep values that no oplog produces: a rolled-back write lives on in that "
+        "member's data.",
+        ((fetching, "check_min_valid", _min_valid_never_checked),
+         (Replica, "min_valid_checked", _recovering_ends_on_any_branch))),
     "voter-forgets-its-vote": Mutation(
         "A voter grants two votes in one term.",
         ((replica_module, "decide_vote", _voter_forgets_its_vote),)),

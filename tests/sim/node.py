@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime, next_optime
+from base.config import ReplSetConfig
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import parse_repl_metadata, repl_metadata
+from base.optime import OpTime, next_optime
 from replset import actions as act
-from replset.config import ReplSetConfig
 from replset.election import RandomSource
-from replset.member import MemberState
-from replset.messages import parse_repl_metadata, repl_metadata
 from replset.replica import NEVER, Replica
 from replset.topology import Topology
 from tests.sim import rpc
@@ -39,7 +39,6 @@ from tests.sim.clients import ClientResult, ClientService
 from tests.sim.clock import SimClock
 from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError
 from tests.sim.fetcher import Fetcher
-from tests.sim.model import ShellModel
 from tests.sim.source import OplogSource
 from tests.sim.writer import GroupCommit, WriteOp
 
@@ -63,14 +62,13 @@ class Call:
 
 class SimNode:
     def __init__(self, member_id: int, config: ReplSetConfig, disk: Disk, clock: SimClock, rng: RandomSource,
-                 now_g: int, next_rpc_id: Callable[[], int], model: ShellModel, *,
+                 now_g: int, next_rpc_id: Callable[[], int], *,
                  initiator: bool = False, trace: Callable[[str], None] | None = None) -> None:
         me = config.member_by_id(member_id)
         if me is None:
             raise ValueError(f"member {member_id} is not in the config")
         self.id, self.config, self.disk, self.clock = member_id, config, disk, clock
         self.host = me.host
-        self.model = model
         self._next_rpc_id = next_rpc_id
         self._trace = trace
         self.now_g = now_g
@@ -78,7 +76,9 @@ class SimNode:
         self.outbox: list[tuple[int, rpc.Request | rpc.Reply]] = []
         self.fsync_started = False
         self.log_last = disk.last              # the LogWriter: ahead of the applied position inside a batch
-        min_valid = disk.min_valid if disk.min_valid is not None and disk.last < disk.min_valid else None
+        min_valid = disk.min_valid
+        if min_valid is not None and disk.last >= min_valid and disk.index_of(min_valid) is not None:
+            min_valid = None  # as Node.start(): reached, and that very entry (not one of another branch)
         # Durable state, as Node.start() recovers it.
         self.core = Replica(me=self.host, config=config, state=MemberState.STARTUP,
                             term=max(disk.term, disk.last.term), last_vote=disk.last_vote, applied=disk.last,
@@ -270,6 +270,9 @@ class SimNode:
                 self.clients.wake(request, error)
             case act.CheckMinValid(optime=optime):
                 core.min_valid_checked(self.now, optime, self.disk.index_of(optime) is not None)
+            case act.ForgetMinValid(optime=optime):
+                if self.disk.min_valid == optime:
+                    self.disk.min_valid, self.disk.refetched_keys = None, frozenset()
             case act.Resync(reason=reason):
                 raise SimInvariantError(f"m{self.id} needs a resync ({reason}); the simulator has no initial sync")
             case act.TopologyChanged():

@@ -1,7 +1,7 @@
 """The packets members and clients exchange: a request, and the reply to it.
 
 Members speak the product's documents where the product has a builder and a
-parser (`replset.messages`: heartbeats, votes, `replSetUpdatePosition`,
+parser (`base.messages`: heartbeats, votes, `replSetUpdatePosition`,
 `$replData` metadata), so every simulated message goes through the real
 parsing. The oplog reads (`find`/`getMore` on `local.oplog.rs`, the rollback
 scans) carry the simulator's entries directly: their BSON form is the

@@ -35,14 +35,13 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.member import MemberState
+from base.member import MemberState
+from base.optime import NULL_OPTIME, OpTime
 from tests.sim import mutations, rpc
 from tests.sim.checkers import check
 from tests.sim.clients import ClientResult
 from tests.sim.disk import Disk, Entry, EntryKind, fold
 from tests.sim.history import Ack, Committed, FinalState, History, MajorityRead, RolledBack, Stored
-from tests.sim.model import ShellModel
 from tests.sim.network import Network
 from tests.sim.node import INF, SimNode
 from tests.sim.scenario import Fault, Scenario, make_scenario
@@ -69,9 +68,8 @@ class RunResult:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, *, model: ShellModel | None = None, verbose: bool = False) -> None:
+    def __init__(self, scenario: Scenario, *, verbose: bool = False) -> None:
         self.scenario = scenario
-        self.model = model or ShellModel()
         self.verbose = verbose
         self.trace: list[str] = []
         seed = scenario.seed
@@ -121,7 +119,7 @@ class Simulation:
         first = self.incarnation[member] == 1
         trace = self._trace if self.verbose else None
         node = SimNode(member, self.scenario.config, self.disks[member], self.scenario.clocks[member],
-                       random.Random(self.rng_nodes.getrandbits(64)), self.now, self.rpc_ids.__next__, self.model,
+                       random.Random(self.rng_nodes.getrandbits(64)), self.now, self.rpc_ids.__next__,
                        initiator=first and member == self.ids[0], trace=trace)
         self.nodes[member] = node
         self.last_state[member] = node.state
@@ -472,22 +470,21 @@ class Simulation:
                 data=dict(disk.data), folded=fold(disk.oplog))
 
 
-def run_seed(seed: int, *, model: ShellModel | None = None, verbose: bool = False) -> RunResult:
-    model = model or ShellModel()
-    with mutations.applied(model.mutations):
-        return Simulation(make_scenario(seed), model=model, verbose=verbose).run()
+def run_seed(seed: int, *, bugs: frozenset[str] = frozenset(), verbose: bool = False) -> RunResult:
+    """Runs one seed, with the named known bugs (`tests.sim.mutations`) put back into the product."""
+    with mutations.applied(bugs):
+        return Simulation(make_scenario(seed), verbose=verbose).run()
 
 
 def _run_one(args: tuple[int, frozenset[str]]) -> RunResult:
     seed, bugs = args
-    result = run_seed(seed, model=ShellModel(bugs))
+    result = run_seed(seed, bugs=bugs)
     result.trace = []
     return result
 
 
-def run_seeds(seeds: list[int], *, model: ShellModel | None = None, jobs: int = 1) -> list[RunResult]:
+def run_seeds(seeds: list[int], *, bugs: frozenset[str] = frozenset(), jobs: int = 1) -> list[RunResult]:
     """Runs `seeds` (in `jobs` processes when > 1); results come back in seed order."""
-    bugs = (model or ShellModel()).bugs
     work = [(seed, bugs) for seed in seeds]
     if jobs <= 1 or len(seeds) < 2:
         return [_run_one(w) for w in work]

@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from replset.config import ReplSetConfig, parse_config
+from base.config import ReplSetConfig, parse_config
 from sync.fetching import DIVERGED_DENY_MS
 from tests.sim.clock import SimClock
 from tests.sim.fetcher import ROLLBACK_COMMAND_TIMEOUT_MS

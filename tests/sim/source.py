@@ -16,9 +16,9 @@ import collections
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
-from replset.member import MemberState
+from base.errors import MongoError
+from base.member import MemberState
+from base.optime import OpTime
 from tests.sim import rpc
 from tests.sim.disk import Entry
 
@@ -36,6 +36,7 @@ class FetchReply:
     metadata: dict[str, Any]
     cursor: int
     has_required: bool = True     # the source holds the requested minValid entry
+    required: OpTime | None = None  # the minValid entry asked about (None: not asked)
     oldest: OpTime | None = None  # the source's oldest entry (a `find` answer only)
 
 
@@ -62,7 +63,8 @@ class OplogSource:
             cursor = self._new_cursor(batch[-1].optime.ts_key if batch else body.after.ts_key - 1)
             has_required = body.required is None or disk.index_of(body.required) is not None
             oldest = disk.oplog[0].optime if disk.oplog else None
-            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor, has_required, oldest))
+            node.reply(req, FetchReply(tuple(batch), node.metadata_document(), cursor, has_required, body.required,
+                                       oldest))
             return
         if body.cursor not in self.cursors:
             raise MongoError(43, f"cursor id {body.cursor} not found")
@@ -122,4 +124,4 @@ class OplogSource:
             before_ts_key, limit = req.body
             return tuple(disk.optimes_newest_first(before_ts_key, limit))
         keys: tuple[int, ...] = req.body
-        return ({key: disk.data.get(key) for key in keys}, disk.last)
+        return ({key: disk.get(key) for key in keys}, disk.last)

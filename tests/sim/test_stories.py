@@ -14,23 +14,24 @@ from typing import Any
 
 import pytest
 
-from oplog.optime import OpTime
+from base.member import MemberState
+from base.messages import HeartbeatReply, vote_request
+from base.optime import OpTime
+from base.votes import LastVote, VoteRequest
 from replset import actions as act
 from replset.candidacy import Candidacy
-from replset.election import LastVote, VoteRequest
-from replset.member import MemberState
-from replset.messages import HeartbeatReply, vote_request
 from replset.replica import Replica
 from replset.write_concern import WriteConcern
 from sync.fetching import Problem
 from tests.sim import mutations, rpc
 from tests.sim.clock import SimClock
-from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError
-from tests.sim.model import ShellModel
+from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError, fold
 from tests.sim.node import SimNode
 from tests.sim.scenario import SHAPES, host_of, make_config
+from tests.sim.source import FetchReply
 
-STORY_BUGS = frozenset({"drain-cancels-rollback", "term-adopted-while-becoming-primary", "wn-counts-other-branches"})
+STORY_BUGS = frozenset({"drain-cancels-rollback", "term-adopted-while-becoming-primary", "wn-counts-other-branches",
+                        "recovering-ignores-min-valid-branch"})
 
 
 def member_with_a_diverged_tail() -> SimNode:
@@ -43,8 +44,7 @@ def member_with_a_diverged_tail() -> SimNode:
                          Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY),
                          Entry(OpTime(102, 1, 1), EntryKind.WRITE, 7, 0, 7)])
     disk.sync()
-    node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__,
-                   ShellModel())
+    node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__)
     reply = HeartbeatReply("rs0", MemberState.SECONDARY, 3, OpTime(105, 1, 3), OpTime(105, 1, 3), 1, 1, "",
                            OpTime(105, 1, 3), -1)
     node.topology.on_heartbeat_reply(0, reply, 1.0, 0, node.term)
@@ -158,3 +158,55 @@ def test_with_the_bug_w2_counts_the_newer_branch() -> None:
     with mutations.applied(["wn-counts-other-branches"]):
         (wake,) = old_primary_answering_w2_after_a_newer_primary_was_heard_of()
     assert wake.error is None  # acknowledged: a write only m0 holds, which m1's branch will roll back
+
+
+B1_VALUE = (70, 70)   # key 7 as the lost branch B1 had it (write 70, never committed)
+
+
+def member_recovering_from_a_branch_that_lost() -> SimNode:
+    """m1 rolled back against a member of branch B1 (term 2): it refetched key 7 as B1 had it and must
+    reach B1's top (2, 105) - minValid. B1 lost since: m0, of the new branch B2 (term 3), continues
+    m1's oplog after the common point but never had (2, 105) or B1's write to key 7."""
+    config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
+    disk = Disk()
+    disk.write_unsynced([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
+                         Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY)])
+    disk.sync()
+    disk.persist_term(3, None)
+    disk.put(7, B1_VALUE)
+    disk.min_valid, disk.refetched_keys = OpTime(105, 1, 2), frozenset({7})
+    node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__)
+    assert node.state is MemberState.RECOVERING
+    b2_top = OpTime(106, 1, 3)
+    node.topology.on_heartbeat_reply(0, HeartbeatReply("rs0", MemberState.PRIMARY, 3, b2_top, b2_top, 1, 1, "",
+                                                       b2_top, 0), 1.0, 0, node.term)
+    return node
+
+
+def fetch_b2_from_m0(node: SimNode) -> None:
+    """m0 answers m1's `find` with the common point and B2's entry (3, 106); it lacks minValid."""
+    fetcher = node.fetcher
+    assert fetcher is not None
+    fetcher.sync_source = fetcher.cursor_source = host_of(0)
+    b2 = (Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY), Entry(OpTime(106, 1, 3), EntryKind.NEW_PRIMARY))
+    fetcher._on_fetch_reply(FetchReply(b2, node.metadata_document(), 1, has_required=False,
+                                       required=node.min_valid, oldest=OpTime(100, 1, -1)))
+    node.deliver(1, rpc.Reply(-1, 0, rpc.HEARTBEAT, None))    # a step: the applier takes the batch
+    if node.fsync_started:
+        node.on_fsync_done(2)
+
+
+def test_a_source_past_min_valid_on_another_branch_makes_the_member_refetch() -> None:
+    node = member_recovering_from_a_branch_that_lost()
+    fetch_b2_from_m0(node)
+    assert node.fetcher is not None and node.fetcher.rollback is not None   # refetch key 7 from m0
+    assert node.state is MemberState.ROLLBACK and node.disk.last == OpTime(101, 1, 1)
+
+
+def test_with_the_bug_the_lost_branch_write_lives_on() -> None:
+    with mutations.applied(["recovering-ignores-min-valid-branch"]):
+        node = member_recovering_from_a_branch_that_lost()
+        fetch_b2_from_m0(node)
+        assert node.state is MemberState.SECONDARY and node.min_valid is None
+        # key 7 holds B1's write, which no entry of m1's oplog produces
+        assert node.disk.data.get(7) == B1_VALUE and fold(node.disk.oplog).get(7) is None

@@ -16,7 +16,7 @@ import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from tests.sim.disk import Disk, Entry
 
 MAX_QUEUED_WRITES = 10_000

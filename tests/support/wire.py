@@ -6,7 +6,7 @@ import socket
 import struct
 from typing import Any
 
-from replset.wire.codec import decode_reply, encode_op_msg_request
+from base.codec import decode_reply, encode_op_msg_request
 
 
 def roundtrip(sock: socket.socket, data: bytes) -> dict[str, Any]:

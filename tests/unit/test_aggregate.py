@@ -22,8 +22,8 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
+from base.errors import MongoError
 from oplog.aggregate import iter_pipeline, run_pipeline, validate_pipeline
-from oplog.errors import MongoError
 from oplog.expressions import MISSING, evaluate
 from oplog.values import compare_values, is_number
 

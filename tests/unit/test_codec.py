@@ -12,7 +12,7 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 from pymongo.message import _op_msg, _OpMsg
 
-from replset.wire.codec import (
+from base.codec import (
     FLAG_CHECKSUM_PRESENT,
     FLAG_MORE_TO_COME,
     OP_QUERY,
@@ -184,7 +184,7 @@ def _nested(depth: int) -> dict[str, Any]:
 
 
 def test_nesting_depth_is_measured_without_recursion() -> None:
-    from replset.wire.codec import nesting_exceeds
+    from base.codec import nesting_exceeds
 
     shallow = bson.encode(_nested(20))
     assert not nesting_exceeds(shallow, 200)
@@ -201,7 +201,7 @@ def test_nesting_depth_is_measured_without_recursion() -> None:
 
 
 def test_a_command_too_deep_to_decode_gets_overflow() -> None:
-    from replset.wire.codec import MalformedRequest, decode_request
+    from base.codec import MalformedRequest, decode_request
 
     blob = b"\x10n\x00\x01\x00\x00\x00"
     for _ in range(5000):
@@ -216,7 +216,7 @@ def test_a_command_too_deep_to_decode_gets_overflow() -> None:
 
 
 def test_negative_lengths_cannot_make_the_depth_scan_loop() -> None:
-    from replset.wire.codec import MessageDecoder, nesting_exceeds
+    from base.codec import MessageDecoder, nesting_exceeds
 
     body = b"\x02\x00" + struct.pack("<i", -6) + b"ab\x00"
     doc = struct.pack("<i", len(body) + 5) + body + b"\x00"

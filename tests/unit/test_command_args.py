@@ -12,7 +12,7 @@ from bson.objectid import ObjectId
 import replset.wire.admin
 import replset.wire.crud
 import replset.wire.repl_commands  # noqa: F401  (registers every command)
-from oplog.errors import MongoError
+from base.errors import MongoError
 from replset.wire.command_args import (
     COMMAND_ARGS,
     GENERIC_FIELDS,

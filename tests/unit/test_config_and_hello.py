@@ -7,11 +7,11 @@ import datetime
 import pytest
 from bson.objectid import ObjectId
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime, next_optime
-from replset.config import parse_config
-from replset.hello import HelloView, build_hello, election_id
-from replset.member import IllegalTransition, MemberState, check_transition
+from base.config import parse_config
+from base.errors import MongoError
+from base.hello import HelloView, build_hello, election_id
+from base.member import IllegalTransition, MemberState, check_transition
+from base.optime import OpTime, next_optime
 from replset.quorum import write_concern_satisfied
 from replset.write_concern import WriteConcern, check_satisfiable, parse_write_concern
 

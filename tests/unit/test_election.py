@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 
-from oplog.optime import OpTime
-from replset.config import MemberConfig, ReplSetConfig, Settings
+from base.config import MemberConfig, ReplSetConfig, Settings
+from base.optime import OpTime
+from base.votes import LastVote, VoteRequest, VoteResponse
 from replset.election import (
     ElectionTally,
-    LastVote,
-    VoteRequest,
-    VoteResponse,
     config_is_older,
     decide_vote,
     election_timeout_ms,
@@ -264,7 +262,7 @@ def test_priority_takeover_unknown_member() -> None:
 
 
 def test_priority_takeover_needs_a_higher_priority_and_fresh_data() -> None:
-    from replset.config import parse_config
+    from base.config import parse_config
     from replset.election import wants_priority_takeover
 
     cfg = parse_config({"_id": "rs0", "members": [{"_id": 0, "host": "a:1", "priority": 1},

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from replset.failpoints import FailPoints
 
 S1, S2 = "s1:27017", "s2:27017"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from oplog.optime import NULL_OPTIME, OpTime
+from base.optime import NULL_OPTIME, OpTime
 from sync.fetching import (
     DIVERGED_DENY_MS,
     ERROR_DENY_MS,
     Problem,
     Verdict,
     check_first_batch,
+    check_min_valid,
     diagnose_missing,
     react,
 )
@@ -56,3 +57,21 @@ def test_the_rollback_commits_only_from_the_oplog_it_planned_from() -> None:
     moved = commit_problem(OURS, OpTime(101, 1, 2), common, commit_point)
     assert moved is not None and "moved" in moved
     assert commit_problem(OURS, OURS, common, OpTime(95, 1, 1)) == "refused"
+
+
+def test_a_recovering_member_needs_a_source_holding_its_min_valid() -> None:
+    min_valid = OpTime(150, 1, 2)
+    assert check_min_valid(None, False, OpTime(200, 1, 3)) is Verdict.CONTINUES     # not recovering
+    assert check_min_valid(min_valid, True, OpTime(200, 1, 2)) is Verdict.CONTINUES
+    # went past it without holding it: another branch
+    assert check_min_valid(min_valid, False, OpTime(140, 1, 3)) is Verdict.MIN_VALID_ELSEWHERE
+    assert check_min_valid(min_valid, False, OpTime(149, 1, 2)) is Verdict.BEFORE_MIN_VALID
+    assert check_min_valid(min_valid, False, None) is Verdict.BEFORE_MIN_VALID
+
+
+def test_a_source_past_min_valid_on_another_branch_gets_a_rollback_one_behind_gets_passed_over() -> None:
+    assert react(Problem.MIN_VALID_ELSEWHERE, source_applied=OpTime(200, 1, 3), my_term=3).roll_back
+    stale = react(Problem.MIN_VALID_ELSEWHERE, source_applied=OpTime(200, 1, 2), my_term=3)
+    assert not stale.roll_back and stale.deny_ms == ERROR_DENY_MS
+    behind = react(Problem.BEFORE_MIN_VALID, source_applied=OpTime(149, 1, 2), my_term=2)
+    assert not behind.roll_back and behind.deny_ms == ERROR_DENY_MS and behind.message

@@ -16,8 +16,8 @@ import bson
 import pytest
 from bson.timestamp import Timestamp
 
-from oplog.errors import MongoError
-from oplog.optime import OpTime
+from base.errors import MongoError
+from base.optime import OpTime
 from oplog.sqlite_store import DeferredIndexes, SQLiteStore, StoreTxn
 from oplog.values import canonical_key
 from replset.cli import format_initial_sync, format_status, progress_bar

@@ -9,10 +9,15 @@ import I/O, clocks, threads or randomness. The simulator drives these modules
 with virtual time; a core that read a socket or the wall clock would make its
 runs non-deterministic.
 
-Layers: the cores of `oplog` (documents, optimes, queries, updates) reach only
-`oplog`. (`sync` and `replset` cores still reach each other's cores - the
-member-state, config and message modules live in `replset` - which is allowed
-until that base layer has a package of its own.)
+Layers, and every module's imports (type-checking ones included) point down only:
+
+    base  <-  oplog  <-  sync  <-  replset (the member)  <-  front ends
+
+`base` is the set's vocabulary (optimes, errors, member states, config, the wire
+codec, replication messages); `oplog` the data; `sync` replication (its shells
+see the member through the protocols of `sync.host`); `replset` the member; the
+front ends (`replset.wire`, `replset.http`, `replset.cli`, `replset.server_main`)
+sit on top. The layer of a module is derived from its name.
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGES = ("oplog", "sync", "replset")
+PACKAGES = ("base", "oplog", "sync", "replset")
 FORBIDDEN = {"asyncio", "socket", "time", "random", "os", "aiohttp", "sqlite3", "threading", "subprocess",
              "multiprocessing", "concurrent", "selectors", "signal", "datetime.datetime.now"}
-# What each package's cores may reach in the project.
-MAY_REACH = {"oplog": {"oplog"}, "sync": {"oplog", "sync", "replset"}, "replset": {"oplog", "sync", "replset"}}
+LAYERS = ("base", "oplog", "sync", "member", "front end")
+FRONT_ENDS = ("replset.wire", "replset.http", "replset.cli", "replset.server_main", "replset.__main__")
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -58,12 +63,21 @@ def _is_core(tree: ast.Module) -> bool:
 CORES = sorted(name for name, tree in MODULES.items() if _is_core(tree))
 
 
-def _imports(tree: ast.Module) -> set[str]:
-    """Every module named by an import, type-checking-only imports excluded (they never run)."""
+def layer(module: str) -> int:
+    """The rank of a module's layer in `LAYERS` (a module may import its own layer and those below)."""
+    if module in FRONT_ENDS or module.startswith(tuple(f"{name}." for name in FRONT_ENDS)):
+        return LAYERS.index("front end")
+    top = module.split(".")[0]
+    return LAYERS.index("member" if top == "replset" else top)
+
+
+def _imports(tree: ast.Module, *, type_checking: bool = False) -> set[str]:
+    """Every module named by an import; type-checking-only imports (they never run) only if asked."""
     names: set[str] = set()
     skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+        if (not type_checking and isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
             skip.update(id(child) for stmt in node.body for child in ast.walk(stmt))
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -105,5 +119,21 @@ def test_a_core_reaches_only_cores_and_no_io(core: str) -> None:
             if target is None or target in PACKAGES:
                 continue  # not the project's, or a package's empty __init__
             assert target in CORES, f"{core} reaches {target} (through {name}), which is not a core"
-            assert top in MAY_REACH[core.split(".")[0]], f"{core} reaches {target}: a lower layer reaches a higher"
+            assert layer(target) <= layer(core), f"{core} reaches {target}: a lower layer reaches a higher"
             stack.append(target)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module: str) -> None:
+    for imported in _imports(MODULES[module], type_checking=True):
+        target = _project_module(imported)
+        if target is None or target in PACKAGES:
+            continue
+        assert layer(target) <= layer(module), (
+            f"{module} ({LAYERS[layer(module)]}) imports {target} ({LAYERS[layer(target)]}): "
+            "dependencies must point down")
+
+
+def test_the_base_layer_is_the_set_vocabulary() -> None:
+    assert {"base.optime", "base.errors", "base.member", "base.config", "base.messages", "base.codec"} <= {
+        name for name in MODULES if layer(name) == 0}

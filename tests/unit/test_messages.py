@@ -1,4 +1,4 @@
-"""The documents members exchange (replset/messages.py).
+"""The documents members exchange (base/messages.py).
 
 Every builder's output goes through real BSON (`bson.encode` then `bson.decode`) before it is parsed,
 as it would on the wire. Malformed input from a peer must come back as FailedToParse (code 9), never
@@ -19,11 +19,9 @@ from bson.timestamp import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.election import VoteRequest, VoteResponse
-from replset.member import MemberState
-from replset.messages import (
+from base.errors import MongoError
+from base.member import MemberState
+from base.messages import (
     HeartbeatReply,
     HeartbeatRequest,
     MemberPosition,
@@ -41,6 +39,8 @@ from replset.messages import (
     vote_reply,
     vote_request,
 )
+from base.optime import NULL_OPTIME, OpTime
+from base.votes import VoteRequest, VoteResponse
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 TERMS = st.integers(-1, 2**62)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bson
 import pytest
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.sqlite_store import SQLiteStore
 from replset.wire.oplog_reader import CHUNK, check_tail_position, raw_oplog_source
 

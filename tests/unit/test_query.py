@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oplog.sort
+from base.errors import MongoError
 from oplog import query_regex
-from oplog.errors import MongoError
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher, MatchResult, compile_filter, matches
 from oplog.query_common import get_path, resolve_field

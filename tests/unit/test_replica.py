@@ -9,12 +9,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from oplog.optime import OpTime
-from replset import actions as act
-from replset.config import parse_config
-from replset.election import LastVote, VoteRequest, VoteResponse
-from replset.member import MemberState
-from replset.messages import (
+from base.config import parse_config
+from base.member import MemberState
+from base.messages import (
     HeartbeatReply,
     MemberPosition,
     heartbeat_reply,
@@ -22,6 +19,9 @@ from replset.messages import (
     vote_reply,
     vote_request,
 )
+from base.optime import OpTime
+from base.votes import LastVote, VoteRequest, VoteResponse
+from replset import actions as act
 from replset.replica import Replica
 from replset.write_concern import MAJORITY, WriteConcern
 
@@ -160,3 +160,34 @@ def test_a_new_config_during_the_drain_does_not_restart_fetching() -> None:
     assert act.StartFetching() not in r.take_actions()  # no fetcher under a member about to lead
     r.sync_drained(14, True)
     assert of(act.WriteNoop, r.take_actions()) == [act.WriteNoop(2)]
+
+
+def rolled_back_to(min_valid: OpTime) -> Replica:
+    r = replica()
+    r.rolled_back(30, common_point=AT, min_valid=min_valid)
+    r.take_actions()
+    assert r.state is MemberState.RECOVERING
+    return r
+
+
+def test_recovering_ends_at_min_valid_and_forgets_it_only_holding_that_very_entry() -> None:
+    min_valid = OpTime(105, 1, 2)
+    r = rolled_back_to(min_valid)
+    r.local_commit(31, OpTime(104, 1, 2))
+    assert of(act.CheckMinValid, r.take_actions()) == []           # not there yet
+    r.local_commit(32, min_valid)
+    assert of(act.CheckMinValid, r.take_actions()) == [act.CheckMinValid(min_valid)]
+    r.min_valid_checked(33, min_valid, True)
+    assert r.state is MemberState.SECONDARY and r.min_valid is None
+    assert of(act.ForgetMinValid, r.take_actions()) == [act.ForgetMinValid(min_valid)]
+
+
+def test_passing_min_valid_on_another_branch_resyncs_and_keeps_its_record() -> None:
+    min_valid = OpTime(105, 1, 2)
+    r = rolled_back_to(min_valid)
+    r.local_commit(31, OpTime(106, 1, 3))                          # past it, by term: another branch
+    assert of(act.CheckMinValid, r.take_actions()) == [act.CheckMinValid(min_valid)]
+    r.min_valid_checked(32, min_valid, False)
+    actions = r.take_actions()
+    assert of(act.Resync, actions) and not of(act.ForgetMinValid, actions)
+    assert r.state is not MemberState.SECONDARY

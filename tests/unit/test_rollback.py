@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from base.optime import OpTime
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
-from oplog.optime import OpTime
-from sync.rollback import find_common_point, majority_committed_past, plan_rollback
+from sync import rollback
+from sync.rollback import find_common_point, majority_committed_past, plan_rollback, recalled
 
 
 def newest_first(optimes: list[OpTime]) -> list[OpTime]:
@@ -85,3 +87,21 @@ def test_a_transaction_can_drop_and_recreate_a_collection_and_an_index() -> None
     store.commit()
     assert [d["_id"] for d in store.reader.scan("db.c")] == [3]
     store.close()
+
+
+def test_a_remembered_plan_is_recalled_and_merged() -> None:
+    first = plan_rollback([insert_entry("db.a", {"_id": 1}), insert_entry("db.a", {"_id": "x"}),
+                           command_entry("db", {"create": "c"})])
+    second = plan_rollback([update_entry("db.a", 2, {"$v": 2, "diff": {"u": {"x": 2}}}),
+                            insert_entry("db.c", {"_id": 5})])
+    second.merge(recalled(first.remembered()))
+    assert sorted(map(str, second.ids("db.a"))) == ["1", "2", "x"]
+    assert second.collections == {"db.c"} and "db.c" not in second.documents
+    assert recalled(None).document_count == 0
+
+
+def test_a_plan_too_big_to_remember_by_id_is_remembered_by_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rollback, "MAX_REMEMBERED_BYTES", 200)
+    plan = plan_rollback([insert_entry("db.a", {"_id": i}) for i in range(100)])
+    again = recalled(plan.remembered())
+    assert again.document_count == 0 and again.collections == {"db.a"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oplog.optime import NULL_OPTIME, OpTime
+from base.optime import NULL_OPTIME, OpTime
 from sync.rollback_flow import DRAIN_TIMEOUT_MS, Outcome, RollbackRun, ScanStep, Stage
 
 SHARED = [OpTime(100 + i, 1, 1) for i in range(5)]
@@ -19,7 +19,7 @@ def newest_first(optimes: list[OpTime]) -> list[OpTime]:
 
 def scanning_run() -> RollbackRun:
     run = RollbackRun("m2:1", started_ms=1000)
-    run.drained(OURS[-1])
+    run.drained(OURS[-1], recovering=False)
     return run
 
 
@@ -99,7 +99,7 @@ def test_windowed_scan_finds_what_one_scan_finds(window: int, shared: int, ours_
     ours = newest_first(prefix + [OpTime(500 + i, 1, 1) for i in range(ours_extra)])
     theirs = newest_first(prefix + [OpTime(400 + i, 1, 2) for i in range(theirs_extra)])
     run = RollbackRun("m2:1", started_ms=0)
-    run.drained(ours[0])
+    run.drained(ours[0], recovering=False)
     step, at = ScanStep.MORE, 0
     while step is ScanStep.MORE:
         step = run.scanned(ours[at:at + window], theirs[at:at + window], ours_done=at + window >= len(ours),

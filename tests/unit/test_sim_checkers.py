@@ -6,7 +6,7 @@ checker stayed silent here, a simulator run with that bug would pass too.
 
 from __future__ import annotations
 
-from oplog.optime import NULL_OPTIME, OpTime
+from base.optime import NULL_OPTIME, OpTime
 from tests.sim.checkers import (
     acknowledged_writes_kept,
     check,

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog.optime import OpTime
-from replset.config import parse_config
-from replset.member import MemberState
+from base.config import parse_config
+from base.member import MemberState
+from base.optime import OpTime
 from sync.ping_stats import ALPHA, PingStats
 from sync.sync_source import (
     MemberSnapshot,

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.config import ReplSetConfig, parse_config
-from replset.member import MemberState
-from replset.messages import (
+from base.config import ReplSetConfig, parse_config
+from base.member import MemberState
+from base.messages import (
     HeartbeatReply,
     MemberPosition,
     parse_update_position,
     update_position_command,
 )
+from base.optime import NULL_OPTIME, OpTime
 from replset.topology import HeartbeatOutcome, Topology
 from sync.ping_stats import ALPHA
 from sync.sync_source import SyncSourceInputs, choose_sync_source

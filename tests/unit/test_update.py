@@ -24,7 +24,7 @@ from bson.timestamp import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 from oplog.update import (
     UpdateOutcome,
     apply_oplog_update,

@@ -7,6 +7,14 @@ import struct
 import bson
 import pytest
 
+from base.codec import (
+    FLAG_MORE_TO_COME,
+    MalformedRequest,
+    MessageDecoder,
+    OpMsgRequest,
+    ProtocolError,
+    encode_op_msg_request,
+)
 from replset.wire.admission import (
     Admission,
     Role,
@@ -14,14 +22,6 @@ from replset.wire.admission import (
     default_max_conns,
     effective_max_conns,
     is_member_request,
-)
-from replset.wire.codec import (
-    FLAG_MORE_TO_COME,
-    MalformedRequest,
-    MessageDecoder,
-    OpMsgRequest,
-    ProtocolError,
-    encode_op_msg_request,
 )
 
 

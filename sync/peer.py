@@ -24,8 +24,8 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from replset.hello import MAX_WIRE_VERSION, MIN_WIRE_VERSION
-from replset.wire.codec import HEADER, MAX_MESSAGE_SIZE, decode_raw_reply, decode_reply, encode_op_msg_request
+from base.codec import HEADER, MAX_MESSAGE_SIZE, decode_raw_reply, decode_reply, encode_op_msg_request
+from base.hello import MAX_WIRE_VERSION, MIN_WIRE_VERSION
 
 CONNECT_TIMEOUT_S = 2.0
 INTERNAL_HELLO = {"hello": 1, "internalClient": {"minWireVersion": MIN_WIRE_VERSION,

@@ -19,10 +19,10 @@ from typing import Any
 
 from bson.int64 import Int64
 
-from oplog.errors import MongoError
-from oplog.optime import NULL_OPTIME, OpTime
-from replset.election import VoteRequest, VoteResponse
-from replset.member import MemberState
+from base.errors import MongoError
+from base.member import MemberState
+from base.optime import NULL_OPTIME, OpTime
+from base.votes import VoteRequest, VoteResponse
 
 
 def _optime(raw: Any) -> OpTime:

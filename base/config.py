@@ -14,7 +14,7 @@ from typing import Any
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from oplog.errors import MongoError
+from base.errors import MongoError
 
 MAX_MEMBERS = 50
 MAX_VOTERS = 7

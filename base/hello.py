@@ -16,9 +16,9 @@ from typing import Any
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from oplog.optime import OpTime
-from replset.config import ReplSetConfig
-from replset.member import MemberState
+from base.config import ReplSetConfig
+from base.member import MemberState
+from base.optime import OpTime
 
 MAX_BSON_OBJECT_SIZE = 16 * 1024 * 1024
 MAX_MESSAGE_SIZE_BYTES = 48_000_000
