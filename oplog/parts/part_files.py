@@ -1,0 +1,233 @@
+"""Parts on disk: one directory per part, written under a temporary name and renamed when complete.
+
+    <dbpath>/parts/<db>.<table>/<part_name>/
+        data.parquet     the rows, sorted by the table's order key
+        columns.txt      the columns and their Arrow types, one per line
+        checksums.txt    every other file's size and SHA-256
+
+A part is written into `tmp_insert_<name>` (an insert), `tmp_merge_<name>` (a
+merge or mutation) or `tmp-fetch_<name>` (a fetch), each file fsynced, then
+renamed to `<name>` and the parent directory fsynced: a crash leaves either no
+part or a whole one, plus temporary directories that start-up removes. The
+same rows always make the same bytes (sorted, one row group, fixed
+compression), so replicas that merge the same parts get byte-identical parts
+and compare them by checksum.
+
+A shell: file I/O and pyarrow. The decisions (names, covering, what to merge)
+are the pure modules beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from base.errors import MongoError
+from oplog.parts.table import TableDef, partition_id
+
+DATA_FILE = "data.parquet"
+COLUMNS_FILE = "columns.txt"
+CHECKSUMS_FILE = "checksums.txt"
+PART_FILES = (DATA_FILE, COLUMNS_FILE, CHECKSUMS_FILE)
+TMP_INSERT, TMP_MERGE, TMP_FETCH = "tmp_insert_", "tmp_merge_", "tmp-fetch_"
+TEMPORARY_PREFIXES = (TMP_INSERT, TMP_MERGE, TMP_FETCH, "tmp_")
+COMPRESSION = "zstd"
+ROW_GROUP_ROWS = 1_000_000
+INSECURE_PATH = 2  # BadValue: a file name that would leave the part directory
+
+
+@dataclass(frozen=True, slots=True)
+class PartFiles:
+    """A part as written: its name, rows, bytes on disk and per-file checksums."""
+
+    name: str
+    rows: int
+    bytes: int
+    checksums: dict[str, tuple[int, str]]
+
+
+def check_file_name(name: str) -> str:
+    """`name` if it is one of a part's own files; refuses anything that could leave the part directory."""
+    if name not in PART_FILES or os.path.basename(name) != name:
+        raise MongoError(INSECURE_PATH, f"{name!r} is not a part file (one of {', '.join(PART_FILES)})")
+    return name
+
+
+def check_part_dir_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        raise MongoError(INSECURE_PATH, f"{name!r} is not a part name")
+    return name
+
+
+def arrow_schema(table: TableDef) -> pa.Schema:
+    return pa.schema([pa.field(c.name, pa.type_for_alias(c.type)) for c in table.columns])
+
+
+def conform(table: TableDef, data: pa.Table) -> pa.Table:
+    """`data` in the table's schema: columns in order, cast to their types, absent ones filled with their
+    defaults. A column the table does not have is refused (MongoError 2), as is a value that does not cast."""
+    unknown = [name for name in data.column_names if table.column(name) is None]
+    if unknown:
+        raise MongoError(2, f"{table.ns} has no column(s) {', '.join(unknown)}; its columns are "
+                            f"{', '.join(c.name for c in table.columns)}")
+    arrays = []
+    for column in table.columns:
+        type_ = pa.type_for_alias(column.type)
+        if column.name in data.column_names:
+            try:
+                arrays.append(data.column(column.name).cast(type_))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise MongoError(2, f"column {column.name!r}: {exc}") from None
+        else:
+            arrays.append(pa.array([column.default] * data.num_rows, type=type_))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(table))
+
+
+def sort_rows(table: TableDef, data: pa.Table) -> pa.Table:
+    if not table.order_by or data.num_rows < 2:
+        return data
+    indices = pc.sort_indices(data, sort_keys=[(name, "ascending") for name in table.order_by])
+    return data.take(indices)
+
+
+def split_by_partition(table: TableDef, data: pa.Table) -> dict[str, pa.Table]:
+    """The rows of each partition, sorted by the order key; partitions in id order."""
+    key = table.partition
+    if key.column is None:
+        return {"all": sort_rows(table, data)}
+    ids = [partition_id(key, value) for value in data.column(key.column).to_pylist()]
+    groups: dict[str, list[int]] = {}
+    for row, pid in enumerate(ids):
+        groups.setdefault(pid, []).append(row)
+    return {pid: sort_rows(table, data.take(pa.array(rows))) for pid, rows in sorted(groups.items())}
+
+
+def rows_bytes(data: pa.Table) -> bytes:
+    """The rows in a canonical serialised form (Arrow IPC stream): what a block id hashes."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    return sink.getvalue()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: str) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _write_file(path: str, write: Any) -> None:
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def columns_text(table: TableDef) -> str:
+    return "columns format version: 1\n" + f"{len(table.columns)} columns:\n" + "".join(
+        f"`{c.name}` {c.type}\n" for c in table.columns)
+
+
+def checksums_text(checksums: Mapping[str, tuple[int, str]]) -> str:
+    return "checksums format version: 1\n" + "".join(
+        f"{name}\t{size}\t{digest}\n" for name, (size, digest) in sorted(checksums.items()))
+
+
+def parse_checksums(text: str) -> dict[str, tuple[int, str]]:
+    lines = text.splitlines()
+    if not lines or lines[0] != "checksums format version: 1":
+        raise MongoError(2, "not a checksums.txt of format version 1")
+    result = {}
+    for line in lines[1:]:
+        name, size, digest = line.split("\t")
+        result[check_file_name(name)] = (int(size), digest)
+    return result
+
+
+def write_part(table_dir: str, name: str, data: pa.Table, table: TableDef, *, prefix: str = TMP_INSERT) -> PartFiles:
+    """Writes `data` (conformed and sorted) as part `name` under `table_dir`, atomically."""
+    check_part_dir_name(name)
+    os.makedirs(table_dir, exist_ok=True)
+    tmp = os.path.join(table_dir, prefix + name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    _write_file(os.path.join(tmp, DATA_FILE), lambda f: pq.write_table(
+        data, f, compression=COMPRESSION, row_group_size=ROW_GROUP_ROWS, write_statistics=True))
+    _write_file(os.path.join(tmp, COLUMNS_FILE), lambda f: f.write(columns_text(table).encode()))
+    checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
+    _write_file(os.path.join(tmp, CHECKSUMS_FILE), lambda f: f.write(checksums_text(checksums).encode()))
+    _fsync_dir(tmp)
+    final = os.path.join(table_dir, name)
+    if os.path.exists(final):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MongoError(2, f"part {name} already exists in {table_dir}")
+    os.rename(tmp, final)
+    _fsync_dir(table_dir)
+    return PartFiles(name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
+
+
+def read_checksums(part_dir: str) -> dict[str, tuple[int, str]]:
+    with open(os.path.join(part_dir, CHECKSUMS_FILE), encoding="utf-8") as f:
+        return parse_checksums(f.read())
+
+
+def verify_part(part_dir: str) -> str | None:
+    """Why the part directory is not a whole, intact part (None: it is)."""
+    try:
+        expected = read_checksums(part_dir)
+    except (OSError, ValueError, MongoError) as exc:
+        return f"no readable {CHECKSUMS_FILE}: {exc}"
+    for file, (size, digest) in expected.items():
+        path = os.path.join(part_dir, file)
+        if not os.path.exists(path):
+            return f"{file} is missing"
+        if _sha256(path) != (size, digest):
+            return f"{file} does not match its checksum"
+    return None
+
+
+def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = None) -> pa.Table:
+    """A part's rows in the table's current schema (columns added since it was written get defaults)."""
+    data = pq.read_table(os.path.join(part_dir, DATA_FILE))
+    present = [name for name in data.column_names if table.column(name) is not None]
+    data = conform(table, data.select(present))
+    if columns is not None:
+        data = data.select(list(columns))
+    return data
+
+
+def merge_parts(table_dir: str, sources: Iterable[str], name: str, table: TableDef) -> PartFiles:
+    """Writes the merge of the parts `sources` (by name, under `table_dir`) as part `name`."""
+    tables = [read_part(os.path.join(table_dir, check_part_dir_name(s)), table) for s in sources]
+    merged = sort_rows(table, pa.concat_tables(tables)) if tables else arrow_schema(table).empty_table()
+    return write_part(table_dir, name, merged, table, prefix=TMP_MERGE)
+
+
+def remove_temporary(table_dir: str) -> list[str]:
+    """Start-up: removes the temporary directories a crash left behind; returns their names."""
+    if not os.path.isdir(table_dir):
+        return []
+    removed = [entry for entry in sorted(os.listdir(table_dir)) if entry.startswith(TEMPORARY_PREFIXES)]
+    for entry in removed:
+        shutil.rmtree(os.path.join(table_dir, entry), ignore_errors=True)
+    return removed

@@ -1,0 +1,164 @@
+"""A parts table's definition: columns with Arrow types, the partition key, the order key.
+
+`createPartsTable` takes
+
+    {createPartsTable: "events", columns: [{name: "ts", type: "timestamp[ms]"}, {name: "user", type: "string"},
+     {name: "n", type: "int64", default: 0}], partitionBy: "toYYYYMM(ts)", orderBy: ["user", "ts"]}
+
+`partitionBy` is a column name, `toYYYYMM(<date or timestamp column>)`, or absent
+(every row in partition `all`). Partition ids follow ClickHouse: an integer key
+is its value, a date `YYYYMMDD`, a timestamp its Unix time in seconds,
+`toYYYYMM` gives `YYYYMM`, any other value the hex of a 128-bit hash of its text. The definition is replicated as a document
+(`to_document` / `from_document`) with a metadata version that every
+`alterPartsTable` bumps.
+
+Pure: documents in, definitions out (MongoError 2 BadValue / 9 FailedToParse on bad input).
+"""
+
+from __future__ import annotations
+
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
+import datetime
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from base.errors import MongoError
+
+BAD_VALUE = 2
+FAILED_TO_PARSE = 9
+# Arrow type names a column may have (pyarrow's aliases).
+ARROW_TYPES = frozenset({
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64",
+    "string", "large_string", "binary", "date32", "timestamp[s]", "timestamp[ms]", "timestamp[us]",
+    "timestamp[ns]", "timestamp[ms, tz=UTC]", "timestamp[us, tz=UTC]"})
+INTEGER_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+DATE_TYPES = frozenset({"date32"} | {t for t in ARROW_TYPES if t.startswith("timestamp")})
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+TO_YYYYMM = re.compile(r"^toYYYYMM\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)$")
+ALL_PARTITION = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: str
+    default: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKey:
+    """No key (`column` None), a column's value, or `toYYYYMM(column)`."""
+
+    column: str | None = None
+    by_month: bool = False
+
+    @property
+    def expression(self) -> str:
+        if self.column is None:
+            return ""
+        return f"toYYYYMM({self.column})" if self.by_month else self.column
+
+
+@dataclass(frozen=True, slots=True)
+class TableDef:
+    db: str
+    name: str
+    columns: tuple[Column, ...]
+    partition: PartitionKey = field(default_factory=PartitionKey)
+    order_by: tuple[str, ...] = ()
+    metadata_version: int = 0
+
+    @property
+    def ns(self) -> str:
+        return f"{self.db}.{self.name}"
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"_id": self.name, "columns": [{"name": c.name, "type": c.type, "default": c.default}
+                                               for c in self.columns],
+                "partitionBy": self.partition.expression, "orderBy": list(self.order_by),
+                "metadataVersion": self.metadata_version}
+
+    @classmethod
+    def from_document(cls, db: str, doc: Mapping[str, Any]) -> TableDef:
+        table = parse_table_def(db, str(doc["_id"]), doc)
+        return TableDef(table.db, table.name, table.columns, table.partition, table.order_by,
+                        int(doc.get("metadataVersion", 0)))
+
+
+def _bad(message: str, code: int = BAD_VALUE) -> MongoError:
+    return MongoError(code, message)
+
+
+def parse_table_def(db: str, name: str, spec: Mapping[str, Any]) -> TableDef:
+    """The definition `createPartsTable` describes (its fields `columns`, `partitionBy`, `orderBy`)."""
+    if not NAME.match(name):
+        raise _bad(f"bad table name {name!r}: letters, digits and '_', not starting with a digit", 73)
+    raw_columns = spec.get("columns")
+    if not isinstance(raw_columns, Sequence) or isinstance(raw_columns, (str, bytes)) or not raw_columns:
+        raise _bad("'columns' must be a non-empty array of {name, type[, default]}", FAILED_TO_PARSE)
+    columns: list[Column] = []
+    for raw in raw_columns:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("type"), str):
+            raise _bad(f"bad column {raw!r}: expected {{name: <string>, type: <Arrow type>}}", FAILED_TO_PARSE)
+        column_name, type_name = raw["name"], raw["type"]
+        if not NAME.match(column_name):
+            raise _bad(f"bad column name {column_name!r}")
+        if type_name not in ARROW_TYPES:
+            raise _bad(f"column {column_name!r}: unknown type {type_name!r}; one of {sorted(ARROW_TYPES)}")
+        if any(c.name == column_name for c in columns):
+            raise _bad(f"column {column_name!r} is defined twice")
+        columns.append(Column(column_name, type_name, raw.get("default")))
+    by_name = {c.name: c for c in columns}
+    partition = _parse_partition(spec.get("partitionBy"), by_name)
+    raw_order = spec.get("orderBy", [])
+    order = [raw_order] if isinstance(raw_order, str) else raw_order
+    if not isinstance(order, Sequence) or not all(isinstance(c, str) for c in order):
+        raise _bad("'orderBy' must be a column name or an array of column names", FAILED_TO_PARSE)
+    for c in order:
+        if c not in by_name:
+            raise _bad(f"orderBy column {c!r} is not a column of the table")
+    return TableDef(db, name, tuple(columns), partition, tuple(order))
+
+
+def _parse_partition(raw: Any, columns: Mapping[str, Column]) -> PartitionKey:
+    if raw in (None, "", "tuple()"):
+        return PartitionKey()
+    if not isinstance(raw, str):
+        raise _bad("'partitionBy' must be a column name or toYYYYMM(<column>)", FAILED_TO_PARSE)
+    month = TO_YYYYMM.match(raw)
+    name = month.group(1) if month else raw
+    column = columns.get(name)
+    if column is None:
+        raise _bad(f"partitionBy column {name!r} is not a column of the table")
+    if month and column.type not in DATE_TYPES:
+        raise _bad(f"toYYYYMM needs a date or timestamp column; {name!r} is {column.type}")
+    return PartitionKey(name, bool(month))
+
+
+def partition_id(key: PartitionKey, value: Any) -> str:
+    """The partition a row whose partition column holds `value` belongs to."""
+    if key.column is None:
+        return ALL_PARTITION
+    if key.by_month:
+        if not isinstance(value, (datetime.date, datetime.datetime)):
+            raise _bad(f"toYYYYMM({key.column}): {value!r} is not a date")
+        return f"{value.year:04d}{value.month:02d}"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime.datetime):  # the Unix time in seconds, as ClickHouse's DateTime keys
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
+        return str(int(aware.timestamp()))
+    if isinstance(value, datetime.date):
+        return value.strftime("%Y%m%d")
+    if value is None:
+        return "null"
+    return hashlib.blake2b(str(value).encode(), digest_size=16).hexdigest()

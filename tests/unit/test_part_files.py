@@ -1,0 +1,84 @@
+"""Parts on disk (oplog/parts/part_files.py): atomic writes, checksums, schema changes, merges."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+
+import pyarrow as pa
+import pytest
+
+from base.errors import MongoError
+from oplog.parts import part_files as pf
+from oplog.parts.table import TableDef, parse_table_def
+
+TABLE = parse_table_def("analytics", "events", {
+    "columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                {"name": "n", "type": "int64", "default": 0}],
+    "partitionBy": "toYYYYMM(ts)", "orderBy": ["user", "ts"]})
+
+
+def rows(*items: tuple[int, str, int]) -> pa.Table:
+    return pa.Table.from_pylist([{"ts": datetime.datetime(2024, month, 1), "user": user, "n": n}
+                                 for month, user, n in items])
+
+
+def test_an_insert_is_split_by_partition_sorted_and_written_atomically(tmp_path: pathlib.Path) -> None:
+    data = pf.conform(TABLE, rows((5, "bob", 1), (6, "al", 2), (5, "al", 3)))
+    parts = pf.split_by_partition(TABLE, data)
+    assert list(parts) == ["202405", "202406"]
+    assert parts["202405"].column("user").to_pylist() == ["al", "bob"]
+    written = pf.write_part(str(tmp_path), "202405_1_1_0", parts["202405"], TABLE)
+    assert written.rows == 2 and sorted(os.listdir(tmp_path)) == ["202405_1_1_0"]
+    part_dir = str(tmp_path / "202405_1_1_0")
+    assert sorted(os.listdir(part_dir)) == sorted(pf.PART_FILES)
+    assert pf.verify_part(part_dir) is None and pf.read_checksums(part_dir) == written.checksums
+    with open(os.path.join(part_dir, pf.DATA_FILE), "r+b") as f:
+        f.seek(10)
+        f.write(b"X")
+    assert pf.verify_part(part_dir) == "data.parquet does not match its checksum"
+    with pytest.raises(MongoError):
+        pf.write_part(str(tmp_path), "202405_1_1_0", parts["202405"], TABLE)      # never over a part
+
+
+def test_the_same_rows_make_the_same_bytes_and_merges_are_byte_identical(tmp_path: pathlib.Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        pf.write_part(str(d), "all_1_1_0", pf.conform(TABLE, rows((5, "z", 1), (5, "a", 2))), TABLE)
+        pf.write_part(str(d), "all_2_2_0", pf.conform(TABLE, rows((5, "m", 3))), TABLE)
+    merged = [pf.merge_parts(str(d), ["all_1_1_0", "all_2_2_0"], "all_1_2_1", TABLE) for d in (a, b)]
+    assert merged[0].checksums == merged[1].checksums and merged[0].rows == 3
+    assert pf.read_part(str(a / "all_1_2_1"), TABLE).column("user").to_pylist() == ["a", "m", "z"]
+    assert pf.rows_bytes(pf.conform(TABLE, rows((5, "q", 1)))) == pf.rows_bytes(pf.conform(TABLE, rows((5, "q", 1))))
+
+
+def test_parts_written_before_a_column_was_added_read_with_its_default(tmp_path: pathlib.Path) -> None:
+    pf.write_part(str(tmp_path), "all_1_1_0", pf.conform(TABLE, rows((5, "a", 1))), TABLE)
+    doc = TABLE.to_document()
+    doc["columns"].append({"name": "country", "type": "string", "default": "nl"})
+    wider = TableDef.from_document("analytics", doc)
+    assert pf.read_part(str(tmp_path / "all_1_1_0"), wider).column("country").to_pylist() == ["nl"]
+
+
+def test_bad_input_is_refused(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(MongoError) as exc:
+        pf.conform(TABLE, pa.Table.from_pylist([{"user": "a", "nope": 1}]))
+    assert "no column(s) nope" in str(exc.value)
+    with pytest.raises(MongoError):
+        pf.conform(TABLE, pa.Table.from_pylist([{"n": "not a number"}]))
+    for name in ("../x", "/etc/passwd", "data.parquet/../../x", "other.bin", ""):
+        with pytest.raises(MongoError):
+            pf.check_file_name(name)
+    for name in ("..", "a/b", ""):
+        with pytest.raises(MongoError):
+            pf.check_part_dir_name(name)
+
+
+def test_start_up_removes_what_a_crash_left_half_written(tmp_path: pathlib.Path) -> None:
+    pf.write_part(str(tmp_path), "all_1_1_0", pf.conform(TABLE, rows((5, "a", 1))), TABLE)
+    for leftover in ("tmp_insert_all_2_2_0", "tmp-fetch_all_3_3_0", "tmp_merge_all_1_2_1"):
+        (tmp_path / leftover).mkdir()
+    assert pf.remove_temporary(str(tmp_path)) == ["tmp-fetch_all_3_3_0", "tmp_insert_all_2_2_0",
+                                                   "tmp_merge_all_1_2_1"]
+    assert os.listdir(tmp_path) == ["all_1_1_0"]
