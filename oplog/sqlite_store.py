@@ -42,6 +42,7 @@ from bson.binary import Binary
 
 from base.errors import MongoError
 from oplog.codec_options import DOC_OPTIONS
+from oplog.durable_files import fsync_path
 from oplog.index_keys import index_keys, key_document
 from oplog.values import canonical_key
 
@@ -706,11 +707,7 @@ class SQLiteStore:
         finally:
             copy.close()
             source.close()
-        fd = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(target)
         return target
 
     def close(self) -> None:

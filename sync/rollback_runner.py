@@ -36,6 +36,7 @@ from bson.codec_options import CodecOptions
 from base.errors import MongoError
 from base.optime import OpTime
 from oplog.codec_options import DOC_OPTIONS
+from oplog.durable_files import fsync_path
 from oplog.sqlite_store import StoreTxn
 from sync.peer import PeerClient, PeerError
 from sync.rollback import MAX_ROLLBACK_ENTRIES, RollbackPlan, plan_rollback, recalled
@@ -242,7 +243,7 @@ class RollbackRunner:
                     f.write(bson.encode(doc, codec_options=options))
                 f.flush()
                 os.fsync(f.fileno())
-            _fsync_dir(directory)
+            fsync_path(directory)
             files.append(path)
             log.warning("saved %d rolled-back documents of %s to %s", len(docs), ns, path)
         return sum(map(len, by_ns.values())), files
@@ -300,14 +301,6 @@ def _insert(txn: StoreTxn, ns: str, doc: dict[str, Any]) -> None:
     except MongoError as exc:
         # A unique-index clash with a document the source's later entries change: applying them fixes it.
         log.warning("rollback: refetched document of %s not restored yet: %s", ns, exc)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_rbid(node: SyncHost) -> int:

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from base.errors import MongoError
+from oplog.durable_files import fsync_path
 from oplog.parts.table import TableDef, partition_id
 
 DATA_FILE = "data.parquet"
@@ -119,14 +120,6 @@ def rows_bytes(data: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sha256(path: str) -> tuple[int, str]:
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as f:
@@ -176,13 +169,13 @@ def write_part(table_dir: str, name: str, data: pa.Table, table: TableDef, *, pr
     _write_file(os.path.join(tmp, COLUMNS_FILE), lambda f: f.write(columns_text(table).encode()))
     checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
     _write_file(os.path.join(tmp, CHECKSUMS_FILE), lambda f: f.write(checksums_text(checksums).encode()))
-    _fsync_dir(tmp)
+    fsync_path(tmp)
     final = os.path.join(table_dir, name)
     if os.path.exists(final):
         shutil.rmtree(tmp, ignore_errors=True)
         raise MongoError(2, f"part {name} already exists in {table_dir}")
     os.rename(tmp, final)
-    _fsync_dir(table_dir)
+    fsync_path(table_dir)
     return PartFiles(name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
 
 
