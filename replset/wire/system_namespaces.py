@@ -20,7 +20,9 @@ could make a retried write run twice), `admin.system.version`, `admin.system.key
 `admin.system.users` and `admin.system.roles` (changed only through the user commands, once users
 exist). Beyond mongod, `local.replset.*` (the member's vote and recovery records) is protected as
 well: mongod leaves it writable, and an edited vote record lets a member vote twice in a term.
-Other `local` collections stay writable (they are never replicated).
+Other `local` collections stay writable (they are never replicated). In every database,
+`system.parts` and `system.parts.*` hold the part log's shared state (log entries, block ids, which
+replica holds which part): only the part-log commands write them.
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ ILLEGAL_OPERATION = 20
 DROP_LIVE_OPLOG = 5255000
 
 
+PART_LOG_COLLECTION = "system.parts"
+
+
 def is_protected(ns: str) -> bool:
-    return ns in PROTECTED_NAMESPACES or ns.startswith(PROTECTED_PREFIXES)
+    if ns in PROTECTED_NAMESPACES or ns.startswith(PROTECTED_PREFIXES):
+        return True
+    coll = ns.partition(".")[2]
+    return coll == PART_LOG_COLLECTION or coll.startswith(PART_LOG_COLLECTION + ".")
 
 
 def check_write(ns: str) -> None:

@@ -21,6 +21,8 @@ PROTECTED = [
     "admin.system.keys",
     "admin.system.users",
     "admin.system.roles",
+    "analytics.system.parts",
+    "analytics.system.parts.events.log",
 ]
 
 
