@@ -309,7 +309,15 @@ _REPL: dict[str, CommandArgs] = {
     "resync": CommandArgs(fields={"wait": _ANY}),
 }
 
-COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL}
+_PARTS: dict[str, CommandArgs] = {
+    "createPartsTable": _collection_command({
+        "columns": _array(("object",), required=True), "partitionBy": _str(),
+        "orderBy": Arg(("string", "array")),
+    }),
+    "dropPartsTable": _collection_command({}),
+}
+
+COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL, **_PARTS}
 _DEFAULT = CommandArgs()
 
 

@@ -65,6 +65,13 @@ def command(*names: str, kind: str = "any") -> Callable[[Handler], Handler]:
     return register
 
 
+def load_commands() -> dict[str, CommandSpec]:
+    """Every command, registered by importing the modules that define them."""
+    from replset.wire import admin, crud, parts_commands, repl_commands  # noqa: F401
+
+    return COMMANDS
+
+
 def _secondary_ok(cmd: dict[str, Any]) -> bool:
     pref = cmd.get("$readPreference")
     return isinstance(pref, dict) and pref.get("mode", "primary") != "primary"
@@ -85,8 +92,7 @@ class Dispatcher:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._internal_errors: dict[tuple[str, str, str, int], int] = {}
-        # Import for the registration side effect.
-        from replset.wire import admin, crud, repl_commands  # noqa: F401
+        load_commands()
 
     async def handle(self, conn: Connection, request: Request) -> bytes | None:
         if isinstance(request, OpQueryRequest):

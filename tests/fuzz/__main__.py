@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from replset.wire.commands import COMMANDS
+from replset.wire.commands import load_commands
 from tests.fuzz.cases import CaseFactory
 from tests.fuzz.runner import Runner, Stats, run
 from tests.support.members import Member
@@ -27,9 +27,7 @@ HANDLER_LOG = re.compile(r"command (\S+) failed|internal error")
 
 
 def registered_commands() -> list[str]:
-    from replset.wire import admin, crud, repl_commands  # noqa: F401  (registration side effect)
-
-    return sorted(COMMANDS)
+    return sorted(load_commands())
 
 
 def scan_log(text: str) -> tuple[int, int, list[str]]:
