@@ -94,9 +94,12 @@ def conform(table: TableDef, data: pa.Table) -> pa.Table:
 
 
 def sort_rows(table: TableDef, data: pa.Table) -> pa.Table:
-    if not table.order_by or data.num_rows < 2:
+    """Sorted by the order key, then by the other columns: the same rows in any order sort the same,
+    so they make the same bytes (and the same block id)."""
+    if data.num_rows < 2:
         return data
-    indices = pc.sort_indices(data, sort_keys=[(name, "ascending") for name in table.order_by])
+    keys = [*table.order_by, *(name for name in data.column_names if name not in table.order_by)]
+    indices = pc.sort_indices(data, sort_keys=[(name, "ascending", "at_end") for name in keys])
     return data.take(indices)
 
 
@@ -157,11 +160,14 @@ def parse_checksums(text: str) -> dict[str, tuple[int, str]]:
     return result
 
 
-def write_part(table_dir: str, name: str, data: pa.Table, table: TableDef, *, prefix: str = TMP_INSERT) -> PartFiles:
-    """Writes `data` (conformed and sorted) as part `name` under `table_dir`, atomically."""
-    check_part_dir_name(name)
+def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableDef) -> PartFiles:
+    """Writes `data` (conformed and sorted) as a whole part in the directory `tmp_name` (a temporary
+    name: `publish` gives it its part name), every file and the directory fsynced."""
+    if not tmp_name.startswith(TEMPORARY_PREFIXES):
+        raise ValueError(f"{tmp_name!r} is not a temporary name")
+    check_part_dir_name(tmp_name)
     os.makedirs(table_dir, exist_ok=True)
-    tmp = os.path.join(table_dir, prefix + name)
+    tmp = os.path.join(table_dir, tmp_name)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     _write_file(os.path.join(tmp, DATA_FILE), lambda f: pq.write_table(
@@ -170,13 +176,30 @@ def write_part(table_dir: str, name: str, data: pa.Table, table: TableDef, *, pr
     checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
     _write_file(os.path.join(tmp, CHECKSUMS_FILE), lambda f: f.write(checksums_text(checksums).encode()))
     fsync_path(tmp)
-    final = os.path.join(table_dir, name)
+    return PartFiles(tmp_name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
+
+
+def publish(table_dir: str, tmp_name: str, name: str, *, sync: bool = True) -> None:
+    """Renames a temporary part to its part name (`sync`: and fsyncs the table directory)."""
+    final = os.path.join(table_dir, check_part_dir_name(name))
     if os.path.exists(final):
-        shutil.rmtree(tmp, ignore_errors=True)
         raise MongoError(2, f"part {name} already exists in {table_dir}")
-    os.rename(tmp, final)
-    fsync_path(table_dir)
-    return PartFiles(name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
+    os.rename(os.path.join(table_dir, check_part_dir_name(tmp_name)), final)
+    if sync:
+        fsync_path(table_dir)
+
+
+def write_part(table_dir: str, name: str, data: pa.Table, table: TableDef, *, prefix: str = TMP_INSERT) -> PartFiles:
+    """Writes `data` (conformed and sorted) as part `name` under `table_dir`, atomically."""
+    check_part_dir_name(name)
+    tmp_name = prefix + name
+    files = write_temp_part(table_dir, tmp_name, data, table)
+    try:
+        publish(table_dir, tmp_name, name)
+    except MongoError:
+        shutil.rmtree(os.path.join(table_dir, tmp_name), ignore_errors=True)
+        raise
+    return PartFiles(name, files.rows, files.bytes, files.checksums)
 
 
 def read_checksums(part_dir: str) -> dict[str, tuple[int, str]]:

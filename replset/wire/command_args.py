@@ -315,6 +315,10 @@ _PARTS: dict[str, CommandArgs] = {
         "orderBy": Arg(("string", "array")),
     }),
     "dropPartsTable": _collection_command({}),
+    "insertBlock": _collection_command({
+        "rows": _array(("object",)), "arrow": Arg(("binData",)), "dedupToken": _str(),
+        "insertQuorum": Arg(("string", *NUMBER)), "quorumTimeoutMS": _num(minimum=0),
+    }),
 }
 
 COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL, **_PARTS}

@@ -11,20 +11,29 @@ them but cannot write them (`system_namespaces`).
   48 `NamespaceExists` if the table exists; 2 / 9 / 73 for a bad definition.
 - `{dropPartsTable: <name>}`: 26 `NamespaceNotFound` if it does not exist; removes the
   definition and the table's state collections.
+- `{insertBlock: <name>, rows: [{...}, ...] | arrow: <Arrow IPC stream bytes>, dedupToken: <string>}`:
+  one block per partition, written as parts on this member and committed through the oplog
+  (`replset.parts.insert`); the reply lists each block's part and whether it was `deduplicated`.
+  On the primary only so far; `insertQuorum` above 1 is refused (2) until quorum inserts exist,
+  rather than accepted and ignored.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from base.errors import MongoError
 from oplog.entry import command_entry, delete_entry, insert_entry
 from oplog.parts.table import parse_table_def
 from oplog.writes import WriteEnv, ensure_collection
+from replset.parts.insert import insert_rows
+from replset.parts.names import tables_ns
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import run_write
-from replset.wire.system_namespaces import PART_LOG_COLLECTION
 
+BAD_VALUE = 2
 NAMESPACE_EXISTS = 48
 NAMESPACE_NOT_FOUND = 26
 
@@ -32,10 +41,6 @@ NAMESPACE_NOT_FOUND = 26
 def _majority_by_default(ctx: CommandContext) -> None:
     if ctx.cmd.get("writeConcern") is None:
         ctx.cmd["writeConcern"] = {"w": "majority"}
-
-
-def tables_ns(db: str) -> str:
-    return f"{db}.{PART_LOG_COLLECTION}"
 
 
 @command("createPartsTable", kind="write")
@@ -72,3 +77,30 @@ async def cmd_drop_parts_table(ctx: CommandContext) -> dict[str, Any]:
         return {"ok": 1.0}
 
     return await run_write(ctx, body)
+
+
+def _rows(ctx: CommandContext) -> pa.Table:
+    rows, arrow = ctx.cmd.get("rows"), ctx.cmd.get("arrow")
+    if (rows is None) == (arrow is None):
+        raise MongoError(BAD_VALUE, "insertBlock takes exactly one of 'rows' (an array of documents) and "
+                                    "'arrow' (Arrow IPC stream bytes)")
+    try:
+        data = pa.Table.from_pylist(list(rows)) if rows is not None else pa.ipc.open_stream(bytes(arrow)).read_all()
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
+    if data.num_rows == 0:
+        raise MongoError(BAD_VALUE, "insertBlock: no rows")
+    return data
+
+
+@command("insertBlock", kind="write")
+async def cmd_insert_block(ctx: CommandContext) -> dict[str, Any]:
+    name = ctx.cmd["insertBlock"]
+    quorum = ctx.cmd.get("insertQuorum")
+    if quorum not in (None, 0, 1):
+        raise MongoError(BAD_VALUE, "insertQuorum above 1 is not supported yet: the insert was not made")
+    data = _rows(ctx)
+    token = ctx.cmd.get("dedupToken")
+    _majority_by_default(ctx)
+    return await insert_rows(ctx.node, ctx.db, name, data, dedup_token=token,
+                             run_write=lambda body: run_write(ctx, body))

@@ -28,6 +28,7 @@ replica holds which part): only the part-log commands write them.
 from __future__ import annotations
 
 from base.errors import MongoError
+from replset.parts.names import PART_LOG
 from replset.wire.oplog_reader import OPLOG_NS
 
 PROTECTED_NAMESPACES = frozenset({
@@ -46,14 +47,11 @@ ILLEGAL_OPERATION = 20
 DROP_LIVE_OPLOG = 5255000
 
 
-PART_LOG_COLLECTION = "system.parts"
-
-
 def is_protected(ns: str) -> bool:
     if ns in PROTECTED_NAMESPACES or ns.startswith(PROTECTED_PREFIXES):
         return True
     coll = ns.partition(".")[2]
-    return coll == PART_LOG_COLLECTION or coll.startswith(PART_LOG_COLLECTION + ".")
+    return coll == PART_LOG or coll.startswith(PART_LOG + ".")
 
 
 def check_write(ns: str) -> None:

@@ -3,13 +3,16 @@ definitions and misuse get MongoDB codes, and the part log's state is not the cl
 
 from __future__ import annotations
 
+import datetime
+import os
 from typing import Any
 
 import pytest
 from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
-from tests.support.members import wait_for
+from oplog.parts import part_files as pf
+from tests.support.members import Member, wait_for
 from tests.support.replica_set import ReplicaSet
 
 EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -54,3 +57,53 @@ def test_the_part_log_state_is_not_the_clients_to_write(rs: ReplicaSet) -> None:
     db = rs.client().analytics
     assert _code(lambda: db["system.parts"].insert_one({"_id": "forged", "columns": []})) == 73
     assert _code(lambda: db["system.parts.events.log"].insert_one({"_id": "log-1"})) == 73
+
+
+def _rows(n: int, month: int = 5) -> list[dict[str, Any]]:
+    return [{"ts": datetime.datetime(2024, month, 1 + i % 28), "user": f"u{i % 7}", "n": i} for i in range(n)]
+
+
+def _part_dirs(member: Member, ns: str) -> list[str]:
+    directory = os.path.join(member.dbpath, "parts", ns)
+    return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+
+
+def test_a_block_becomes_a_part_per_partition_and_a_repeat_is_deduplicated(rs: ReplicaSet) -> None:
+    db = rs.client().shop
+    db.command({"createPartsTable": "events", **EVENTS})
+    primary = rs.wait_primary()
+    rows = _rows(40, 5) + _rows(10, 6)
+    first = db.command({"insertBlock": "events", "rows": rows})
+    assert first["inserted"] == 2 and first["deduplicated"] == 0 and "writeConcernError" not in first
+    parts = {b["partition"]: b["part"] for b in first["blocks"]}
+    assert parts == {"202405": "202405_1_1_0", "202406": "202406_1_1_0"}
+    assert _part_dirs(primary, "shop.events") == ["202405_1_1_0", "202406_1_1_0"]
+    assert pf.verify_part(os.path.join(primary.dbpath, "parts", "shop.events", "202405_1_1_0")) is None
+    # The same rows in another order: the same blocks; not an error, and no new part.
+    again = db.command({"insertBlock": "events", "rows": list(reversed(rows))})
+    assert again["inserted"] == 0 and again["deduplicated"] == 2
+    assert {b["part"] for b in again["blocks"]} == set(parts.values())
+    assert _part_dirs(primary, "shop.events") == ["202405_1_1_0", "202406_1_1_0"]   # temporaries gone
+    # A dedup token makes a retry a duplicate whatever its rows; new rows get the partition's next number.
+    token = db.command({"insertBlock": "events", "rows": _rows(3, 5), "dedupToken": "batch-7"})
+    assert [b["part"] for b in token["blocks"]] == ["202405_2_2_0"]
+    retry = db.command({"insertBlock": "events", "rows": _rows(4, 5), "dedupToken": "batch-7"})
+    assert retry["deduplicated"] == 1 and retry["blocks"][0]["part"] == "202405_2_2_0"
+    for member in rs.members:   # the log replicates (fetching the parts' bytes comes with the queue runner)
+        log = rs.direct(member).shop.get_collection("system.parts.events.log",
+                                                    read_preference=ReadPreference.SECONDARY_PREFERRED)
+        wait_for(lambda lg=log: lg.count_documents({}) == 3, 10, f"the part log on {member.host}")
+    entry = db["system.parts.events.log"].find_one({"part": "202405_1_1_0"})
+    assert entry["type"] == "GET_PART" and entry["source"] == primary.host and entry["rows"] == 40
+
+
+def test_bad_blocks_get_mongodb_codes(rs: ReplicaSet) -> None:
+    db = rs.client().shop2
+    db.command({"createPartsTable": "events", **EVENTS})
+    assert _code(lambda: db.command({"insertBlock": "nope", "rows": _rows(1)})) == 26
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": [{"bogus": 1}]})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": [{"n": "x"}]})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": []})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events"})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": 2})) == 2
+    assert _part_dirs(rs.wait_primary(), "shop2.events") == []

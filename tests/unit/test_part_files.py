@@ -82,3 +82,10 @@ def test_start_up_removes_what_a_crash_left_half_written(tmp_path: pathlib.Path)
     assert pf.remove_temporary(str(tmp_path)) == ["tmp-fetch_all_3_3_0", "tmp_insert_all_2_2_0",
                                                    "tmp_merge_all_1_2_1"]
     assert os.listdir(tmp_path) == ["all_1_1_0"]
+
+
+def test_the_same_rows_in_any_order_sort_to_the_same_bytes() -> None:
+    tied = rows((5, "a", 1), (5, "a", 2), (5, "b", 3), (5, "a", 1))      # ties on the order key (user, ts)
+    shuffled = tied.take(pa.array([3, 2, 1, 0]))
+    assert pf.rows_bytes(pf.sort_rows(TABLE, pf.conform(TABLE, tied))) == pf.rows_bytes(
+        pf.sort_rows(TABLE, pf.conform(TABLE, shuffled)))
