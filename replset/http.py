@@ -1,4 +1,5 @@
-"""HTTP status endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`.
+"""HTTP endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`, and the part files
+replicas fetch (`/parts/<db>.<table>/<part>/<file>`, `replset.parts.exchange`).
 
 Documents are rendered as MongoDB Extended JSON (relaxed), so optimes, dates and
 ObjectIds stay readable to operators and tools. `/health` also shows the wire
@@ -18,6 +19,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from bson import json_util
 
 from base.errors import MongoError
+from replset.parts.exchange import add_routes as add_part_routes
 from replset.status import replset_status
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/replSetGetStatus", _status)
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
+    add_part_routes(app, node)
     return app
 
 

@@ -160,6 +160,10 @@ def parse_checksums(text: str) -> dict[str, tuple[int, str]]:
     return result
 
 
+def write_checksums(part_dir: str, checksums: Mapping[str, tuple[int, str]]) -> None:
+    _write_file(os.path.join(part_dir, CHECKSUMS_FILE), lambda f: f.write(checksums_text(checksums).encode()))
+
+
 def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableDef) -> PartFiles:
     """Writes `data` (conformed and sorted) as a whole part in the directory `tmp_name` (a temporary
     name: `publish` gives it its part name), every file and the directory fsynced."""
@@ -174,7 +178,7 @@ def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableD
         data, f, compression=COMPRESSION, row_group_size=ROW_GROUP_ROWS, write_statistics=True))
     _write_file(os.path.join(tmp, COLUMNS_FILE), lambda f: f.write(columns_text(table).encode()))
     checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
-    _write_file(os.path.join(tmp, CHECKSUMS_FILE), lambda f: f.write(checksums_text(checksums).encode()))
+    write_checksums(tmp, checksums)
     fsync_path(tmp)
     return PartFiles(tmp_name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
 

@@ -3,15 +3,20 @@ definitions and misuse get MongoDB codes, and the part log's state is not the cl
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
+import urllib.error
+import urllib.request
 from typing import Any
 
+import aiohttp
 import pytest
 from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
 from oplog.parts import part_files as pf
+from sync.part_fetch import FetchFailed, fetch_part
 from tests.support.members import Member, wait_for
 from tests.support.replica_set import ReplicaSet
 
@@ -107,3 +112,39 @@ def test_bad_blocks_get_mongodb_codes(rs: ReplicaSet) -> None:
     assert _code(lambda: db.command({"insertBlock": "events"})) == 2
     assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": 2})) == 2
     assert _part_dirs(rs.wait_primary(), "shop2.events") == []
+
+
+def _log_checksums(doc: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    return {c["file"]: (c["size"], c["sha256"]) for c in doc["checksums"]}
+
+
+async def _fetch(source: Member, ns: str, part: str, checksums: dict[str, tuple[int, str]], directory: str) -> str:
+    async with aiohttp.ClientSession() as session:
+        return await fetch_part(session, f"127.0.0.1:{source.http_port}", ns, part, checksums, directory,
+                                progress_timeout_s=5)
+
+
+def test_a_part_is_fetched_byte_for_byte_and_bad_requests_get_no_file(rs: ReplicaSet, tmp_path: Any) -> None:
+    db = rs.client().fetchdb
+    db.command({"createPartsTable": "events", **EVENTS})
+    primary = rs.wait_primary()
+    reply = db.command({"insertBlock": "events", "rows": _rows(200)})
+    part = reply["blocks"][0]["part"]
+    checksums = _log_checksums(db["system.parts.events.log"].find_one({"part": part}))
+    path = asyncio.run(_fetch(primary, "fetchdb.events", part, checksums, str(tmp_path)))
+    assert pf.verify_part(path) is None and sorted(os.listdir(tmp_path)) == [part]
+    assert pf.read_checksums(path) == checksums
+    # A recorded checksum the bytes do not match: the fetch fails and leaves nothing.
+    forged = dict(checksums, **{pf.DATA_FILE: (checksums[pf.DATA_FILE][0], "0" * 64)})
+    with pytest.raises(FetchFailed):
+        asyncio.run(_fetch(primary, "fetchdb.events", part, forged, str(tmp_path / "again")))
+    assert os.listdir(tmp_path / "again") == []
+    base = f"http://127.0.0.1:{primary.http_port}/parts"
+    for url, status in [(f"{base}/fetchdb.events/{part}/..%2F..%2Fmember.log", 400),
+                        (f"{base}/fetchdb.events/..%2F..%2F/data.parquet", 400),
+                        (f"{base}/fetchdb.events/not_a_part/data.parquet", 400),
+                        (f"{base}/fetchdb.nope/{part}/data.parquet", 404),
+                        (f"{base}/fetchdb.events/all_9_9_0/data.parquet", 404)]:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url, timeout=5)
+        assert err.value.code == status, url

@@ -1,0 +1,54 @@
+"""Serving part files to the replicas that fetch them (ClickHouse's interserver `DataPartsExchange`).
+
+`GET /parts/<db>.<table>/<part>/<file>` on the member's HTTP port answers one file of
+a published part: `<file>` is one of the part's own files (`data.parquet`,
+`columns.txt`, `checksums.txt`), `<part>` must parse as a part name and `<db>.<table>`
+must be a parts table of this member. Anything else - a path that would leave the
+part directory, a temporary part, an unknown table - is 400 or 404, never a file.
+The fetcher (`sync.part_fetch`) checks every byte against the checksums the part
+log recorded when the part was committed, so a member serving a damaged copy is
+found out, not believed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from base.errors import MongoError
+from oplog.parts import part_files
+from oplog.parts.part_info import PartInfo
+from replset.parts.names import table_dir, tables_ns
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+ROUTE = "/parts/{ns}/{part}/{file}"
+
+
+def part_file_path(node: Node, ns: str, part: str, file: str) -> str:
+    """The file a request names, or a MongoError saying why it names none (BadValue / NamespaceNotFound)."""
+    db, _, table = ns.partition(".")
+    if not db or not table or "/" in ns or "\\" in ns or ".." in ns:
+        raise MongoError(2, f"{ns!r} is not a table namespace")
+    if node.store.reader.get(tables_ns(db), table) is None:
+        raise MongoError(26, f"parts table {ns} not found")
+    PartInfo.parse(part)
+    part_files.check_file_name(file)
+    return os.path.join(table_dir(node.options.dbpath, ns), part, file)
+
+
+def add_routes(app: web.Application, node: Node) -> None:
+    async def serve(request: web.Request) -> web.StreamResponse:
+        try:
+            path = part_file_path(node, request.match_info["ns"], request.match_info["part"],
+                                  request.match_info["file"])
+        except MongoError as exc:
+            raise web.HTTPNotFound(text=exc.errmsg) if exc.code == 26 else web.HTTPBadRequest(text=exc.errmsg)
+        if not os.path.isfile(path):
+            raise web.HTTPNotFound(text=f"this member has no {request.match_info['part']}")
+        return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+    app.router.add_get(ROUTE, serve)
