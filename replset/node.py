@@ -46,6 +46,7 @@ from oplog.writes import WriteEnv
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
+from replset.parts.manager import PartsManager
 from replset.pulse import Pulse
 from replset.query_pool import QueryPool
 from replset.replication import Replication
@@ -78,6 +79,11 @@ class NodeOptions:
     def me(self) -> str:
         host = "127.0.0.1" if self.bind_ip in ("0.0.0.0", "::") else self.bind_ip
         return f"{host}:{self.port}".lower()
+
+    @property
+    def http_address(self) -> str:
+        """Where this member's HTTP port answers (status, part files): `--httpPort`, else port + 1000."""
+        return f"{self.me.rpartition(':')[0]}:{self.http_port if self.http_port is not None else self.port + 1000}"
 
 
 def utcnow() -> datetime.datetime:
@@ -114,6 +120,7 @@ class Node:
         self._recovered_term = 0
         self._recovered_vote: LastVote | None = None
         self.repl = Replication(self)
+        self.parts = PartsManager(self)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -140,10 +147,12 @@ class Node:
                 return
             self.set_state(MemberState.ARBITER if me.arbiter_only else self.data_state())
             self.repl.start()
+        self.parts.start()
 
     async def stop(self) -> None:
         self.shutting_down = True
         self.notify_state_change()
+        await self.parts.stop()
         await self.repl.stop()
         await self.writer.stop()
         self.queries.shutdown()
@@ -255,6 +264,7 @@ class Node:
             self.last_durable_optime = self.last_committed_optime  # the log was cut back (rollback)
         self._oplog_advanced.fire()
         self.repl.on_local_commit()
+        self.parts.on_commit()
         self._maybe_trim_oplog()
 
     # -- durability (the journal flusher in `replset.group_commit`) ------------------------------------
@@ -280,6 +290,7 @@ class Node:
         """The oplog is being cut back (rollback) or dropped (initial sync), inside that transaction:
         a flush that began earlier proves nothing about the history that replaces it."""
         self._history_epoch += 1
+        self.parts.on_history_replaced()
         self.last_durable_optime = min(self.last_durable_optime, self.log.last)
 
     def data_state(self) -> MemberState:

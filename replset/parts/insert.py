@@ -100,7 +100,7 @@ def _next(env: WriteEnv, ns: str, counter: str) -> int:
 
 
 def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block], directory: str,
-                  source: str) -> None:
+                  source: str, http: str) -> None:
     """Inside the write transaction: dedup, numbers, log documents, and the renames (see the module doc)."""
     log_ns, counters_ns = state_ns(db, table.name, "log"), state_ns(db, table.name, "counters")
     ensure_collection(env, counters_ns)
@@ -116,7 +116,7 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
         block.part = inserted_part(block.partition_id, number).name
         env.emit(insert_entry(log_ns, {
             "_id": block.block_id, "seq": seq, "type": "GET_PART", "part": block.part,
-            "partition": block.partition_id, "blockId": block.block_id, "source": source,
+            "partition": block.partition_id, "blockId": block.block_id, "source": source, "http": http,
             "createTime": env.now, "rows": block.files.rows, "bytes": block.files.bytes,
             "checksums": [{"file": file, "size": size, "sha256": digest}
                           for file, (size, digest) in sorted(block.files.checksums.items())]}))
@@ -142,7 +142,7 @@ async def insert_rows(node: Any, db: str, name: str, data: pa.Table, *, dedup_to
 
     def body(env: WriteEnv) -> dict[str, Any]:
         commit_blocks(env, db=db, table=load_table(env.txn, db, name), blocks=blocks, directory=directory,
-                      source=node.options.me)
+                      source=node.options.me, http=node.options.http_address)
         return {"blocks": [b.reply() for b in blocks], "inserted": sum(not b.deduplicated for b in blocks),
                 "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
 

@@ -148,3 +148,20 @@ def test_a_part_is_fetched_byte_for_byte_and_bad_requests_get_no_file(rs: Replic
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(url, timeout=5)
         assert err.value.code == status, url
+
+
+def test_every_member_fetches_an_inserted_part_byte_for_byte(rs: ReplicaSet) -> None:
+    db = rs.client().everywhere
+    db.command({"createPartsTable": "events", **EVENTS})
+    reply = db.command({"insertBlock": "events", "rows": _rows(500, 5) + _rows(30, 7)})
+    parts = sorted(b["part"] for b in reply["blocks"])
+    primary = rs.wait_primary()
+    expected = {p: pf.read_checksums(os.path.join(primary.dbpath, "parts", "everywhere.events", p)) for p in parts}
+    for member in rs.members:
+        wait_for(lambda m=member: _part_dirs(m, "everywhere.events") == parts, 20, f"the parts on {member.host}")
+        for part in parts:
+            path = os.path.join(member.dbpath, "parts", "everywhere.events", part)
+            assert pf.verify_part(path) is None and pf.read_checksums(path) == expected[part]
+    db.command({"dropPartsTable": "events"})
+    for member in rs.members:
+        wait_for(lambda m=member: _part_dirs(m, "everywhere.events") == [], 20, f"the parts gone on {member.host}")
