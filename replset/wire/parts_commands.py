@@ -86,7 +86,7 @@ def _rows(ctx: CommandContext) -> pa.Table:
                                     "'arrow' (Arrow IPC stream bytes)")
     try:
         data = pa.Table.from_pylist(list(rows)) if rows is not None else pa.ipc.open_stream(bytes(arrow)).read_all()
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+    except (pa.ArrowException, OSError, TypeError, ValueError) as exc:  # OSError: a malformed IPC stream
         raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
     if data.num_rows == 0:
         raise MongoError(BAD_VALUE, "insertBlock: no rows")

@@ -110,6 +110,7 @@ def test_bad_blocks_get_mongodb_codes(rs: ReplicaSet) -> None:
     assert _code(lambda: db.command({"insertBlock": "events", "rows": [{"n": "x"}]})) == 2
     assert _code(lambda: db.command({"insertBlock": "events", "rows": []})) == 2
     assert _code(lambda: db.command({"insertBlock": "events"})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "arrow": b"\x00\x00\x00\x80" + bytes(12)})) == 2
     assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": 2})) == 2
     assert _part_dirs(rs.wait_primary(), "shop2.events") == []
 
