@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.initial_sync
 	$(BIN)/python -m bench.rss
 	$(BIN)/python -m bench.loop_latency
+	$(BIN)/python -m bench.part_log_pull
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

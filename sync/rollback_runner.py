@@ -255,6 +255,7 @@ class RollbackRunner:
         node, run = self.node, self.run_state
         common, min_valid = run.common_point, run.min_valid
         assert common is not None and min_valid is not None
+        refetched = plan.remembered()   # encoded here, not inside the transaction that holds the writer
 
         def write(txn: StoreTxn) -> Ending | None:
             # Checked again inside the transaction: a batch may have committed since the plan was made
@@ -281,7 +282,7 @@ class RollbackRunner:
                     _insert(txn, ns, doc)
             txn.truncate_oplog_after(common.ts_key)
             txn.set_meta(MIN_VALID_META, min_valid.to_document())
-            txn.set_meta(REFETCHED_META, plan.remembered())
+            txn.set_meta(REFETCHED_META, refetched)
             txn.set_meta(RBID_META, {"rbid": node.rbid + 1})
             node.log.last = common
             node.on_history_replaced()

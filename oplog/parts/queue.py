@@ -50,7 +50,8 @@ from __future__ import annotations
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
 import enum
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,8 +177,8 @@ class ReplicationQueue:
                     return f"another log entry for the same part ({producing}) is being processed"
                 if not producing.is_disjoint(part):
                     return f"part {part} is not disjoint with part {producing}, which is being processed"
-            drop = next((e for e in self.entries if e.type is EntryType.DROP_RANGE
-                         and e.new_part is not None and e.new_part.contains(part)), None)
+            drop = next((e for e in self._drop_ranges() if e.new_part is not None and e.new_part.contains(part)),
+                        None)
             if drop is not None:
                 return f"it produces part {part}, which is going to be dropped by {drop.new_part}"
         pool = entry.pool()
@@ -198,11 +199,16 @@ class ReplicationQueue:
             covered = next((p for p in self.future if part.contains(p)), None)
             if covered is not None:
                 return f"drop range {part} waits for part {covered}, which is being processed"
-            running = next((e for e in self.entries if e.currently_executing and e.type is EntryType.DROP_RANGE
+            running = next((e for e in self._drop_ranges() if e.currently_executing
                             and e.new_part is not None and not e.new_part.is_disjoint(part)), None)
             if running is not None:
                 return f"drop range {part} waits for drop range {running.new_part}"
         return None
+
+    def _drop_ranges(self) -> Iterator[QueueEntry]:
+        """The queued drop ranges: the front of the queue (`add` keeps them there), so a task's check
+        costs the number of drop ranges, not the length of the queue."""
+        return itertools.takewhile(lambda e: e.type is EntryType.DROP_RANGE, self.entries)
 
     def _being_produced(self, part: PartInfo, asking: QueueEntry) -> bool:
         """Whether another queued or running task produces `part` (or a part containing it)."""

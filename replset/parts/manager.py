@@ -41,7 +41,7 @@ from oplog.parts import part_files
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
-from replset.parts.names import PART_LOG, table_dir
+from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, fetch_part
 
@@ -67,9 +67,11 @@ class TableRuntime:
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)   # queued log documents by _id
 
 
-def local_parts(directory: str) -> list[PartInfo]:
-    """The published parts in a table's directory (temporary ones are removed first)."""
-    part_files.remove_temporary(directory)
+def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
+    """The published parts in a table's directory. At start-up, the temporary parts a crash left are
+    removed first; a later rebuild must not: an insert or a fetch may be writing one right now."""
+    if at_start_up:
+        part_files.remove_temporary(directory)
     parts = []
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         try:
@@ -87,6 +89,7 @@ class PartsManager:
         self._dirty = False
         self._rescan = True
         self._seen_key = 0
+        self._started_up = False   # the first load cleans up after a crash; later rebuilds leave tmp_ alone
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
@@ -147,17 +150,18 @@ class PartsManager:
                 await self._add_table(TableDef.from_document(info.ns.partition(".")[0], doc))
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
-            log_ns = f"{db}.{PART_LOG}.{name}.log"
+            log_ns = state_ns(db, name, "log")
             if reader.collection(log_ns) is not None:
                 for doc in sorted(reader.scan(log_ns), key=lambda d: int(d.get("seq", 0))):
                     self._enqueue(rt, doc)
+        self._started_up = True
         for ns in before.keys() - self.tables.keys():   # dropped: its parts go too
             log.info("parts table %s was dropped: removing its parts", ns)
             await asyncio.to_thread(shutil.rmtree, before[ns].directory, True)
 
     async def _add_table(self, table: TableDef) -> None:
         directory = table_dir(self.node.options.dbpath, table.ns)
-        parts = await asyncio.to_thread(local_parts, directory)
+        parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
         self.tables[table.ns] = TableRuntime(table, directory, ReplicationQueue(parts))
 
     def _pull(self) -> None:
