@@ -1,5 +1,6 @@
-"""HTTP endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`, and the part files
-replicas fetch (`/parts/<db>.<table>/<part>/<file>`, `replset.parts.exchange`).
+"""HTTP endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`, the part files
+replicas fetch (`/parts/<db>.<table>/<part>/<file>`, `replset.parts.exchange`) and inserts into parts
+tables (`POST /tables/<db>.<table>/insert`, `replset.parts.http_insert`).
 
 Documents are rendered as MongoDB Extended JSON (relaxed), so optimes, dates and
 ObjectIds stay readable to operators and tools. `/health` also shows the wire
@@ -20,6 +21,7 @@ from bson import json_util
 
 from base.errors import MongoError
 from replset.parts.exchange import add_routes as add_part_routes
+from replset.parts.http_insert import add_routes as add_insert_routes
 from replset.status import replset_status
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
     add_part_routes(app, node)
+    add_insert_routes(app, node)
     return app
 
 

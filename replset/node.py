@@ -235,6 +235,14 @@ class Node:
         member = config.member_by_id(primary_id) if primary_id is not None else None
         return member.host if member is not None else None
 
+    def live_members(self) -> set[str]:
+        """The hosts of the other members that answer heartbeats as primary or secondary."""
+        topology = self.repl.topology
+        if topology is None:
+            return set()
+        return {m.host for m in topology.members.values()
+                if m.healthy and m.state in (MemberState.PRIMARY, MemberState.SECONDARY)}
+
     def set_state(self, new: MemberState) -> None:
         """A transition the sync pipeline or the config drives; the replica core records it."""
         self.repl.enter_state(new)

@@ -732,6 +732,13 @@ class Replica:
             self._check_waiters()
         self._leave()
 
+    def holdings_changed(self, now: int) -> None:
+        """The shell has something new to say upstream beside positions (parts this member holds, or
+        ones a downstream member reported): report soon, as after a position move."""
+        self._enter(now)
+        self._own_position_moved()
+        self._leave()
+
     def _own_position_moved(self) -> None:
         if not self.reports_ride_on_fetch:
             self._report_needed = True

@@ -41,6 +41,7 @@ from base.optime import OpTime
 from oplog.sqlite_store import StoreTxn
 from replset import actions as act
 from replset.election import config_is_older
+from replset.parts.registry import HELD_FIELD
 from replset.pulse import Pulse
 from replset.replica import NEVER, NoConfig, Replica
 from replset.status import MemberView
@@ -227,7 +228,8 @@ class Replication:
         client = (PeerClient(member.host, latency_ms=self.node.failpoints.latency_ms,
                              route=self.node.failpoints.peer_route) if own else self._client(member.host, send.kind))
         try:
-            raw = await client.command(send.body, timeout_s=send.timeout_ms / 1000)
+            body = self._with_holdings(send.body) if send.kind is act.CallKind.POSITIONS else send.body
+            raw = await client.command(body, timeout_s=send.timeout_ms / 1000)
         except (PeerError, MongoError) as exc:
             refused = isinstance(exc, PeerError) and exc.refused
             if send.kind is act.CallKind.HEARTBEAT:
@@ -440,9 +442,21 @@ class Replication:
 
     def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.core.update_position(now_ms(), cmd)
+            reply = self.core.update_position(now_ms(), cmd)
+            if HELD_FIELD in cmd:
+                self.node.parts.on_held_report(cmd[HELD_FIELD])
+            return reply
         finally:
             self._carry_out()
+
+    def holdings_changed(self) -> None:
+        """The part log has "has part" acknowledgements to send upstream (`replset.parts.registry`)."""
+        self.core.holdings_changed(now_ms())
+        self._carry_out()
+
+    def _with_holdings(self, report: dict[str, Any]) -> dict[str, Any]:
+        held = self.node.parts.held_report()
+        return report | {HELD_FIELD: held} if held else report
 
     def on_sync_source_metadata(self, meta: ReplMetadata) -> None:
         self.core.sync_source_metadata(now_ms(), meta)
@@ -475,7 +489,8 @@ class Replication:
 
     def fetch_position_report(self) -> dict[str, Any] | None:
         """Our positions and those reported to us, for the fetcher's next getMore (`POSITIONS_FIELD`)."""
-        return self.core.positions_report()
+        report = self.core.positions_report()
+        return None if report is None else self._with_holdings(report)
 
     async def settle_durable(self) -> None:
         """Waits (at most `REPORT_LINGER_S`) for a journal flush under way, so one report carries both

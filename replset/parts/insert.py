@@ -28,7 +28,6 @@ otherwise): a part-log commit is a quorum write, as Keeper's are.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import shutil
@@ -45,11 +44,13 @@ from oplog.parts.blocks import block_id_of_rows, block_id_of_token
 from oplog.parts.part_info import inserted_part
 from oplog.parts.table import TableDef
 from oplog.writes import WriteEnv, ensure_collection
-from replset.parts.names import state_ns, table_dir, tables_ns
+from replset.parts.names import state_ns, tables_ns
+from replset.parts.registry import PENDING, holder_doc
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import StoreTxn
 
+BAD_VALUE = 2
 NAMESPACE_NOT_FOUND = 26
 _temp_names = itertools.count(1)   # two inserts of one block at once write different temporary parts
 
@@ -76,6 +77,26 @@ class Block:
         return {"partition": self.partition_id, "blockId": self.block_id, "part": self.part,
                 "rows": self.files.rows, "deduplicated": self.deduplicated}
 
+    def to_wire(self) -> dict[str, Any]:
+        """What the primary needs to commit a block written on another member (`_partsCommit`)."""
+        return {"partition": self.partition_id, "blockId": self.block_id, "rows": self.files.rows,
+                "bytes": self.files.bytes, "checksums": checksum_docs(self.files.checksums)}
+
+    @classmethod
+    def from_wire(cls, doc: Any) -> Block:
+        try:
+            checksums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in doc["checksums"]}
+            for file in checksums:
+                part_files.check_file_name(file)
+            files = part_files.PartFiles("", int(doc["rows"]), int(doc["bytes"]), checksums)
+            return cls(str(doc["partition"]), str(doc["blockId"]), "", files)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MongoError(BAD_VALUE, f"_partsCommit: malformed block {exc}") from None
+
+
+def checksum_docs(checksums: dict[str, tuple[int, str]]) -> list[dict[str, Any]]:
+    return [{"file": file, "size": size, "sha256": digest} for file, (size, digest) in sorted(checksums.items())]
+
 
 def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token: str | None) -> list[Block]:
     """Conforms, splits and sorts the rows and writes each partition's block as a temporary part."""
@@ -92,6 +113,30 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
     return blocks
 
 
+def table_from_rows(rows: list[Any]) -> pa.Table:
+    """An insert's rows given as documents; BadValue if they do not make a table."""
+    try:
+        data = pa.Table.from_pylist(rows)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
+    return _not_empty(data)
+
+
+def table_from_arrow(stream: bytes) -> pa.Table:
+    """An insert's rows given as an Arrow IPC stream; BadValue if it is not one."""
+    try:
+        data = pa.ipc.open_stream(stream).read_all()
+    except (pa.ArrowException, OSError, TypeError, ValueError) as exc:  # OSError: a malformed IPC stream
+        raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
+    return _not_empty(data)
+
+
+def _not_empty(data: pa.Table) -> pa.Table:
+    if data.num_rows == 0:
+        raise MongoError(BAD_VALUE, "insertBlock: no rows")
+    return data
+
+
 def _next(env: WriteEnv, ns: str, counter: str) -> int:
     doc = env.txn.get(ns, counter)
     value = (int(doc["n"]) if doc is not None else 0) + 1
@@ -99,31 +144,50 @@ def _next(env: WriteEnv, ns: str, counter: str) -> int:
     return value
 
 
-def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block], directory: str,
-                  source: str, http: str) -> None:
-    """Inside the write transaction: dedup, numbers, log documents, and the renames (see the module doc)."""
+def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block], source: str, http: str,
+                  attempt: str, quorum: int = 0, dedup_token: str | None = None) -> list[Block]:
+    """Inside the write transaction: dedup, numbers, the log documents and "`source` has the part"
+    (see the module doc). Returns the blocks that became new parts; the caller publishes them.
+
+    A block whose log document carries the same `attempt` was committed by an earlier try of this
+    insert (a reply lost, the primary changed): it is this insert's own part, not a duplicate."""
     log_ns, counters_ns = state_ns(db, table.name, "log"), state_ns(db, table.name, "counters")
-    ensure_collection(env, counters_ns)
-    ensure_collection(env, log_ns)
+    replicas_ns = state_ns(db, table.name, "replicas")
+    for ns in (counters_ns, log_ns, replicas_ns):
+        ensure_collection(env, ns)
+    if quorum > 1:
+        ensure_collection(env, state_ns(db, table.name, "quorum"))
     fresh = []
     for block in blocks:
         existing = env.txn.get(log_ns, block.block_id)
         if existing is not None:
-            block.part, block.deduplicated = str(existing["part"]), True
+            block.part = str(existing["part"])
+            block.deduplicated = existing.get("attempt") != attempt
+            if not block.deduplicated:
+                fresh.append(block)
             continue
         seq = _next(env, counters_ns, "seq")
         number = _next(env, counters_ns, f"block.{block.partition_id}")
         block.part = inserted_part(block.partition_id, number).name
+        if quorum > 1:   # before the log document: a prefix never holds a quorum part without its record
+            env.emit(insert_entry(state_ns(db, table.name, "quorum"), {
+                "_id": block.block_id, "part": block.part, "required": quorum, "status": PENDING,
+                "dedupToken": dedup_token, "createTime": env.now}))
         env.emit(insert_entry(log_ns, {
             "_id": block.block_id, "seq": seq, "type": "GET_PART", "part": block.part,
             "partition": block.partition_id, "blockId": block.block_id, "source": source, "http": http,
+            "attempt": attempt, "quorum": quorum, "dedupToken": dedup_token,
             "createTime": env.now, "rows": block.files.rows, "bytes": block.files.bytes,
-            "checksums": [{"file": file, "size": size, "sha256": digest}
-                          for file, (size, digest) in sorted(block.files.checksums.items())]}))
+            "checksums": checksum_docs(block.files.checksums)}))
+        env.emit(insert_entry(replicas_ns, holder_doc(block.part, source, http)))
         fresh.append(block)
-    for block in fresh:
+    return fresh
+
+
+def publish_blocks(directory: str, blocks: list[Block]) -> None:
+    for block in blocks:
         part_files.publish(directory, block.tmp_name, block.part, sync=False)
-    if fresh:
+    if blocks:
         fsync_path(directory)
 
 
@@ -131,22 +195,3 @@ def discard_temporary(directory: str, blocks: list[Block]) -> None:
     """The temporary parts not published: duplicates, and every block of a commit that failed."""
     for block in blocks:
         shutil.rmtree(os.path.join(directory, block.tmp_name), ignore_errors=True)
-
-
-async def insert_rows(node: Any, db: str, name: str, data: pa.Table, *, dedup_token: str | None,
-                      run_write: Any) -> dict[str, Any]:
-    """The `insertBlock` command's work; `run_write` runs the commit and waits for its write concern."""
-    table = load_table(node.store.reader, db, name)
-    directory = table_dir(node.options.dbpath, table.ns)
-    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)
-
-    def body(env: WriteEnv) -> dict[str, Any]:
-        commit_blocks(env, db=db, table=load_table(env.txn, db, name), blocks=blocks, directory=directory,
-                      source=node.options.me, http=node.options.http_address)
-        return {"blocks": [b.reply() for b in blocks], "inserted": sum(not b.deduplicated for b in blocks),
-                "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
-
-    try:
-        return await run_write(body)
-    finally:
-        await asyncio.to_thread(discard_temporary, directory, blocks)

@@ -41,7 +41,16 @@ from oplog.parts import part_files
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
+from replset.parts.commit import PrimaryLink
 from replset.parts.names import PART_LOG, state_ns, table_dir
+from replset.parts.registry import (
+    PENDING,
+    REACHED,
+    HeldReports,
+    Registration,
+    parse_held,
+    register_holders,
+)
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, fetch_part
 
@@ -65,6 +74,19 @@ class TableRuntime:
     directory: str
     queue: ReplicationQueue
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)   # queued log documents by _id
+    logged: set[str] = field(default_factory=set)                   # parts the log has produced
+    holders: dict[str, dict[str, str]] = field(default_factory=dict)   # part -> {member: http} (the registry)
+    quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
+
+    def add_holder(self, part: str, member: str, http: str) -> None:
+        self.holders.setdefault(part, {})[member] = http
+
+    def remove_holder(self, part: str, member: str) -> None:
+        held = self.holders.get(part)
+        if held is not None:
+            held.pop(member, None)
+            if not held:
+                del self.holders[part]
 
 
 def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
@@ -81,6 +103,20 @@ def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
     return parts
 
 
+def _publish_if_intact(directory: str, tmp_name: str, part: str, expected: dict[str, tuple[int, str]]) -> bool:
+    tmp_dir = os.path.join(directory, tmp_name)
+    if os.path.exists(os.path.join(directory, part)) or part_files.verify_part(tmp_dir) is not None:
+        return False
+    try:
+        written = part_files.read_checksums(tmp_dir)
+    except (OSError, ValueError, MongoError):
+        return False
+    if any(written.get(file) != sums for file, sums in expected.items()):
+        return False
+    part_files.publish(directory, tmp_name, part)
+    return True
+
+
 class PartsManager:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -93,6 +129,11 @@ class PartsManager:
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
+        self.link = PrimaryLink(node)
+        self.held = HeldReports(node.options.me, node.options.http_address)
+        self.registry_moved = Pulse()   # a holder registered or a quorum record changed
+        self._to_register: dict[tuple[str, str, str], str] = {}   # (table ns, part, member) -> http
+        self._registering: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -100,7 +141,8 @@ class PartsManager:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="part-log")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._running) if t is not None]
+        self.link.close()
+        tasks = [t for t in (self._task, self._registering, *self._running) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -130,6 +172,7 @@ class PartsManager:
                     self._pull()
                 if not self._rescan:
                     self._schedule()
+                    self._maybe_register()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -148,21 +191,53 @@ class PartsManager:
                 continue
             for doc in reader.scan(info.ns):
                 await self._add_table(TableDef.from_document(info.ns.partition(".")[0], doc))
+        self.held.own.clear()
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
-            log_ns = state_ns(db, name, "log")
-            if reader.collection(log_ns) is not None:
-                for doc in sorted(reader.scan(log_ns), key=lambda d: int(d.get("seq", 0))):
-                    self._enqueue(rt, doc)
+            for doc in self._scan(state_ns(db, name, "replicas")):
+                rt.add_holder(str(doc["part"]), str(doc["member"]), str(doc["http"]))
+            for doc in self._scan(state_ns(db, name, "quorum")):
+                if doc.get("status") == PENDING:
+                    rt.quorum_blocks[str(doc["part"])] = str(doc["_id"])
+            for doc in sorted(self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
+                self._enqueue(rt, doc)
+            for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
+                if part.name in rt.logged and self.node.options.me not in rt.holders.get(part.name, {}):
+                    self._held(rt, part.name)
         self._started_up = True
+        self.registry_moved.fire()
         for ns in before.keys() - self.tables.keys():   # dropped: its parts go too
             log.info("parts table %s was dropped: removing its parts", ns)
             await asyncio.to_thread(shutil.rmtree, before[ns].directory, True)
 
+    def _scan(self, ns: str) -> list[dict[str, Any]]:
+        reader = self.node.store.reader
+        return list(reader.scan(ns)) if reader.collection(ns) is not None else []
+
     async def _add_table(self, table: TableDef) -> None:
         directory = table_dir(self.node.options.dbpath, table.ns)
+        if not self._started_up:
+            await self._recover_inserts(table, directory)
         parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
         self.tables[table.ns] = TableRuntime(table, directory, ReplicationQueue(parts))
+
+    async def _recover_inserts(self, table: TableDef, directory: str) -> None:
+        """At start-up, before temporary parts are removed: an insert whose commit went through while this
+        member crashed before publishing its part left `tmp_insert_<block id>_...` behind, and a log
+        document naming this member as the source. Such a part is published if its files are the ones
+        the log recorded; anything else is left to the clean-up."""
+        names = await asyncio.to_thread(os.listdir, directory) if os.path.isdir(directory) else []
+        log_ns, me = state_ns(table.db, table.name, "log"), self.node.options.me
+        for name in names:
+            if not name.startswith(part_files.TMP_INSERT):
+                continue
+            block_id = name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0]
+            doc = self.node.store.reader.get(log_ns, block_id) if self.node.store.reader.collection(log_ns) else None
+            if doc is None or doc.get("source") != me:
+                continue
+            expected = {c["file"]: (int(c["size"]), str(c["sha256"])) for c in doc.get("checksums", [])}
+            if await asyncio.to_thread(_publish_if_intact, directory, name, str(doc["part"]), expected):
+                log.info("published %s of %s, committed before a crash", doc["part"], table.ns)
 
     def _pull(self) -> None:
         """The part-log entries committed since the last look."""
@@ -182,17 +257,46 @@ class PartsManager:
         db, _, coll = ns.partition(".")
         if coll == PART_LOG:
             self._rescan = True   # a table was created or dropped: reload the definitions
-        elif coll.startswith(f"{PART_LOG}.") and coll.endswith(".log") and op == "i":
-            table = coll[len(PART_LOG) + 1:-len(".log")]
+        elif coll.startswith(f"{PART_LOG}."):
+            table, _, what = coll[len(PART_LOG) + 1:].rpartition(".")
             rt = self.tables.get(f"{db}.{table}")
             if rt is None:
-                self._rescan = True
-            else:
+                if what == "log":
+                    self._rescan = True
+            elif what == "log" and op == "i":
                 self._enqueue(rt, entry["o"])
+            elif what == "replicas":
+                self._on_registry_entry(rt, op, entry)
+            elif what == "quorum":
+                self._on_quorum_entry(rt, ns, op, entry)
+
+    def _on_registry_entry(self, rt: TableRuntime, op: Any, entry: dict[str, Any]) -> None:
+        doc = entry["o"]
+        if op == "i":
+            part, member = str(doc["part"]), str(doc["member"])
+            rt.add_holder(part, member, str(doc["http"]))
+            if member == self.node.options.me:
+                self.held.own.pop((rt.table.ns, part), None)
+            self._to_register.pop((rt.table.ns, part, member), None)
+        elif op == "d":
+            part, _, member = str(doc["_id"]).rpartition("@")
+            rt.remove_holder(part, member)
+        self.registry_moved.fire()
+
+    def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
+        block_id = entry["o"]["_id"] if op in ("i", "d") else entry.get("o2", {}).get("_id")
+        doc = self.node.store.reader.get(ns, block_id)
+        for part, bid in list(rt.quorum_blocks.items()):
+            if bid == block_id:
+                del rt.quorum_blocks[part]
+        if doc is not None and doc.get("status") == PENDING:
+            rt.quorum_blocks[str(doc["part"])] = str(block_id)
+        self.registry_moved.fire()
 
     def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
         if doc.get("type") != "GET_PART":
             return
+        rt.logged.add(str(doc["part"]))
         entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(str(doc["part"])),
                            source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
         if rt.queue.add(entry):
@@ -216,14 +320,16 @@ class PartsManager:
     async def _fetch(self, rt: TableRuntime, entry: QueueEntry) -> None:
         doc = rt.docs.get(entry.node_name, {})
         error = ""
+        assert entry.new_part is not None
         try:
-            source = str(doc.get("http", ""))
-            if not source or doc.get("source") == self.node.options.me:
-                raise FetchFailed(f"no other replica is known to have {entry.new_part}")
+            source = self._fetch_source(rt, entry.new_part.name, doc)
+            if source is None:
+                raise FetchFailed(f"no other live replica is known to have {entry.new_part}")
             checksums = {c["file"]: (int(c["size"]), str(c["sha256"])) for c in doc.get("checksums", [])}
             assert self._session is not None and entry.new_part is not None
             await asyncio.to_thread(os.makedirs, rt.directory, exist_ok=True)
             await fetch_part(self._session, source, rt.table.ns, entry.new_part.name, checksums, rt.directory)
+            self._held(rt, entry.new_part.name)
         except (FetchFailed, MongoError, OSError) as exc:
             error = str(exc)
             log.info("fetching %s of %s failed: %s", entry.new_part, rt.table.ns, error)
@@ -233,6 +339,102 @@ class PartsManager:
                 if not error:
                     rt.docs.pop(entry.node_name, None)
             self._wake.fire()
+
+    def _fetch_source(self, rt: TableRuntime, part: str, doc: dict[str, Any]) -> str | None:
+        """Where to fetch `part` from: a live member the registry lists as holding it, chosen at random
+        (as today's ClickHouse does: it spreads the fetches of many replicas over every holder); the
+        member that inserted it when the registry names no live one yet."""
+        me, live = self.node.options.me, self.node.live_members()
+        holders = [http for member, http in rt.holders.get(part, {}).items() if member != me and member in live]
+        if holders:
+            return self.node.rng.choice(holders)
+        source = str(doc.get("source", ""))
+        return str(doc.get("http")) if source and source != me and doc.get("http") else None
+
+    # -- "has part": reports upstream, registration on the primary ---------------------------------
+
+    def _held(self, rt: TableRuntime, part: str) -> None:
+        """This member now holds `part`: the registry should say so."""
+        if self.node.options.me in rt.holders.get(part, {}):
+            return
+        self.held.own[(rt.table.ns, part)] = None
+        if self.node.is_primary:
+            self._to_register[(rt.table.ns, part, self.node.options.me)] = self.node.options.http_address
+            self._wake.fire()
+        else:
+            self.node.repl.holdings_changed()
+
+    def held_report(self) -> list[dict[str, Any]]:
+        """`partsHeld` for this member's next position report."""
+        return self.held.report(_now_ms())
+
+    def on_held_report(self, raw: Any) -> None:
+        """The `partsHeld` of a position report from a member syncing from us."""
+        items = parse_held(raw)
+        if not items:
+            return
+        if not self.node.is_primary:
+            if self.held.relay(items, _now_ms()):
+                self.node.repl.holdings_changed()
+            return
+        for member, http, parts in items:
+            for ns, part in parts:
+                rt = self.tables.get(ns)
+                if rt is not None and part in rt.logged and member not in rt.holders.get(part, {}):
+                    self._to_register[(ns, part, member)] = http
+        if self._to_register:
+            self._wake.fire()
+
+    def _maybe_register(self) -> None:
+        if not self._to_register or self._registering is not None or not self.node.is_primary:
+            if not self.node.is_primary:
+                self._to_register.clear()   # reported to a primary that stepped down: reported again
+            return
+        todo = []
+        for (ns, part, member), http in list(self._to_register.items())[:1000]:
+            rt = self.tables.get(ns)
+            if rt is None or part not in rt.logged:
+                self._to_register.pop((ns, part, member), None)
+                continue
+            todo.append(Registration(rt.table.db, rt.table.name, part, member, http, rt.quorum_blocks.get(part)))
+        if todo:
+            self._registering = asyncio.get_running_loop().create_task(self._register(todo))
+
+    async def _register(self, todo: list[Registration]) -> None:
+        config = self.node.config
+        members = [m.host for m in config.members] if config is not None else [self.node.options.me]
+        try:
+            await self.node.submit_write(lambda env: register_holders(env, todo, members), durable=False)
+            for reg in todo:
+                self._to_register.pop((f"{reg.db}.{reg.table}", reg.part, reg.member), None)
+        except MongoError as exc:
+            log.info("registering %d part holders failed: %s", len(todo), exc)
+        finally:
+            self._registering = None
+            self._wake.fire()
+
+    async def wait_quorum(self, ns: str, blocks: list[tuple[str, str]], required: int,
+                          timeout_s: float) -> list[str]:
+        """Each block's quorum status once none is pending, or when `timeout_s` passes: `reached`,
+        `pending` or `failed`. A block without a quorum record (a duplicate of an insert made without
+        one) has reached it when the registry lists `required` holders of its part."""
+        deadline = time.monotonic() + timeout_s
+        db, _, table = ns.partition(".")
+        quorum_ns = state_ns(db, table, "quorum")
+        while True:
+            statuses = []
+            for block_id, part in blocks:
+                record = self.node.store.reader.get(quorum_ns, block_id)
+                if record is not None:
+                    statuses.append(str(record.get("status", PENDING)))
+                else:
+                    rt = self.tables.get(ns)
+                    held = len(rt.holders.get(part, {})) if rt is not None else 0
+                    statuses.append(REACHED if held >= required else PENDING)
+            remaining = deadline - time.monotonic()
+            if PENDING not in statuses or remaining <= 0:
+                return statuses
+            await self.registry_moved.wait(remaining)
 
     # -- views -----------------------------------------------------------------------------------
 

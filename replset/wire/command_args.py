@@ -319,6 +319,11 @@ _PARTS: dict[str, CommandArgs] = {
         "rows": _array(("object",)), "arrow": Arg(("binData",)), "dedupToken": _str(),
         "insertQuorum": Arg(("string", *NUMBER)), "quorumTimeoutMS": _num(minimum=0),
     }),
+    "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str()}),
+    "_partsCommit": _collection_command({
+        "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(required=True),
+        "attempt": _str(required=True), "quorum": _num(minimum=0), "dedupToken": _str(),
+    }),
 }
 
 COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL, **_PARTS}

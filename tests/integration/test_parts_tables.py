@@ -111,7 +111,10 @@ def test_bad_blocks_get_mongodb_codes(rs: ReplicaSet) -> None:
     assert _code(lambda: db.command({"insertBlock": "events", "rows": []})) == 2
     assert _code(lambda: db.command({"insertBlock": "events"})) == 2
     assert _code(lambda: db.command({"insertBlock": "events", "arrow": b"\x00\x00\x00\x80" + bytes(12)})) == 2
-    assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": 2})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": 9})) == 100
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": -1})) == 2
+    assert _code(lambda: db.command({"insertBlock": "events", "rows": _rows(1), "insertQuorum": "most"})) == 2
+    assert _code(lambda: db.command({"insertStatus": "events"})) == 2
     assert _part_dirs(rs.wait_primary(), "shop2.events") == []
 
 

@@ -1,0 +1,208 @@
+"""Committing an insert's blocks from any member: on the primary itself, or sent to it.
+
+Theory of operation
+-------------------
+ClickHouse accepts an insert on every replica: the data stays where it was
+written, and only the part-log commit goes to Keeper. Here the primary is the
+Keeper. A member that is not primary writes the blocks as temporary parts on
+its own disk, sends `_partsCommit` (the blocks' ids, sizes and checksums, never
+their rows) to the primary over a member connection, and publishes its
+temporary parts under the names the primary's reply gives them. The log
+documents say this member is the part's source, so every other member fetches
+from it.
+
+The primary may change, or a reply may be lost, while a commit is under way:
+the commit is retried (tenacity, backing off, until `COMMIT_DEADLINE_S`)
+against whichever member is primary then. Each insert carries one `attempt`
+id for all its tries; a block whose log document has the same attempt was
+committed by an earlier try, so the reply still says "inserted" for it, never
+"deduplicated" by itself.
+
+A crash of this member between the primary's commit and the publish leaves a
+temporary part that a log document names: start-up publishes it
+(`replset.parts.manager`) instead of removing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from base.errors import RETRYABLE_CODES, MongoError
+from base.optime import OpTime
+from oplog.writes import WriteEnv
+from replset.parts.insert import (
+    Block,
+    commit_blocks,
+    discard_temporary,
+    load_table,
+    prepare_blocks,
+    publish_blocks,
+)
+from replset.parts.names import table_dir
+from replset.parts.registry import PENDING, REACHED
+from replset.write_concern import MAJORITY, WriteConcern
+from sync.peer import PeerClient, PeerError
+
+if TYPE_CHECKING:
+    from base.config import ReplSetConfig
+    from replset.node import Node
+
+QUORUM_TIMEOUT_MS = 600_000   # ClickHouse's insert_quorum_timeout
+BAD_VALUE = 2
+UNSATISFIABLE = 100
+COMMIT_DEADLINE_S = 30.0
+COMMIT_TIMEOUT_S = 60.0   # one try: the primary's reply waits for its write concern
+NO_PRIMARY = 10107
+
+
+def parse_quorum(raw: Any, config: ReplSetConfig | None) -> int:
+    """`insertQuorum`: 0 or 1 (no wait), N members, or "majority" of the data-bearing voters."""
+    data_bearing = sum(1 for m in config.members if m.data_bearing) if config is not None else 1
+    if raw == MAJORITY:
+        return config.write_majority_count if config is not None else 1
+    if isinstance(raw, (str, bool)) or not isinstance(raw, (int, float)) or int(raw) != raw or raw < 0:
+        raise MongoError(BAD_VALUE, f'insertQuorum must be a non-negative integer or "majority", not {raw!r}')
+    if int(raw) > data_bearing:
+        raise MongoError(UNSATISFIABLE, f"insertQuorum {int(raw)} asks for more replicas than the set has "
+                                        f"({data_bearing} hold data): the insert was not made")
+    return int(raw)
+
+
+def new_attempt() -> str:
+    return uuid.uuid4().hex
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, PeerError) or (isinstance(exc, MongoError) and exc.code in RETRYABLE_CODES)
+
+
+async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], dict[str, Any]]) -> dict[str, Any]:
+    """Runs `body` as one write on this member (the primary) and waits for `wc`; a write concern
+    failure is the reply's `writeConcernError`, as MongoDB's write commands answer."""
+    def fn(env: WriteEnv) -> tuple[dict[str, Any], OpTime | None]:
+        reply = body(env)
+        last = env.last_entry
+        return reply, OpTime.from_document(last) if last and "ts" in last else None
+
+    reply, optime = await node.submit_write(fn, durable=False)
+    wce = await node.wait_for_write_concern(wc, optime or node.last_committed_optime)
+    if wce is not None:
+        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+    return reply
+
+
+def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: str, attempt: str,
+                 quorum: int, dedup_token: str | None, directory: str | None) -> Callable[[WriteEnv], dict[str, Any]]:
+    """The primary's transaction; `directory` is set when the blocks' temporary parts are on this member
+    (published inside the transaction, before it commits)."""
+    def body(env: WriteEnv) -> dict[str, Any]:
+        fresh = commit_blocks(env, db=db, table=load_table(env.txn, db, name), blocks=blocks, source=source,
+                              http=http, attempt=attempt, quorum=quorum, dedup_token=dedup_token)
+        if directory is not None:
+            publish_blocks(directory, [b for b in fresh if b.tmp_name])
+        return {"blocks": [{"blockId": b.block_id, "part": b.part, "deduplicated": b.deduplicated}
+                           for b in blocks], "ok": 1.0}
+    return body
+
+
+class PrimaryLink:
+    """The member connection an insert on a secondary sends its commit over (one per primary host)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._clients: dict[str, PeerClient] = {}
+        self._lock = asyncio.Lock()
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def _client(self, host: str) -> PeerClient:
+        client = self._clients.get(host)
+        if client is None:
+            client = self._clients[host] = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
+                                                      route=self.node.failpoints.peer_route)
+        return client
+
+    async def commit(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
+                     attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:
+        """Commits `blocks` through whichever member is primary, retrying across a change of primary;
+        publishes the temporary parts written here under their committed names."""
+        node = self.node
+        reply: dict[str, Any] = {}
+        async for attempt_state in AsyncRetrying(
+                retry=retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down),
+                stop=stop_after_delay(COMMIT_DEADLINE_S), wait=wait_exponential_jitter(initial=0.05, max=1.0),
+                reraise=True):
+            with attempt_state:
+                reply = await self._commit_once(db, name, blocks, directory, wc=wc, attempt=attempt,
+                                                quorum=quorum, dedup_token=dedup_token)
+        return reply
+
+    async def _commit_once(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
+                           attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:
+        node = self.node
+        me, http = node.options.me, node.options.http_address
+        if node.is_primary:
+            return await commit_here(node, wc, primary_body(
+                db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
+                dedup_token=dedup_token, directory=directory))
+        host = node.primary_host
+        if host is None or host == me:
+            raise MongoError(NO_PRIMARY, "no primary is known to commit the insert through")
+        body: dict[str, Any] = {
+            "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me, "http": http,
+            "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document(), "$db": db}
+        if dedup_token is not None:
+            body["dedupToken"] = dedup_token
+        reply = await self._client(host).command(body, timeout_s=COMMIT_TIMEOUT_S)
+        if not reply.get("ok"):
+            raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", "_partsCommit failed")))
+        wce = reply.get("writeConcernError")
+        if isinstance(wce, dict) and wce.get("code") in RETRYABLE_CODES:
+            # Committed there, but that primary lost its role before the write concern was met: the
+            # commit may be rolled back. A retry (same attempt) finds it or commits it again.
+            raise MongoError(int(wce["code"]), str(wce.get("errmsg", "")))
+        committed = {str(b["blockId"]): b for b in reply.get("blocks", [])}
+        for block in blocks:
+            done = committed.get(block.block_id)
+            if done is None:
+                raise MongoError(8, f"_partsCommit answered without block {block.block_id}")
+            block.part, block.deduplicated = str(done["part"]), bool(done["deduplicated"])
+        await asyncio.to_thread(publish_blocks, directory, [b for b in blocks if not b.deduplicated])
+        return {"ok": 1.0} | ({"writeConcernError": wce} if isinstance(wce, dict) else {})
+
+
+async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: WriteConcern, dedup_token: str | None,
+                      quorum: int, quorum_timeout_ms: int) -> dict[str, Any]:
+    """The `insertBlock` command's work, on any member: write the blocks here, commit them through the
+    primary, then (`quorum` > 1) wait until that many members hold each new part."""
+    table = load_table(node.store.reader, db, name)
+    directory = table_dir(node.options.dbpath, table.ns)
+    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)
+    try:
+        committed = await node.parts.link.commit(db, name, blocks, directory, wc=wc, attempt=new_attempt(),
+                                                 quorum=quorum, dedup_token=dedup_token)
+    finally:
+        await asyncio.to_thread(discard_temporary, directory, blocks)
+    reply: dict[str, Any] = {"blocks": [b.reply() for b in blocks],
+                             "inserted": sum(not b.deduplicated for b in blocks),
+                             "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
+    if quorum > 1:
+        statuses = await node.parts.wait_quorum(table.ns, [(b.block_id, b.part) for b in blocks], quorum,
+                                                quorum_timeout_ms / 1000)
+        for block, status in zip(reply["blocks"], statuses, strict=True):
+            block["quorumStatus"] = status
+        # One answer for the insert: reached only if every block's part reached it.
+        reply["quorumStatus"] = (REACHED if all(s == REACHED for s in statuses)
+                                 else PENDING if PENDING in statuses else next(s for s in statuses if s != REACHED))
+    if "writeConcernError" in committed:
+        reply["writeConcernError"] = committed["writeConcernError"]
+    return reply

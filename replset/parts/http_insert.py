@@ -1,0 +1,104 @@
+"""`POST /tables/<db>.<table>/insert` on a member's HTTP port: ClickHouse's HTTP interface for inserts.
+
+The body is either an Arrow IPC stream (`Content-Type: application/vnd.apache.arrow.stream`) or
+JSON lines, one row per line, in MongoDB Extended JSON so dates and 64-bit integers keep their types
+(anything else). It may be far larger than aiohttp's 1 MiB default: it is read as a stream, up to
+`MAX_BODY_BYTES` (413 past that), and decoded off the event loop. Query parameters are the
+`insertBlock` command's: `insertQuorum`, `quorumTimeoutMS`, `dedupToken`, and `w` / `wtimeoutMS` for
+the commit's write concern (`w: "majority"` unless given).
+
+The reply is the `insertBlock` reply as relaxed Extended JSON; an error is MongoDB's error document
+with status 400 (bad input), 404 (no such table) or 503 (no primary to commit through, or shutting
+down), so a client can tell what to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from aiohttp import web
+from bson import json_util
+
+from base.errors import RETRYABLE_CODES, MongoError
+from replset.parts.commit import QUORUM_TIMEOUT_MS, insert_rows, parse_quorum
+from replset.parts.insert import table_from_arrow, table_from_rows
+from replset.write_concern import MAJORITY, parse_write_concern
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+ROUTE = "/tables/{ns}/insert"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+MAX_BODY_BYTES = 1 << 30
+_JSON_OPTIONS = json_util.RELAXED_JSON_OPTIONS
+
+
+def _reply(doc: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(text=json_util.dumps(doc, json_options=_JSON_OPTIONS), status=status,
+                        content_type="application/json")
+
+
+def _error(exc: MongoError) -> web.Response:
+    status = 404 if exc.code == 26 else 503 if exc.code in RETRYABLE_CODES else 400
+    return _reply(exc.to_document(), status)
+
+
+def rows_of_json_lines(body: bytes) -> pa.Table:
+    try:
+        rows = [json_util.loads(line) for line in body.splitlines() if line.strip()]
+    except (ValueError, TypeError) as exc:
+        raise MongoError(2, f"the body is not JSON lines: {exc}") from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise MongoError(2, "each line of the body must be a JSON object (one row)")
+    return table_from_rows(rows)
+
+
+def _int_param(query: Any, name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise MongoError(2, f"{name} must be an integer, not {raw!r}") from None
+
+
+def _insert_options(node: Node, query: Any) -> dict[str, Any]:
+    raw_quorum = query.get("insertQuorum", "0")
+    quorum = parse_quorum(raw_quorum if raw_quorum == MAJORITY else _int_param(query, "insertQuorum", 0),
+                          node.config)
+    w: Any = query.get("w", MAJORITY)
+    if w != MAJORITY:
+        w = _int_param(query, "w", 1)
+    return {"wc": parse_write_concern({"w": w, "wtimeout": _int_param(query, "wtimeoutMS", 0)}),
+            "dedup_token": query.get("dedupToken"), "quorum": quorum,
+            "quorum_timeout_ms": _int_param(query, "quorumTimeoutMS", QUORUM_TIMEOUT_MS)}
+
+
+async def _read_body(request: web.Request) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def add_routes(app: web.Application, node: Node) -> None:
+    async def insert(request: web.Request) -> web.Response:
+        db, _, table = request.match_info["ns"].partition(".")
+        try:
+            if not db or not table:
+                raise MongoError(2, f"{request.match_info['ns']!r} is not <db>.<table>")
+            options = _insert_options(node, request.query)
+            body = await _read_body(request)
+            decode = table_from_arrow if request.content_type == ARROW_STREAM else rows_of_json_lines
+            data = await asyncio.to_thread(decode, body)
+            return _reply(await insert_rows(node, db, table, data, **options))
+        except MongoError as exc:
+            return _error(exc)
+
+    app.router.add_post(ROUTE, insert)

@@ -1,0 +1,143 @@
+"""Which replica holds which part: the `<table>.replicas` registry, and the "has part" reports that fill it.
+
+Theory of operation
+-------------------
+ClickHouse keeps a node per part under each replica in Keeper. Here the
+registry is the replicated collection `<db>.system.parts.<table>.replicas`,
+one document per (part, member): `{_id: "<part>@<member>", part, member, http}`.
+The member that inserts a block registers itself in the insert's commit. Every
+other holder is registered by the primary, from reports that travel the way
+write acknowledgements do:
+
+* each member keeps the parts it holds that the registry does not yet list it
+  for (`HeldReports.own`: a part it fetched, or one whose registration a
+  failover lost);
+* the set rides on its position reports (`replSetUpdatePosition`, or the getMore
+  that carries positions) to its sync source as `partsHeld`; a member in the
+  middle of a chain relays what its downstream members reported, so the
+  acknowledgement of the last member of `P <- S1 <- S2` reaches the primary;
+* the primary writes the registry documents (one transaction per batch) and, in
+  the same transaction, marks a pending quorum insert `reached` once the
+  registry counts enough holders of its part;
+* the registration replicates back to the reporter, which then stops reporting
+  that part.
+
+The reports are state, not deltas: each one says everything a member still
+waits to have registered, so a lost report, a new primary or a restarted member
+changes nothing but the delay. A relayed member that stops reporting is
+forgotten after `RELAY_TTL_MS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oplog.entry import insert_entry, update_entry
+from oplog.writes import WriteEnv, ensure_collection
+from replset.parts.names import state_ns
+
+HELD_FIELD = "partsHeld"
+MAX_REPORTED_PARTS = 1000   # per report: the rest follows once these are registered
+RELAY_TTL_MS = 30_000
+PENDING, REACHED, FAILED = "pending", "reached", "failed"
+
+Holding = tuple[str, str]   # (table namespace, part name)
+
+
+@dataclass(slots=True)
+class HeldReports:
+    """What this member reports upstream: its own unregistered parts and those relayed to it."""
+
+    me: str
+    http: str
+    own: dict[Holding, None] = field(default_factory=dict)   # insertion-ordered set
+    relayed: dict[str, tuple[str, list[Holding], int]] = field(default_factory=dict)   # member -> (http, parts, at)
+
+    def report(self, now_ms: int) -> list[dict[str, Any]]:
+        """`partsHeld` for the next position report ([] when there is nothing to say)."""
+        items, budget = [], MAX_REPORTED_PARTS
+        own = list(self.own)[:budget]
+        if own:
+            items.append({"member": self.me, "http": self.http, "parts": [list(h) for h in own]})
+            budget -= len(own)
+        for member, (http, parts, at) in list(self.relayed.items()):
+            if now_ms - at > RELAY_TTL_MS:
+                del self.relayed[member]
+            elif budget > 0 and parts:
+                items.append({"member": member, "http": http, "parts": [list(h) for h in parts[:budget]]})
+                budget -= min(len(parts), budget)
+        return items
+
+    def relay(self, items: Iterable[tuple[str, str, list[Holding]]], now_ms: int) -> bool:
+        """Keeps what downstream members reported, to pass upstream; True if it says something new."""
+        changed = False
+        for member, http, parts in items:
+            if member == self.me:
+                continue
+            old = self.relayed.get(member)
+            changed = changed or old is None or old[1] != parts
+            self.relayed[member] = (http, parts, now_ms)
+        return changed
+
+
+def parse_held(raw: Any) -> list[tuple[str, str, list[Holding]]]:
+    """The `partsHeld` of a position report; anything malformed is ignored (reports are advisory)."""
+    out: list[tuple[str, str, list[Holding]]] = []
+    if not isinstance(raw, list):
+        return out
+    for item in raw[:64]:
+        if not isinstance(item, Mapping):
+            continue
+        member, http, parts = item.get("member"), item.get("http"), item.get("parts")
+        if not isinstance(member, str) or not isinstance(http, str) or not isinstance(parts, list):
+            continue
+        held = [(str(p[0]), str(p[1])) for p in parts[:MAX_REPORTED_PARTS]
+                if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)]
+        out.append((member, http, held))
+    return out
+
+
+def holder_id(part: str, member: str) -> str:
+    return f"{part}@{member}"
+
+
+def holder_doc(part: str, member: str, http: str) -> dict[str, Any]:
+    """A document of `<table>.replicas`: `member` holds `part` and serves it at `http`."""
+    return {"_id": holder_id(part, member), "part": part, "member": member, "http": http}
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    db: str
+    table: str
+    part: str
+    member: str
+    http: str
+    quorum_block: str | None   # the block id of the part's pending quorum insert, if it has one
+
+
+def register_holders(env: WriteEnv, todo: Iterable[Registration], members: Iterable[str]) -> int:
+    """The primary's transaction: registers each holder not yet listed, and marks a pending quorum
+    insert reached once `required` members hold its part. Returns how many holders it added."""
+    hosts = list(members)
+    added = 0
+    for reg in todo:
+        replicas_ns = state_ns(reg.db, reg.table, "replicas")
+        if env.txn.get(replicas_ns, holder_id(reg.part, reg.member)) is not None:
+            continue
+        ensure_collection(env, replicas_ns)
+        env.emit(insert_entry(replicas_ns, holder_doc(reg.part, reg.member, reg.http)))
+        added += 1
+        if reg.quorum_block is None:
+            continue
+        quorum_ns = state_ns(reg.db, reg.table, "quorum")
+        record = env.txn.get(quorum_ns, reg.quorum_block)
+        if record is None or record.get("status") != PENDING:
+            continue
+        holders = sum(env.txn.get(replicas_ns, holder_id(reg.part, host)) is not None for host in hosts)
+        if holders >= int(record.get("required", 0)):
+            env.emit(update_entry(quorum_ns, reg.quorum_block, {"$set": {"status": REACHED, "reachedTime": env.now,
+                                                                           "holders": holders}}))
+    return added
