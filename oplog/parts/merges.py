@@ -27,7 +27,8 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
-from collections.abc import Collection, Sequence
+import itertools
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from oplog.parts.active_set import ActivePartSet
@@ -123,3 +124,25 @@ def select_merge(candidates: Sequence[MergeCandidate], mergeable: Sequence[bool]
     if best is None:
         return []
     return [c.part for c in candidates[best[1]:best[2] + 1]]
+
+
+def plan_merges(current: ActivePartSet, virtual: ActivePartSet, sizes: Mapping[str, tuple[int, int]], now_ms: int,
+                *, pinned: Collection[PartInfo] = (), mutations: Mapping[str, Collection[int]] | None = None,
+                max_parts: int = MAX_PARTS_TO_MERGE, max_bytes: int = MAX_BYTES_TO_MERGE) -> list[list[PartInfo]]:
+    """At most one merge per partition, over the parts this replica has (`current`) that no queued task
+    already takes (`virtual`). `sizes`: part name -> (bytes, commit time in ms); a part it lacks counts
+    as empty and just committed."""
+    chosen = []
+    for partition in current.partitions():
+        parts = [p for p in current.parts_of(partition) if virtual.containing(p) == p]
+        if len(parts) < 2:
+            continue
+        partition_mutations = (mutations or {}).get(partition, ())
+        candidates = [MergeCandidate(p, sizes.get(p.name, (0, now_ms))[0],
+                                     max(0, now_ms - sizes.get(p.name, (0, now_ms))[1])) for p in parts]
+        mergeable = [can_merge(a, b, virtual=virtual, mutations=partition_mutations, pinned=pinned) is None
+                     for a, b in itertools.pairwise(parts)]
+        selected = select_merge(candidates, mergeable, max_parts=max_parts, max_bytes=max_bytes)
+        if selected:
+            chosen.append(selected)
+    return chosen

@@ -236,11 +236,21 @@ def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = No
     return data
 
 
+def merged_rows(table_dir: str, sources: Iterable[str], table: TableDef) -> pa.Table:
+    """The rows of the parts `sources` (by name, under `table_dir`) as one sorted table: the same on
+    every replica, so the merged part's bytes are too."""
+    tables = [read_part(os.path.join(table_dir, check_part_dir_name(s)), table) for s in sources]
+    return sort_rows(table, pa.concat_tables(tables)) if tables else arrow_schema(table).empty_table()
+
+
 def merge_parts(table_dir: str, sources: Iterable[str], name: str, table: TableDef) -> PartFiles:
     """Writes the merge of the parts `sources` (by name, under `table_dir`) as part `name`."""
-    tables = [read_part(os.path.join(table_dir, check_part_dir_name(s)), table) for s in sources]
-    merged = sort_rows(table, pa.concat_tables(tables)) if tables else arrow_schema(table).empty_table()
-    return write_part(table_dir, name, merged, table, prefix=TMP_MERGE)
+    return write_part(table_dir, name, merged_rows(table_dir, sources, table), table, prefix=TMP_MERGE)
+
+
+def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: TableDef) -> PartFiles:
+    """Writes the merge of `sources` as the temporary part `tmp_name`, for the caller to check, then publish."""
+    return write_temp_part(table_dir, tmp_name, merged_rows(table_dir, sources, table), table)
 
 
 def remove_temporary(table_dir: str) -> list[str]:

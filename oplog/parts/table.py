@@ -64,6 +64,44 @@ class PartitionKey:
 
 
 @dataclass(frozen=True, slots=True)
+class TableSettings:
+    """A table's MergeTree settings (`settings: {...}` of `createPartsTable`), ClickHouse's defaults."""
+
+    old_parts_lifetime_secs: int = 480          # old_parts_lifetime: merged-away parts stay readable this long
+    parts_to_delay_insert: int = 1000           # active parts in a partition before inserts are slowed
+    parts_to_throw_insert: int = 3000           # ... and refused
+    max_delay_to_insert_ms: int = 1000
+    replicated_deduplication_window: int = 1000
+    replicated_deduplication_window_seconds: int = 604800
+    merge_selecting_sleep_ms: int = 5000        # how often the primary looks for merges when nothing changed
+
+    NAMES = {"oldPartsLifetimeSecs": "old_parts_lifetime_secs", "partsToDelayInsert": "parts_to_delay_insert",
+             "partsToThrowInsert": "parts_to_throw_insert", "maxDelayToInsertMS": "max_delay_to_insert_ms",
+             "replicatedDeduplicationWindow": "replicated_deduplication_window",
+             "replicatedDeduplicationWindowSeconds": "replicated_deduplication_window_seconds",
+             "mergeSelectingSleepMS": "merge_selecting_sleep_ms"}
+
+    def to_document(self) -> dict[str, int]:
+        return {doc_name: getattr(self, attr) for doc_name, attr in self.NAMES.items()}
+
+    @classmethod
+    def parse(cls, raw: Any) -> TableSettings:
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise _bad("'settings' must be an object", FAILED_TO_PARSE)
+        values = {}
+        for key, value in raw.items():
+            attr = cls.NAMES.get(key)
+            if attr is None:
+                raise _bad(f"unknown table setting {key!r}; known: {', '.join(cls.NAMES)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
+                raise _bad(f"table setting {key!r} must be a non-negative integer, not {value!r}")
+            values[attr] = int(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
 class TableDef:
     db: str
     name: str
@@ -71,6 +109,7 @@ class TableDef:
     partition: PartitionKey = field(default_factory=PartitionKey)
     order_by: tuple[str, ...] = ()
     metadata_version: int = 0
+    settings: TableSettings = field(default_factory=TableSettings)
 
     @property
     def ns(self) -> str:
@@ -83,13 +122,13 @@ class TableDef:
         return {"_id": self.name, "columns": [{"name": c.name, "type": c.type, "default": c.default}
                                                for c in self.columns],
                 "partitionBy": self.partition.expression, "orderBy": list(self.order_by),
-                "metadataVersion": self.metadata_version}
+                "metadataVersion": self.metadata_version, "settings": self.settings.to_document()}
 
     @classmethod
     def from_document(cls, db: str, doc: Mapping[str, Any]) -> TableDef:
         table = parse_table_def(db, str(doc["_id"]), doc)
         return TableDef(table.db, table.name, table.columns, table.partition, table.order_by,
-                        int(doc.get("metadataVersion", 0)))
+                        int(doc.get("metadataVersion", 0)), table.settings)
 
 
 def _bad(message: str, code: int = BAD_VALUE) -> MongoError:
@@ -124,7 +163,7 @@ def parse_table_def(db: str, name: str, spec: Mapping[str, Any]) -> TableDef:
     for c in order:
         if c not in by_name:
             raise _bad(f"orderBy column {c!r} is not a column of the table")
-    return TableDef(db, name, tuple(columns), partition, tuple(order))
+    return TableDef(db, name, tuple(columns), partition, tuple(order), settings=TableSettings.parse(spec.get("settings")))
 
 
 def _parse_partition(raw: Any, columns: Mapping[str, Column]) -> PartitionKey:

@@ -45,7 +45,7 @@ from oplog.parts.part_info import inserted_part
 from oplog.parts.table import TableDef
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.names import state_ns, tables_ns
-from replset.parts.registry import PENDING, holder_doc
+from replset.parts.registry import PENDING, checksum_docs, holder_doc
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import StoreTxn
@@ -94,10 +94,6 @@ class Block:
             raise MongoError(BAD_VALUE, f"_partsCommit: malformed block {exc}") from None
 
 
-def checksum_docs(checksums: dict[str, tuple[int, str]]) -> list[dict[str, Any]]:
-    return [{"file": file, "size": size, "sha256": digest} for file, (size, digest) in sorted(checksums.items())]
-
-
 def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token: str | None) -> list[Block]:
     """Conforms, splits and sorts the rows and writes each partition's block as a temporary part."""
     rows = part_files.conform(table, data)
@@ -137,7 +133,7 @@ def _not_empty(data: pa.Table) -> pa.Table:
     return data
 
 
-def _next(env: WriteEnv, ns: str, counter: str) -> int:
+def next_counter(env: WriteEnv, ns: str, counter: str) -> int:
     doc = env.txn.get(ns, counter)
     value = (int(doc["n"]) if doc is not None else 0) + 1
     env.emit(update_entry(ns, counter, {"$set": {"n": value}}, upsert=True))
@@ -166,8 +162,8 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
             if not block.deduplicated:
                 fresh.append(block)
             continue
-        seq = _next(env, counters_ns, "seq")
-        number = _next(env, counters_ns, f"block.{block.partition_id}")
+        seq = next_counter(env, counters_ns, "seq")
+        number = next_counter(env, counters_ns, f"block.{block.partition_id}")
         block.part = inserted_part(block.partition_id, number).name
         if quorum > 1:   # before the log document: a prefix never holds a quorum part without its record
             env.emit(insert_entry(state_ns(db, table.name, "quorum"), {
@@ -179,7 +175,7 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
             "attempt": attempt, "quorum": quorum, "dedupToken": dedup_token,
             "createTime": env.now, "rows": block.files.rows, "bytes": block.files.bytes,
             "checksums": checksum_docs(block.files.checksums)}))
-        env.emit(insert_entry(replicas_ns, holder_doc(block.part, source, http)))
+        env.emit(insert_entry(replicas_ns, holder_doc(block.part, source, http, block.files.checksums)))
         fresh.append(block)
     return fresh
 

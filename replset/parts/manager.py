@@ -2,20 +2,31 @@
 
 Theory of operation
 -------------------
-The part log is ordinary replicated documents (`replset.parts.insert`), so it
-reaches every member with the oplog - applied by the fetcher on a secondary,
-written by the primary itself. After each commit the manager looks at the new
-oplog entries (a byte search for `.system.parts` first, so other writes cost
-next to nothing) and turns each GET_PART log document into a task of that
-table's `oplog.parts.queue.ReplicationQueue` (idempotently: the task is keyed
-by the log document's `_id`). Applying stays synchronous and does no I/O; the
-work happens here, after the commit, off the apply path.
+The part log is ordinary replicated documents (`replset.parts.insert`,
+`replset.parts.leader`), so it reaches every member with the oplog - applied by
+the fetcher on a secondary, written by the primary itself. After each commit
+the manager looks at the new oplog entries (a byte search for `.system.parts`
+first, so other writes cost next to nothing) and turns each GET_PART and
+MERGE_PARTS log document into a task of that table's
+`oplog.parts.queue.ReplicationQueue` (idempotently: the task is keyed by the log
+document's `_id`). Applying stays synchronous and does no I/O; the work happens
+here, after the commit, off the apply path.
 
 The runner asks each queue for the tasks that may run (`next_to_run`, with
-ClickHouse's postponement reasons), and carries them out: a part this member
-already has needs nothing; otherwise it is fetched from the member that
-inserted it (`sync.part_fetch`: every byte checked against the log's
-checksums). A failed fetch stays queued and backs off; the queue view says why.
+ClickHouse's postponement reasons), and carries them out:
+
+* a part this member already has (or one containing it) needs nothing;
+* a merge whose sources are all here is done here, off the event loop; its
+  result is compared with the copy of any member the registry lists, and
+  fetched from that member instead if the bytes differ;
+* anything else is fetched (`sync.part_fetch`: every byte checked) from a live
+  member the registry lists as holding the part, chosen at random, or holding
+  a part that covers it (the part was merged away meanwhile).
+
+A failed task stays queued and backs off; the queue view says why. A part this
+member obtained is reported upstream until the registry lists it
+(`replset.parts.registry`). Parts a merge replaced stay on disk, readable, for
+`oldPartsLifetimeSecs`, then go.
 
 When the history is replaced (a rollback, an initial sync) or the oplog was
 trimmed past what the manager had seen, it rebuilds everything from the state
@@ -25,11 +36,11 @@ collections and the parts on disk, as at start-up: the queue is derived state.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -38,19 +49,15 @@ import bson
 from base.errors import MongoError
 from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
+from oplog.parts.active_set import ActivePartSet
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
 from replset.parts.commit import PrimaryLink
+from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
-from replset.parts.registry import (
-    PENDING,
-    REACHED,
-    HeldReports,
-    Registration,
-    parse_held,
-    register_holders,
-)
+from replset.parts.registry import PENDING, REACHED, Checksums, HeldReports, parse_checksums, parse_held
+from replset.parts.runtime import LoggedPart, TableRuntime, local_parts, publish_if_intact, same_data
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, fetch_part
 
@@ -61,60 +68,12 @@ log = logging.getLogger(__name__)
 
 MARKER = f".{PART_LOG}".encode()
 PULL_CHUNK = 1000
-RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks)
+RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
+_merge_names = itertools.count(1)
 
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-@dataclass(slots=True)
-class TableRuntime:
-    table: TableDef
-    directory: str
-    queue: ReplicationQueue
-    docs: dict[str, dict[str, Any]] = field(default_factory=dict)   # queued log documents by _id
-    logged: set[str] = field(default_factory=set)                   # parts the log has produced
-    holders: dict[str, dict[str, str]] = field(default_factory=dict)   # part -> {member: http} (the registry)
-    quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
-
-    def add_holder(self, part: str, member: str, http: str) -> None:
-        self.holders.setdefault(part, {})[member] = http
-
-    def remove_holder(self, part: str, member: str) -> None:
-        held = self.holders.get(part)
-        if held is not None:
-            held.pop(member, None)
-            if not held:
-                del self.holders[part]
-
-
-def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
-    """The published parts in a table's directory. At start-up, the temporary parts a crash left are
-    removed first; a later rebuild must not: an insert or a fetch may be writing one right now."""
-    if at_start_up:
-        part_files.remove_temporary(directory)
-    parts = []
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
-        try:
-            parts.append(PartInfo.parse(name))
-        except MongoError:
-            continue   # not a part (moved aside, or foreign): left alone
-    return parts
-
-
-def _publish_if_intact(directory: str, tmp_name: str, part: str, expected: dict[str, tuple[int, str]]) -> bool:
-    tmp_dir = os.path.join(directory, tmp_name)
-    if os.path.exists(os.path.join(directory, part)) or part_files.verify_part(tmp_dir) is not None:
-        return False
-    try:
-        written = part_files.read_checksums(tmp_dir)
-    except (OSError, ValueError, MongoError):
-        return False
-    if any(written.get(file) != sums for file, sums in expected.items()):
-        return False
-    part_files.publish(directory, tmp_name, part)
-    return True
 
 
 class PartsManager:
@@ -131,9 +90,8 @@ class PartsManager:
         self._session: aiohttp.ClientSession | None = None
         self.link = PrimaryLink(node)
         self.held = HeldReports(node.options.me, node.options.http_address)
+        self.leader = Leader(node, self.tables)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
-        self._to_register: dict[tuple[str, str, str], str] = {}   # (table ns, part, member) -> http
-        self._registering: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -142,7 +100,7 @@ class PartsManager:
 
     async def stop(self) -> None:
         self.link.close()
-        tasks = [t for t in (self._task, self._registering, *self._running) if t is not None]
+        tasks = [t for t in (self._task, self.leader.cancel(), *self._running) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -164,7 +122,7 @@ class PartsManager:
         self._session = aiohttp.ClientSession()
         while True:
             try:
-                if self._rescan and not self._running:   # rebuilt once running fetches ended
+                if self._rescan and not self._running:   # rebuilt once running tasks ended
                     self._rescan = self._dirty = False
                     await self._load_all()
                 elif self._dirty and not self._rescan:
@@ -172,7 +130,8 @@ class PartsManager:
                     self._pull()
                 if not self._rescan:
                     self._schedule()
-                    self._maybe_register()
+                    self.leader.step(self._wake.fire)
+                    self._remove_outdated()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -186,40 +145,58 @@ class PartsManager:
         reader = self.node.store.reader
         self._seen_key = reader.oplog_newest_key() or 0
         before, self.tables = self.tables, {}
-        for info in reader.collections():
-            if info.ns.partition(".")[2] != PART_LOG:
-                continue
-            for doc in reader.scan(info.ns):
-                await self._add_table(TableDef.from_document(info.ns.partition(".")[0], doc))
+        self.leader.rebind(self.tables)
+        definitions = await self._read_all(lambda r: [
+            (info.ns.partition(".")[0], doc) for info in r.collections()
+            if info.ns.partition(".")[2] == PART_LOG for doc in r.scan(info.ns)])
+        for db, doc in definitions:
+            await self._add_table(TableDef.from_document(db, doc))
         self.held.own.clear()
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
-            for doc in self._scan(state_ns(db, name, "replicas")):
-                rt.add_holder(str(doc["part"]), str(doc["member"]), str(doc["http"]))
-            for doc in self._scan(state_ns(db, name, "quorum")):
+            for doc in await self._scan(state_ns(db, name, "replicas")):
+                rt.add_holder(str(doc["part"]), str(doc["member"]), str(doc["http"]),
+                              parse_checksums(doc.get("checksums", [])))
+            for doc in await self._scan(state_ns(db, name, "quorum")):
                 if doc.get("status") == PENDING:
                     rt.quorum_blocks[str(doc["part"])] = str(doc["_id"])
-            for doc in sorted(self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
+            for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
-                if part.name in rt.logged and self.node.options.me not in rt.holders.get(part.name, {}):
-                    self._held(rt, part.name)
+                if part.name in rt.logged:
+                    self._held(rt, part.name, await asyncio.to_thread(self._checksums_of, rt, part.name))
         self._started_up = True
         self.registry_moved.fire()
         for ns in before.keys() - self.tables.keys():   # dropped: its parts go too
             log.info("parts table %s was dropped: removing its parts", ns)
             await asyncio.to_thread(shutil.rmtree, before[ns].directory, True)
 
-    def _scan(self, ns: str) -> list[dict[str, Any]]:
-        reader = self.node.store.reader
-        return list(reader.scan(ns)) if reader.collection(ns) is not None else []
+    async def _read_all(self, fn: Any) -> Any:
+        """`fn(reader)` on the query pool: a scan of a state collection grows with the table."""
+        store = self.node.store
+        return await self.node.queries.run(lambda: fn(store.thread_reader()))
+
+    async def _scan(self, ns: str) -> list[dict[str, Any]]:
+        return list(await self._read_all(lambda r: list(r.scan(ns)) if r.collection(ns) is not None else []))
+
+    @staticmethod
+    def _checksums_of(rt: TableRuntime, part: str) -> Checksums:
+        try:
+            return part_files.read_checksums(os.path.join(rt.directory, part))
+        except (OSError, ValueError, MongoError):
+            return {}
 
     async def _add_table(self, table: TableDef) -> None:
         directory = table_dir(self.node.options.dbpath, table.ns)
         if not self._started_up:
             await self._recover_inserts(table, directory)
         parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
-        self.tables[table.ns] = TableRuntime(table, directory, ReplicationQueue(parts))
+        rt = TableRuntime(table, directory, ReplicationQueue(parts))
+        now = time.monotonic()
+        for part in parts:
+            if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable
+                rt.outdated[part.name] = now
+        self.tables[table.ns] = rt
 
     async def _recover_inserts(self, table: TableDef, directory: str) -> None:
         """At start-up, before temporary parts are removed: an insert whose commit went through while this
@@ -228,15 +205,16 @@ class PartsManager:
         the log recorded; anything else is left to the clean-up."""
         names = await asyncio.to_thread(os.listdir, directory) if os.path.isdir(directory) else []
         log_ns, me = state_ns(table.db, table.name, "log"), self.node.options.me
+        reader = self.node.store.reader
         for name in names:
             if not name.startswith(part_files.TMP_INSERT):
                 continue
             block_id = name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0]
-            doc = self.node.store.reader.get(log_ns, block_id) if self.node.store.reader.collection(log_ns) else None
+            doc = reader.get(log_ns, block_id) if reader.collection(log_ns) is not None else None
             if doc is None or doc.get("source") != me:
                 continue
-            expected = {c["file"]: (int(c["size"]), str(c["sha256"])) for c in doc.get("checksums", [])}
-            if await asyncio.to_thread(_publish_if_intact, directory, name, str(doc["part"]), expected):
+            expected = parse_checksums(doc.get("checksums", []))
+            if await asyncio.to_thread(publish_if_intact, directory, name, str(doc["part"]), expected):
                 log.info("published %s of %s, committed before a crash", doc["part"], table.ns)
 
     def _pull(self) -> None:
@@ -274,10 +252,10 @@ class PartsManager:
         doc = entry["o"]
         if op == "i":
             part, member = str(doc["part"]), str(doc["member"])
-            rt.add_holder(part, member, str(doc["http"]))
+            rt.add_holder(part, member, str(doc["http"]), parse_checksums(doc.get("checksums", [])))
             if member == self.node.options.me:
                 self.held.own.pop((rt.table.ns, part), None)
-            self._to_register.pop((rt.table.ns, part, member), None)
+            self.leader.registered(rt.table.ns, part, member)
         elif op == "d":
             part, _, member = str(doc["_id"]).rpartition("@")
             rt.remove_holder(part, member)
@@ -294,11 +272,17 @@ class PartsManager:
         self.registry_moved.fire()
 
     def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
-        if doc.get("type") != "GET_PART":
+        kind = doc.get("type")
+        part = str(doc["part"])
+        if kind == "GET_PART":
+            entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
+                               source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
+        elif kind == "MERGE_PARTS":
+            entry = QueueEntry(str(doc["_id"]), EntryType.MERGE_PARTS, PartInfo.parse(part),
+                               source_parts=tuple(PartInfo.parse(str(s)) for s in doc.get("sources", ())))
+        else:
             return
-        rt.logged.add(str(doc["part"]))
-        entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(str(doc["part"])),
-                           source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
+        rt.logged[part] = LoggedPart.of(doc)
         if rt.queue.add(entry):
             rt.docs[entry.node_name] = doc
 
@@ -313,53 +297,140 @@ class PartsManager:
                     rt.queue.finished(entry, now)
                     rt.docs.pop(entry.node_name, None)
                     continue
-                task = asyncio.get_running_loop().create_task(self._fetch(rt, entry))
+                task = asyncio.get_running_loop().create_task(self._execute(rt, entry))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
 
-    async def _fetch(self, rt: TableRuntime, entry: QueueEntry) -> None:
-        doc = rt.docs.get(entry.node_name, {})
-        error = ""
+    async def _execute(self, rt: TableRuntime, entry: QueueEntry) -> None:
         assert entry.new_part is not None
+        error, produced, checksums = "", entry.new_part, {}
         try:
-            source = self._fetch_source(rt, entry.new_part.name, doc)
-            if source is None:
-                raise FetchFailed(f"no other live replica is known to have {entry.new_part}")
-            checksums = {c["file"]: (int(c["size"]), str(c["sha256"])) for c in doc.get("checksums", [])}
-            assert self._session is not None and entry.new_part is not None
             await asyncio.to_thread(os.makedirs, rt.directory, exist_ok=True)
-            await fetch_part(self._session, source, rt.table.ns, entry.new_part.name, checksums, rt.directory)
-            self._held(rt, entry.new_part.name)
+            merged = None
+            if entry.type is EntryType.GET_PART:   # an insert on this member published it already
+                merged = await asyncio.to_thread(self._published_here, rt, entry.new_part.name,
+                                                 rt.docs.get(entry.node_name, {}))
+            if merged is None and entry.type is EntryType.MERGE_PARTS and all(p in rt.queue.current for p in entry.source_parts):
+                merged = await self._merge_here(rt, entry)
+            if merged is not None:
+                checksums = merged
+            else:
+                produced, checksums = await self._fetch(rt, entry)
         except (FetchFailed, MongoError, OSError) as exc:
-            error = str(exc)
-            log.info("fetching %s of %s failed: %s", entry.new_part, rt.table.ns, error)
+            error = str(exc) or type(exc).__name__
+            log.info("%s of %s failed: %s", entry.node_name, rt.table.ns, error)
+        except Exception as exc:   # a bug or a damaged part: the task backs off, the runner goes on
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
-            if entry in rt.queue.entries:
-                rt.queue.finished(entry, _now_ms(), error=error)
+            if self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries:
+                replaced = [] if error else [p for p in rt.queue.current.covered_by(produced) if p != produced]
+                rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
                 if not error:
                     rt.docs.pop(entry.node_name, None)
+                    now = time.monotonic()
+                    for part in replaced:
+                        rt.outdated[part.name] = now
+                    self._held(rt, produced.name, checksums)
+                    if self.node.is_primary:
+                        self.leader.parts_arrived(rt)
             self._wake.fire()
 
-    def _fetch_source(self, rt: TableRuntime, part: str, doc: dict[str, Any]) -> str | None:
-        """Where to fetch `part` from: a live member the registry lists as holding it, chosen at random
-        (as today's ClickHouse does: it spreads the fetches of many replicas over every holder); the
-        member that inserted it when the registry names no live one yet."""
+    @staticmethod
+    def _published_here(rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
+        """The checksums of `part` if this member's directory holds it as the log recorded it."""
+        path = os.path.join(rt.directory, part)
+        if not os.path.isdir(path):
+            return None
+        try:
+            here = part_files.read_checksums(path)
+        except (OSError, ValueError, MongoError):
+            return None
+        expected = parse_checksums(doc.get("checksums", []))
+        return here if expected and same_data(here, expected) else None
+
+    async def _merge_here(self, rt: TableRuntime, entry: QueueEntry) -> Checksums | None:
+        """Merges the sources into the entry's part; None when another member's copy of the part has other
+        bytes (the caller fetches that copy instead: replicas end up byte-identical)."""
+        assert entry.new_part is not None
+        name = entry.new_part.name
+        tmp = f"{part_files.TMP_MERGE}{name}_{os.getpid()}_{next(_merge_names)}"
+        files = await asyncio.to_thread(part_files.merge_to_temp, rt.directory, [p.name for p in entry.source_parts],
+                                        tmp, rt.table)
+        try:
+            other = next((h for m, h in rt.holders.get(name, {}).items()
+                          if m != self.node.options.me and h.checksums), None)
+            if other is not None and not same_data(other.checksums, files.checksums):
+                log.warning("merging into %s of %s gave other bytes than the registered copy: fetching that",
+                            name, rt.table.ns)
+                return None
+            await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
+            return files.checksums
+        finally:
+            await asyncio.to_thread(shutil.rmtree, os.path.join(rt.directory, tmp), True)
+
+    async def _fetch(self, rt: TableRuntime, entry: QueueEntry) -> tuple[PartInfo, Checksums]:
+        assert entry.new_part is not None and self._session is not None
+        source = self._fetch_source(rt, entry.new_part, rt.docs.get(entry.node_name, {}))
+        if source is None:
+            raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
+        http, part, checksums = source
+        await fetch_part(self._session, http, rt.table.ns, part.name, checksums, rt.directory)
+        return part, checksums
+
+    def _fetch_source(self, rt: TableRuntime, part: PartInfo, doc: dict[str, Any]
+                      ) -> tuple[str, PartInfo, Checksums] | None:
+        """Where to fetch `part` from, and what to fetch: a live member the registry lists as holding it,
+        chosen at random (as today's ClickHouse does: the fetches of many replicas spread over every
+        holder); else a live member holding the largest part that covers it and that our own log
+        produces; else the member that inserted it, while the registry names no live holder yet."""
         me, live = self.node.options.me, self.node.live_members()
-        holders = [http for member, http in rt.holders.get(part, {}).items() if member != me and member in live]
-        if holders:
-            return self.node.rng.choice(holders)
-        source = str(doc.get("source", ""))
-        return str(doc.get("http")) if source and source != me and doc.get("http") else None
+        exact = [h for m, h in rt.holders.get(part.name, {}).items() if m != me and m in live and h.checksums]
+        if exact:
+            holder = self.node.rng.choice(exact)
+            return holder.http, part, holder.checksums
+        covering: list[tuple[PartInfo, Any]] = []
+        for name, by_member in rt.holders.items():
+            try:
+                info = PartInfo.parse(name)
+            except MongoError:
+                continue
+            if info != part and info.contains(part) and rt.queue.virtual.containing(info) is not None:
+                covering.extend((info, h) for m, h in by_member.items() if m != me and m in live and h.checksums)
+        if covering:
+            widest = max(covering, key=lambda c: (c[0].max_block - c[0].min_block, c[0].level))[0]
+            holder = self.node.rng.choice([h for info, h in covering if info == widest])
+            return holder.http, widest, holder.checksums
+        source, checksums = str(doc.get("source", "")), parse_checksums(doc.get("checksums", []))
+        if source and source != me and doc.get("http") and checksums:
+            return str(doc["http"]), part, checksums
+        return None
 
-    # -- "has part": reports upstream, registration on the primary ---------------------------------
+    def _remove_outdated(self) -> None:
+        """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long)."""
+        now = time.monotonic()
+        for rt in self.tables.values():
+            lifetime = rt.table.settings.old_parts_lifetime_secs
+            for name, since in list(rt.outdated.items()):
+                if now - since < lifetime:
+                    continue
+                del rt.outdated[name]
+                if PartInfo.parse(name) not in rt.queue.current:
+                    task = asyncio.get_running_loop().create_task(
+                        asyncio.to_thread(shutil.rmtree, os.path.join(rt.directory, name), True))
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
 
-    def _held(self, rt: TableRuntime, part: str) -> None:
+    # -- "has part": reports upstream --------------------------------------------------------------
+
+    def _held(self, rt: TableRuntime, part: str, checksums: Checksums) -> None:
         """This member now holds `part`: the registry should say so."""
-        if self.node.options.me in rt.holders.get(part, {}):
+        me = self.node.options.me
+        if me in rt.holders.get(part, {}) or part not in rt.logged or not checksums:
             return
-        self.held.own[(rt.table.ns, part)] = None
+        self.held.own[(rt.table.ns, part)] = checksums
         if self.node.is_primary:
-            self._to_register[(rt.table.ns, part, self.node.options.me)] = self.node.options.http_address
+            self.leader.register(rt.table.ns, part, me, self.node.options.http_address, checksums)
             self._wake.fire()
         else:
             self.node.repl.holdings_changed()
@@ -378,40 +449,9 @@ class PartsManager:
                 self.node.repl.holdings_changed()
             return
         for member, http, parts in items:
-            for ns, part in parts:
-                rt = self.tables.get(ns)
-                if rt is not None and part in rt.logged and member not in rt.holders.get(part, {}):
-                    self._to_register[(ns, part, member)] = http
-        if self._to_register:
-            self._wake.fire()
-
-    def _maybe_register(self) -> None:
-        if not self._to_register or self._registering is not None or not self.node.is_primary:
-            if not self.node.is_primary:
-                self._to_register.clear()   # reported to a primary that stepped down: reported again
-            return
-        todo = []
-        for (ns, part, member), http in list(self._to_register.items())[:1000]:
-            rt = self.tables.get(ns)
-            if rt is None or part not in rt.logged:
-                self._to_register.pop((ns, part, member), None)
-                continue
-            todo.append(Registration(rt.table.db, rt.table.name, part, member, http, rt.quorum_blocks.get(part)))
-        if todo:
-            self._registering = asyncio.get_running_loop().create_task(self._register(todo))
-
-    async def _register(self, todo: list[Registration]) -> None:
-        config = self.node.config
-        members = [m.host for m in config.members] if config is not None else [self.node.options.me]
-        try:
-            await self.node.submit_write(lambda env: register_holders(env, todo, members), durable=False)
-            for reg in todo:
-                self._to_register.pop((f"{reg.db}.{reg.table}", reg.part, reg.member), None)
-        except MongoError as exc:
-            log.info("registering %d part holders failed: %s", len(todo), exc)
-        finally:
-            self._registering = None
-            self._wake.fire()
+            for ns, part, checksums in parts:
+                self.leader.register(ns, part, member, http, parse_checksums(checksums))
+        self._wake.fire()
 
     async def wait_quorum(self, ns: str, blocks: list[tuple[str, str]], required: int,
                           timeout_s: float) -> list[str]:
@@ -441,3 +481,7 @@ class PartsManager:
     def queue_view(self, ns: str) -> list[dict[str, Any]]:
         rt = self.tables.get(ns)
         return rt.queue.view() if rt is not None else []
+
+    def active_parts(self, ns: str) -> ActivePartSet | None:
+        rt = self.tables.get(ns)
+        return rt.queue.current if rt is not None else None

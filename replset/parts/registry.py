@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 ClickHouse keeps a node per part under each replica in Keeper. Here the
 registry is the replicated collection `<db>.system.parts.<table>.replicas`,
-one document per (part, member): `{_id: "<part>@<member>", part, member, http}`.
+one document per (part, member): `{_id: "<part>@<member>", part, member, http,
+checksums}` - the checksums of that member's copy, which a fetch from it is
+checked against and a replica that merged the part itself compares with.
 The member that inserts a block registers itself in the insert's commit. Every
 other holder is registered by the primary, from reports that travel the way
 write acknowledgements do:
@@ -18,7 +20,9 @@ write acknowledgements do:
   acknowledgement of the last member of `P <- S1 <- S2` reaches the primary;
 * the primary writes the registry documents (one transaction per batch) and, in
   the same transaction, marks a pending quorum insert `reached` once the
-  registry counts enough holders of its part;
+  registry counts enough holders of its part, and removes the member's
+  documents of the parts a merged part replaced (it drops them once they are
+  `oldPartsLifetimeSecs` old; a replica that needs one fetches the merged part);
 * the registration replicates back to the reporter, which then stops reporting
   that part.
 
@@ -34,16 +38,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oplog.entry import insert_entry, update_entry
+from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.names import state_ns
 
 HELD_FIELD = "partsHeld"
-MAX_REPORTED_PARTS = 1000   # per report: the rest follows once these are registered
+MAX_REPORTED_PARTS = 256   # per report: the rest follows once these are registered
 RELAY_TTL_MS = 30_000
 PENDING, REACHED, FAILED = "pending", "reached", "failed"
 
 Holding = tuple[str, str]   # (table namespace, part name)
+Checksums = dict[str, tuple[int, str]]   # file -> (size, sha256)
+
+
+def checksum_docs(checksums: Checksums) -> list[dict[str, Any]]:
+    return [{"file": file, "size": size, "sha256": digest} for file, (size, digest) in sorted(checksums.items())]
+
+
+def parse_checksums(raw: Any) -> Checksums:
+    """A checksums list as documents carry it; {} when malformed."""
+    try:
+        return {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in raw}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 @dataclass(slots=True)
@@ -52,25 +69,26 @@ class HeldReports:
 
     me: str
     http: str
-    own: dict[Holding, None] = field(default_factory=dict)   # insertion-ordered set
-    relayed: dict[str, tuple[str, list[Holding], int]] = field(default_factory=dict)   # member -> (http, parts, at)
+    own: dict[Holding, Checksums] = field(default_factory=dict)   # insertion-ordered
+    relayed: dict[str, tuple[str, list[Any], int]] = field(default_factory=dict)   # member -> (http, parts, at)
 
     def report(self, now_ms: int) -> list[dict[str, Any]]:
         """`partsHeld` for the next position report ([] when there is nothing to say)."""
         items, budget = [], MAX_REPORTED_PARTS
-        own = list(self.own)[:budget]
+        own = list(self.own.items())[:budget]
         if own:
-            items.append({"member": self.me, "http": self.http, "parts": [list(h) for h in own]})
+            items.append({"member": self.me, "http": self.http,
+                          "parts": [[ns, part, checksum_docs(sums)] for (ns, part), sums in own]})
             budget -= len(own)
         for member, (http, parts, at) in list(self.relayed.items()):
             if now_ms - at > RELAY_TTL_MS:
                 del self.relayed[member]
             elif budget > 0 and parts:
-                items.append({"member": member, "http": http, "parts": [list(h) for h in parts[:budget]]})
+                items.append({"member": member, "http": http, "parts": parts[:budget]})
                 budget -= min(len(parts), budget)
         return items
 
-    def relay(self, items: Iterable[tuple[str, str, list[Holding]]], now_ms: int) -> bool:
+    def relay(self, items: Iterable[tuple[str, str, list[Any]]], now_ms: int) -> bool:
         """Keeps what downstream members reported, to pass upstream; True if it says something new."""
         changed = False
         for member, http, parts in items:
@@ -82,9 +100,10 @@ class HeldReports:
         return changed
 
 
-def parse_held(raw: Any) -> list[tuple[str, str, list[Holding]]]:
-    """The `partsHeld` of a position report; anything malformed is ignored (reports are advisory)."""
-    out: list[tuple[str, str, list[Holding]]] = []
+def parse_held(raw: Any) -> list[tuple[str, str, list[Any]]]:
+    """The `partsHeld` of a position report, as `(member, http, [[ns, part, checksums], ...])`; anything
+    malformed is ignored (reports are advisory: the primary checks each against the part log)."""
+    out: list[tuple[str, str, list[Any]]] = []
     if not isinstance(raw, list):
         return out
     for item in raw[:64]:
@@ -93,8 +112,9 @@ def parse_held(raw: Any) -> list[tuple[str, str, list[Holding]]]:
         member, http, parts = item.get("member"), item.get("http"), item.get("parts")
         if not isinstance(member, str) or not isinstance(http, str) or not isinstance(parts, list):
             continue
-        held = [(str(p[0]), str(p[1])) for p in parts[:MAX_REPORTED_PARTS]
-                if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)]
+        held = [[p[0], p[1], p[2]] for p in parts[:MAX_REPORTED_PARTS]
+                if isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and isinstance(p[1], str)
+                and parse_checksums(p[2])]
         out.append((member, http, held))
     return out
 
@@ -103,9 +123,10 @@ def holder_id(part: str, member: str) -> str:
     return f"{part}@{member}"
 
 
-def holder_doc(part: str, member: str, http: str) -> dict[str, Any]:
-    """A document of `<table>.replicas`: `member` holds `part` and serves it at `http`."""
-    return {"_id": holder_id(part, member), "part": part, "member": member, "http": http}
+def holder_doc(part: str, member: str, http: str, checksums: Checksums) -> dict[str, Any]:
+    """A document of `<table>.replicas`: `member` holds `part`, serves it at `http`, with these checksums."""
+    return {"_id": holder_id(part, member), "part": part, "member": member, "http": http,
+            "checksums": checksum_docs(checksums)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +136,9 @@ class Registration:
     part: str
     member: str
     http: str
+    checksums: Checksums
     quorum_block: str | None   # the block id of the part's pending quorum insert, if it has one
+    replaces: tuple[str, ...] = ()   # the parts a merged part replaced: the member's documents of them go
 
 
 def register_holders(env: WriteEnv, todo: Iterable[Registration], members: Iterable[str]) -> int:
@@ -128,8 +151,11 @@ def register_holders(env: WriteEnv, todo: Iterable[Registration], members: Itera
         if env.txn.get(replicas_ns, holder_id(reg.part, reg.member)) is not None:
             continue
         ensure_collection(env, replicas_ns)
-        env.emit(insert_entry(replicas_ns, holder_doc(reg.part, reg.member, reg.http)))
+        env.emit(insert_entry(replicas_ns, holder_doc(reg.part, reg.member, reg.http, reg.checksums)))
         added += 1
+        for old in reg.replaces:
+            if env.txn.get(replicas_ns, holder_id(old, reg.member)) is not None:
+                env.emit(delete_entry(replicas_ns, holder_id(old, reg.member)))
         if reg.quorum_block is None:
             continue
         quorum_ns = state_ns(reg.db, reg.table, "quorum")

@@ -312,7 +312,7 @@ _REPL: dict[str, CommandArgs] = {
 _PARTS: dict[str, CommandArgs] = {
     "createPartsTable": _collection_command({
         "columns": _array(("object",), required=True), "partitionBy": _str(),
-        "orderBy": Arg(("string", "array")),
+        "orderBy": Arg(("string", "array")), "settings": _obj(),
     }),
     "dropPartsTable": _collection_command({}),
     "insertBlock": _collection_command({

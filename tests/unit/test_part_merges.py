@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +15,7 @@ from oplog.parts.merges import (
     MergeCandidate,
     can_merge,
     merge_base,
+    plan_merges,
     select_merge,
 )
 from oplog.parts.part_info import PartInfo, merged_part
@@ -69,3 +72,41 @@ def test_a_selected_range_obeys_every_limit(parts: list[tuple[int, int, bool]], 
     assert [c.part for c in window] == chosen and 2 <= len(chosen) <= max_parts
     assert all(mergeable[start:start + len(chosen) - 1])
     assert sum(c.bytes for c in window) <= max_mb * MB
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 4 * MB),
+                          st.integers(0, 2 * OLD_AGE_MS)), min_size=0, max_size=30),
+       st.sets(st.integers(0, 29), max_size=5), st.sets(st.integers(0, 29), max_size=4))
+def test_planned_merges_take_only_free_adjacent_unpinned_parts(
+        specs: list[tuple[str, int, int, int]], queued: set[int], pins: set[int]) -> None:
+    """Whatever is here and queued, each planned range is one partition's run of parts this replica has,
+    none pinned or already taken by a queued task, with nothing between them anywhere."""
+    now = 10 * OLD_AGE_MS
+    current, virtual, sizes, made = ActivePartSet(), ActivePartSet(), {}, []
+    block = {"a": 0, "b": 0}
+    for i, (partition, gap, size, age) in enumerate(specs):
+        block[partition] += 1 + gap
+        part = PartInfo(partition, block[partition], block[partition], 0)
+        made.append(part)
+        virtual.add(part)
+        if i not in queued:          # queued: a fetch of it is in the queue, it is not here yet
+            current.add(part)
+        sizes[part.name] = (size, now - age)
+    pinned = [made[i] for i in pins if i < len(made)]
+    plans = plan_merges(current, virtual, sizes, now, pinned=pinned)
+    assert len({plan[0].partition_id for plan in plans}) == len(plans)   # one per partition at most
+    for plan in plans:
+        assert len(plan) >= 2 and all(p in current and p not in pinned for p in plan)
+        for left, right in itertools.pairwise(plan):
+            assert can_merge(left, right, virtual=virtual, pinned=pinned) is None
+            assert not [p for p in virtual if p.partition_id == left.partition_id
+                        and left.max_block < p.min_block and p.max_block < right.min_block]
+
+
+def test_old_small_parts_are_planned_for_a_merge() -> None:
+    parts = [P(f"all_{i}_{i}_0") for i in range(1, 4)]
+    current = ActivePartSet(parts)
+    sizes = {p.name: (1000, 0) for p in parts}
+    assert plan_merges(current, ActivePartSet(parts), sizes, 2 * OLD_AGE_MS) == [parts]
+    assert plan_merges(current, ActivePartSet(parts), sizes, 1000) == []     # young: three are not enough
+    assert plan_merges(current, ActivePartSet(parts), sizes, 2 * OLD_AGE_MS, pinned=[parts[1]]) == []

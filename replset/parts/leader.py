@@ -1,0 +1,167 @@
+"""The primary's part-log duties (ClickHouse's leader replica): registering who holds which part, and
+choosing merges.
+
+Theory of operation
+-------------------
+Both write through the primary's own log, one transaction at a time, from the
+manager's loop:
+
+* **Registration.** "Has part" reports (`replset.parts.registry`) from every
+  member, this one included, collect in `pending`; one transaction writes a
+  batch of registry documents, marks quorums reached, and drops the member's
+  documents of the parts a merged part replaced. A report is checked against
+  the part log first: only parts the log produces are registered.
+* **Merge selection.** After parts arrive here, and every
+  `mergeSelectingSleepMS` otherwise, the selector (`oplog.parts.merges.plan_merges`)
+  looks at the parts this member has that no queued task already takes, and
+  logs a MERGE_PARTS entry for each range it picks (`_id` `merge_<new part>`,
+  so a range is never logged twice). Every member, this one included, then
+  carries the merge out from its queue. Parts still waiting for their quorum
+  are not merged (the quorum counts holders of that very part).
+
+A member that is not primary does neither: what it was about to register is
+dropped (the reporters report it again to whoever is primary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from base.errors import MongoError
+from oplog.entry import insert_entry
+from oplog.parts.merges import plan_merges
+from oplog.parts.part_info import PartInfo, merged_part
+from oplog.writes import WriteEnv, ensure_collection
+from replset.parts.insert import load_table, next_counter
+from replset.parts.names import state_ns
+from replset.parts.registry import Checksums, Registration, register_holders
+from replset.parts.runtime import TableRuntime
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+log = logging.getLogger(__name__)
+
+REGISTER_BATCH = 1000
+MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
+
+
+def merge_log_doc(rt: TableRuntime, sources: list[PartInfo], seq: int, now: datetime.datetime) -> dict[str, Any]:
+    new = merged_part(sources)
+    return {"_id": f"merge_{new.name}", "seq": seq, "type": "MERGE_PARTS", "part": new.name,
+            "partition": new.partition_id, "sources": [p.name for p in sources], "createTime": now,
+            "bytes": sum(rt.logged[p.name].bytes if p.name in rt.logged else 0 for p in sources)}
+
+
+class Leader:
+    def __init__(self, node: Node, tables: dict[str, TableRuntime]) -> None:
+        self.node = node
+        self.tables = tables   # the manager's (replaced on a rebuild: see `rebind`)
+        self.pending: dict[tuple[str, str, str], tuple[str, Checksums]] = {}   # (ns, part, member) -> copy
+        self._task: asyncio.Task[None] | None = None
+
+    def rebind(self, tables: dict[str, TableRuntime]) -> None:
+        self.tables = tables
+
+    def cancel(self) -> asyncio.Task[None] | None:
+        if self._task is not None:
+            self._task.cancel()
+        return self._task
+
+    def register(self, ns: str, part: str, member: str, http: str, checksums: Checksums) -> None:
+        rt = self.tables.get(ns)
+        if rt is not None and part in rt.logged and member not in rt.holders.get(part, {}):
+            self.pending[(ns, part, member)] = (http, checksums)
+
+    def registered(self, ns: str, part: str, member: str) -> None:
+        self.pending.pop((ns, part, member), None)
+
+    def parts_arrived(self, rt: TableRuntime) -> None:
+        rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
+
+    def step(self, on_done: Any) -> None:
+        """Starts the next transaction, if one is due and none is running; `on_done()` when it ends."""
+        if not self.node.is_primary:
+            self.pending.clear()
+            return
+        if self._task is not None:
+            return
+        todo = self._registrations()
+        if todo:
+            self._start(self._register(todo), on_done)
+            return
+        plans = self._merges()
+        if plans:
+            self._start(self._log_merges(*plans), on_done)
+
+    def _start(self, work: Any, on_done: Any) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except MongoError as exc:
+                log.info("the part log's leader work failed: %s", exc)
+            finally:
+                self._task = None
+                on_done()
+
+        self._task = asyncio.get_running_loop().create_task(run(), name="part-log-leader")
+
+    # -- registration ------------------------------------------------------------------------------
+
+    def _registrations(self) -> list[Registration]:
+        todo = []
+        for (ns, part, member), (http, checksums) in list(self.pending.items())[:REGISTER_BATCH]:
+            rt = self.tables.get(ns)
+            if rt is None or part not in rt.logged or member in rt.holders.get(part, {}):
+                self.pending.pop((ns, part, member), None)
+                continue
+            todo.append(Registration(rt.table.db, rt.table.name, part, member, http, checksums,
+                                     rt.quorum_blocks.get(part), rt.logged[part].sources))
+        return todo
+
+    async def _register(self, todo: list[Registration]) -> None:
+        config = self.node.config
+        members = [m.host for m in config.members] if config is not None else [self.node.options.me]
+        await self.node.submit_write(lambda env: register_holders(env, todo, members), durable=False)
+        for reg in todo:
+            self.pending.pop((f"{reg.db}.{reg.table}", reg.part, reg.member), None)
+
+    # -- merge selection ---------------------------------------------------------------------------
+
+    def _merges(self) -> tuple[TableRuntime, list[list[PartInfo]]] | None:
+        now = time.monotonic()
+        for rt in self.tables.values():
+            if now < rt.next_merge_select:
+                continue
+            rt.next_merge_select = now + rt.table.settings.merge_selecting_sleep_ms / 1000
+            pinned = [PartInfo.parse(p) for p in rt.quorum_blocks]
+            plans = plan_merges(rt.queue.current, rt.queue.virtual, rt.part_sizes(), int(time.time() * 1000),
+                                pinned=pinned)
+            if plans:
+                return rt, plans
+        return None
+
+    async def _log_merges(self, rt: TableRuntime, plans: list[list[PartInfo]]) -> None:
+        db, name = rt.table.db, rt.table.name
+        log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
+
+        def body(env: WriteEnv) -> list[dict[str, Any]]:
+            load_table(env.txn, db, name)   # NamespaceNotFound if it was dropped meanwhile
+            ensure_collection(env, log_ns)
+            docs = []
+            for sources in plans:
+                doc = merge_log_doc(rt, sources, 0, env.now)
+                if env.txn.get(log_ns, doc["_id"]) is not None:
+                    continue
+                doc["seq"] = next_counter(env, counters_ns, "seq")
+                env.emit(insert_entry(log_ns, doc))
+                docs.append(doc)
+            return docs
+
+        docs = await self.node.submit_write(body, durable=False)
+        for doc in docs:
+            log.info("merging %s of %s into %s", ", ".join(doc["sources"]), rt.table.ns, doc["part"])

@@ -1,0 +1,105 @@
+"""What a member knows of one parts table between two rebuilds: its queue, the part log's parts, the
+registry, and its own parts on disk (active, and old ones kept readable for a while after a merge).
+
+All of it is derived state: `replset.parts.manager` rebuilds it from the state collections and the
+directory at start-up, after a rollback or an initial sync, and keeps it current from the oplog.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from base.errors import MongoError
+from oplog.parts import part_files
+from oplog.parts.part_info import PartInfo
+from oplog.parts.queue import ReplicationQueue
+from oplog.parts.table import TableDef
+from replset.parts.registry import Checksums, parse_checksums
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedPart:
+    """A part the part log produces: its size and commit time (for merge selection), the parts a merge
+    made it from, and the checksums the log recorded (inserted parts)."""
+
+    bytes: int
+    create_ms: int
+    sources: tuple[str, ...] = ()
+    checksums: Checksums = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> LoggedPart:
+        created = doc.get("createTime")
+        create_ms = int(created.timestamp() * 1000) if isinstance(created, datetime.datetime) else 0
+        return cls(int(doc.get("bytes", 0)), create_ms, tuple(str(s) for s in doc.get("sources", ())),
+                   parse_checksums(doc.get("checksums", [])))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    http: str
+    checksums: Checksums
+
+
+@dataclass(slots=True)
+class TableRuntime:
+    table: TableDef
+    directory: str
+    queue: ReplicationQueue
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)   # queued log documents by _id
+    logged: dict[str, LoggedPart] = field(default_factory=dict)     # parts the log produces, by name
+    holders: dict[str, dict[str, Holder]] = field(default_factory=dict)   # part -> member -> copy (the registry)
+    quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
+    outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
+    next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
+
+    def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:
+        self.holders.setdefault(part, {})[member] = Holder(http, checksums)
+
+    def remove_holder(self, part: str, member: str) -> None:
+        held = self.holders.get(part)
+        if held is not None:
+            held.pop(member, None)
+            if not held:
+                del self.holders[part]
+
+    def part_sizes(self) -> dict[str, tuple[int, int]]:
+        return {name: (p.bytes, p.create_ms) for name, p in self.logged.items()}
+
+
+def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
+    """The published parts in a table's directory. At start-up, the temporary parts a crash left are
+    removed first; a later rebuild must not: an insert or a fetch may be writing one right now."""
+    if at_start_up:
+        part_files.remove_temporary(directory)
+    parts = []
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        try:
+            parts.append(PartInfo.parse(name))
+        except MongoError:
+            continue   # not a part (moved aside, or foreign): left alone
+    return parts
+
+
+def publish_if_intact(directory: str, tmp_name: str, part: str, expected: Checksums) -> bool:
+    """Publishes the temporary part `tmp_name` as `part` if its files are whole and are the ones `expected`."""
+    tmp_dir = os.path.join(directory, tmp_name)
+    if os.path.exists(os.path.join(directory, part)) or part_files.verify_part(tmp_dir) is not None:
+        return False
+    try:
+        written = part_files.read_checksums(tmp_dir)
+    except (OSError, ValueError, MongoError):
+        return False
+    if any(written.get(file) != sums for file, sums in expected.items()):
+        return False
+    part_files.publish(directory, tmp_name, part)
+    return True
+
+
+def same_data(a: Checksums, b: Checksums) -> bool:
+    """Two copies of a part hold the same bytes (`checksums.txt` itself aside)."""
+    files = (part_files.DATA_FILE, part_files.COLUMNS_FILE)
+    return all(a.get(f) == b.get(f) for f in files)

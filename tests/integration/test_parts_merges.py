@@ -1,0 +1,111 @@
+"""Merges on a real set: the primary logs them, every member merges (or fetches the result), and all
+members end with the same active parts and byte-identical Parquet; replaced parts stay readable for
+oldPartsLifetimeSecs, then go; a member that was away fetches the merged part."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+from typing import Any
+
+import pyarrow.parquet as pq
+from pymongo import ReadPreference
+
+from oplog.parts.active_set import ActivePartSet
+from oplog.parts.part_info import PartInfo
+from tests.support.members import Member, wait_for
+from tests.support.replica_set import ReplicaSet
+
+TABLE = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                     {"name": "n", "type": "int64"}],
+         "partitionBy": "toYYYYMM(ts)", "orderBy": ["user", "ts"]}
+
+
+def _rows(block: int, n: int = 50) -> list[dict[str, Any]]:
+    return [{"ts": datetime.datetime(2024, 5, 1 + i % 28, block % 24), "user": f"u{(i * 7 + block) % 11}",
+             "n": block * 1000 + i} for i in range(n)]
+
+
+def _dirs(member: Member, ns: str) -> list[str]:
+    directory = os.path.join(member.dbpath, "parts", ns)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(d for d in os.listdir(directory) if not d.startswith("tmp"))
+
+
+def _active(member: Member, ns: str) -> list[str]:
+    """The parts a reader of this member would use: the ones no other part here covers."""
+    return sorted(p.name for p in ActivePartSet(PartInfo.parse(d) for d in _dirs(member, ns)))
+
+
+def _digest(member: Member, ns: str, part: str) -> str:
+    with open(os.path.join(member.dbpath, "parts", ns, part, "data.parquet"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _log(rs: ReplicaSet, db: str, table: str) -> Any:
+    return rs.direct(rs.wait_primary())[db].get_collection(f"system.parts.{table}.log",
+                                                           read_preference=ReadPreference.PRIMARY)
+
+
+def test_merges_converge_to_identical_parts_and_bytes_on_every_member(rs3: ReplicaSet) -> None:
+    client = rs3.client()
+    client.mg.command({"createPartsTable": "events", **TABLE, "settings": {"oldPartsLifetimeSecs": 2}})
+    members = rs3.members
+    for block in range(8):   # inserted on every member in turn: sources come from all three
+        rs3.direct(members[block % 3]).mg.command({"insertBlock": "events", "rows": _rows(block)})
+    merges = _log(rs3, "mg", "events")
+    wait_for(lambda: merges.count_documents({"type": "MERGE_PARTS"}) >= 1, 30, "the primary to log a merge")
+
+    def converged() -> list[str] | None:
+        views = [_active(m, "mg.events") for m in members]
+        return views[0] if all(v == views[0] for v in views) and len(views[0]) < 8 else None
+
+    active = wait_for(converged, 30, "every member to hold the same merged parts")
+    merged = [p for p in active if PartInfo.parse(p).level > 0]
+    assert merged, active
+    for part in merged:
+        digests = {_digest(m, "mg.events", part) for m in members}
+        assert len(digests) == 1, f"{part} differs between members"
+    # Every row is still there once, in the merged part(s) of each member.
+    for member in members:
+        rows = sum(pq.read_metadata(os.path.join(member.dbpath, "parts", "mg.events", p, "data.parquet")).num_rows
+                   for p in _active(member, "mg.events"))
+        assert rows == 8 * 50
+    # The replaced parts go after oldPartsLifetimeSecs, on every member.
+    for member in members:
+        wait_for(lambda m=member: _dirs(m, "mg.events") == active, 20, f"old parts removed on {member.host}")
+    doc = merges.find_one({"type": "MERGE_PARTS"})
+    assert doc["part"] == PartInfo.parse(doc["part"]).name and len(doc["sources"]) >= 2
+
+
+def test_a_member_away_during_a_merge_fetches_the_merged_part(rs3: ReplicaSet) -> None:
+    client = rs3.client()
+    client.aw.command({"createPartsTable": "events", **TABLE, "settings": {"oldPartsLifetimeSecs": 1}})
+    primary = rs3.wait_primary()
+    away = next(m for m in rs3.members if m is not primary)
+    for block in range(2):
+        client.aw.command({"insertBlock": "events", "rows": _rows(block)})
+    wait_for(lambda: len(_dirs(away, "aw.events")) == 2, 20, "the first parts on the member about to stop")
+    away.stop()
+    try:
+        for block in range(2, 8):
+            client.aw.command({"insertBlock": "events", "rows": _rows(block)})
+        merges = _log(rs3, "aw", "events")
+        wait_for(lambda: merges.count_documents({"type": "MERGE_PARTS"}) >= 1, 30, "a merge")
+        others = [m for m in rs3.members if m is not away]
+
+        def merged_and_cleaned() -> list[str] | None:
+            views = [_dirs(m, "aw.events") for m in others]
+            one = views[0]
+            return one if all(v == one for v in views) and len(one) < 8 and one == _active(others[0], "aw.events") \
+                else None
+
+        final = wait_for(merged_and_cleaned, 30, "the others to merge and drop the replaced parts")
+    finally:
+        away.start()
+    # The sources of the merge are gone everywhere else: the member fetches the covering part.
+    wait_for(lambda: _active(away, "aw.events") == final, 30, "the returning member to catch up")
+    for part in final:
+        assert _digest(away, "aw.events", part) == _digest(primary, "aw.events", part)
