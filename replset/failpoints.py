@@ -11,7 +11,8 @@ Supported fail points:
 * `peerRoutes` — `data: {routes: {"h:p": "h2:p2", ...}}`: requests this member
   sends to peer `h:p` are dialled to `h2:p2` instead (a fault-injecting proxy in
   tests); the peer keeps its name everywhere else. Open connections follow a
-  changed route on their next request.
+  changed route on their next request. A member's HTTP address (`h:httpPort`)
+  may be routed too: part fetches follow it.
 * `initialSyncHangBeforeCopyingDatabases` — an initial sync waits, once it has
   dropped the data and recorded where applying will begin, until the fail point
   is turned off (MongoDB's name).

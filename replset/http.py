@@ -1,6 +1,6 @@
 """HTTP endpoints on port+1000 (aiohttp): `/replSetGetStatus`, `/hello`, `/health`, the part files
 replicas fetch (`/parts/<db>.<table>/<part>/<file>`, `replset.parts.exchange`) and inserts into parts
-tables (`POST /tables/<db>.<table>/insert`, `replset.parts.http_insert`).
+tables (`POST /tables/<db>.<table>/insert`, `replset.parts.http_tables`).
 
 Documents are rendered as MongoDB Extended JSON (relaxed), so optimes, dates and
 ObjectIds stay readable to operators and tools. `/health` also shows the wire
@@ -21,7 +21,7 @@ from bson import json_util
 
 from base.errors import MongoError
 from replset.parts.exchange import add_routes as add_part_routes
-from replset.parts.http_insert import add_routes as add_insert_routes
+from replset.parts.http_tables import add_routes as add_table_routes
 from replset.status import replset_status
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
     add_part_routes(app, node)
-    add_insert_routes(app, node)
+    add_table_routes(app, node)
     return app
 
 

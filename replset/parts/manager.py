@@ -160,6 +160,8 @@ class PartsManager:
             for doc in await self._scan(state_ns(db, name, "quorum")):
                 if doc.get("status") == PENDING:
                     rt.quorum_blocks[str(doc["part"])] = str(doc["_id"])
+                elif doc.get("status") == REACHED:
+                    rt.quorum_was_reached(str(doc["part"]))
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
@@ -269,6 +271,8 @@ class PartsManager:
                 del rt.quorum_blocks[part]
         if doc is not None and doc.get("status") == PENDING:
             rt.quorum_blocks[str(doc["part"])] = str(block_id)
+        elif doc is not None and doc.get("status") == REACHED:
+            rt.quorum_was_reached(str(doc["part"]))
         self.registry_moved.fire()
 
     def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
@@ -375,6 +379,8 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
+        # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
+        http = self.node.failpoints.peer_route(http)
         await fetch_part(self._session, http, rt.table.ns, part.name, checksums, rt.directory)
         return part, checksums
 

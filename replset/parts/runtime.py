@@ -53,6 +53,7 @@ class TableRuntime:
     logged: dict[str, LoggedPart] = field(default_factory=dict)     # parts the log produces, by name
     holders: dict[str, dict[str, Holder]] = field(default_factory=dict)   # part -> member -> copy (the registry)
     quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
+    quorum_reached: dict[str, str] = field(default_factory=dict)    # partition -> its newest part with a quorum
     outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
 
@@ -65,6 +66,12 @@ class TableRuntime:
             held.pop(member, None)
             if not held:
                 del self.holders[part]
+
+    def quorum_was_reached(self, part: str) -> None:
+        info = PartInfo.parse(part)
+        newest = self.quorum_reached.get(info.partition_id)
+        if newest is None or PartInfo.parse(newest).max_block < info.max_block:
+            self.quorum_reached[info.partition_id] = part
 
     def part_sizes(self) -> dict[str, tuple[int, int]]:
         return {name: (p.bytes, p.create_ms) for name, p in self.logged.items()}

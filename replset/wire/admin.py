@@ -21,7 +21,7 @@ from replset.cursors import Cursor
 from replset.status import replset_status
 from replset.wire import system_namespaces
 from replset.wire.commands import CommandContext, command
-from replset.wire.crud import _first_batch, collection_name, run_write
+from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
 
 
@@ -187,7 +187,7 @@ async def cmd_list_collections(ctx: CommandContext) -> dict[str, Any]:
         entries = [{"name": e["name"], "type": e["type"]} for e in entries]
     cursor = Cursor(id=0, ns=f"{ctx.db}.$cmd.listCollections", source=iter(entries))
     batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return await _first_batch(ctx, cursor, batch_size, False)
+    return await first_batch(ctx, cursor, batch_size, False)
 
 
 @command("listIndexes", kind="read")
@@ -199,7 +199,7 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
     specs = [i.spec for i in reader.indexes(ns)]
     cursor = Cursor(id=0, ns=ns, source=iter(specs))
     batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return await _first_batch(ctx, cursor, batch_size, False)
+    return await first_batch(ctx, cursor, batch_size, False)
 
 
 def coll_stats_document(ctx: CommandContext, ns: str, spec: Any, reader: Any) -> dict[str, Any]:

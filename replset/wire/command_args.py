@@ -319,6 +319,12 @@ _PARTS: dict[str, CommandArgs] = {
         "rows": _array(("object",)), "arrow": Arg(("binData",)), "dedupToken": _str(),
         "insertQuorum": Arg(("string", *NUMBER)), "quorumTimeoutMS": _num(minimum=0),
     }),
+    "selectParts": _collection_command({
+        "filter": _obj(), "columns": _array(("string",)), "limit": _num(minimum=0), "batchSize": _num(minimum=0),
+        "sequentialConsistency": _bool(),
+    }),
+    "partsStatus": _collection_command({}),
+    "partsReplicationQueue": _collection_command({}),
     "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str()}),
     "_partsCommit": _collection_command({
         "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(required=True),

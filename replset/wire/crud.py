@@ -294,7 +294,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     if tailable:
         cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
-    reply = await _first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    reply = await first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
     return _with_repl_data(ctx, ns, reply)
 
 
@@ -352,7 +352,7 @@ async def _run_batch(ctx: CommandContext, cursor: Cursor, batch_size: int) -> tu
         cursor.busy = False
 
 
-async def _first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
+async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
                        single_batch: bool) -> dict[str, Any]:
     batch, more = await _run_batch(ctx, cursor, batch_size)
     if more and not single_batch:
@@ -469,7 +469,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         results = await ctx.node.queries.run(lambda: run_pipeline(source, pipeline, now=now), limit)
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
     cursor = Cursor(id=0, ns=ns, source=iter(results))
-    return await _first_batch(ctx, cursor, batch_size, False)
+    return await first_batch(ctx, cursor, batch_size, False)
 
 
 @command("count", kind="read")

@@ -1,4 +1,6 @@
-"""`POST /tables/<db>.<table>/insert` on a member's HTTP port: ClickHouse's HTTP interface for inserts.
+"""A parts table on a member's HTTP port: `POST /tables/<db>.<table>/insert` (ClickHouse's HTTP interface
+for inserts), and the views `GET /tables/<db>.<table>/parts` and `/replication_queue` (the
+`partsStatus` and `partsReplicationQueue` commands' rows, as JSON).
 
 The body is either an Arrow IPC stream (`Content-Type: application/vnd.apache.arrow.stream`) or
 JSON lines, one row per line, in MongoDB Extended JSON so dates and 64-bit integers keep their types
@@ -23,7 +25,8 @@ from bson import json_util
 
 from base.errors import RETRYABLE_CODES, MongoError
 from replset.parts.commit import QUORUM_TIMEOUT_MS, insert_rows, parse_quorum
-from replset.parts.insert import table_from_arrow, table_from_rows
+from replset.parts.insert import load_table, table_from_arrow, table_from_rows
+from replset.parts.views import parts_status, replication_queue
 from replset.write_concern import MAJORITY, parse_write_concern
 
 if TYPE_CHECKING:
@@ -101,4 +104,16 @@ def add_routes(app: web.Application, node: Node) -> None:
         except MongoError as exc:
             return _error(exc)
 
+    def view(rows_of: Any, key: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            db, _, name = request.match_info["ns"].partition(".")
+            try:
+                table = load_table(node.store.reader, db, name)
+            except MongoError as exc:
+                return _error(exc)
+            return _reply({key: rows_of(node, table), "ok": 1.0})
+        return handler
+
     app.router.add_post(ROUTE, insert)
+    app.router.add_get("/tables/{ns}/parts", view(parts_status, "parts"))
+    app.router.add_get("/tables/{ns}/replication_queue", view(replication_queue, "queue"))

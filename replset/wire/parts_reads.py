@@ -1,0 +1,72 @@
+"""Reading parts tables: `selectParts` (rows, as a cursor), `partsStatus` and `partsReplicationQueue`.
+
+Each answers from the member it is sent to (any member: the data is local everywhere), like a
+ClickHouse query on one replica:
+
+- `{selectParts: <table>, filter: {...}, columns: [...], limit: N, batchSize: N, maxTimeMS: N,
+  sequentialConsistency: true}`: the matching rows of this member's active parts, as a cursor
+  (`getMore` continues it). The filter is a MongoDB query over columns (`oplog.parts.filters`).
+  With `sequentialConsistency`, a member that lacks a part a quorum insert reached answers 134.
+- `{partsStatus: <table>}`: this member's parts, ClickHouse's `system.parts` columns.
+- `{partsReplicationQueue: <table>}`: this member's queue, `system.replication_queue` columns,
+  with why each waiting task waits (`postpone_reason`) and why a failed one failed
+  (`last_exception`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from base.errors import MongoError
+from oplog.parts.filters import filter_expression
+from replset.cursors import Cursor
+from replset.parts.insert import load_table
+from replset.parts.views import check_sequential_consistency, parts_status, read_rows, replication_queue
+from replset.query_pool import TimeLimit
+from replset.wire.commands import CommandContext, command
+from replset.wire.crud import first_batch
+
+BAD_VALUE = 2
+DEFAULT_BATCH = 101
+
+
+def _columns(ctx: CommandContext, table: Any) -> list[str] | None:
+    columns = ctx.cmd.get("columns")
+    if columns is None:
+        return None
+    if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns):
+        raise MongoError(BAD_VALUE, "'columns' must be a non-empty array of column names")
+    unknown = [c for c in columns if table.column(c) is None]
+    if unknown:
+        raise MongoError(BAD_VALUE, f"{table.ns} has no column(s) {', '.join(unknown)}")
+    return columns
+
+
+@command("selectParts")
+async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
+    table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["selectParts"])
+    expression = filter_expression(ctx.cmd.get("filter"), table)
+    columns = _columns(ctx, table)
+    if ctx.cmd.get("sequentialConsistency"):
+        check_sequential_consistency(ctx.node, table)
+    limit = int(ctx.cmd.get("limit", 0) or 0)
+    rows = read_rows(ctx.node, table, expression, columns)
+    if limit > 0:
+        rows = itertools.islice(rows, limit)
+    cursor = Cursor(id=0, ns=table.ns, source=rows)
+    cursor.time_limit = TimeLimit.from_max_time_ms(int(ctx.cmd.get("maxTimeMS", 0) or 0))
+    batch_size = int(ctx.cmd.get("batchSize", DEFAULT_BATCH))
+    return await first_batch(ctx, cursor, batch_size, False)
+
+
+@command("partsStatus")
+async def cmd_parts_status(ctx: CommandContext) -> dict[str, Any]:
+    table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsStatus"])
+    return {"parts": parts_status(ctx.node, table), "ok": 1.0}
+
+
+@command("partsReplicationQueue")
+async def cmd_parts_replication_queue(ctx: CommandContext) -> dict[str, Any]:
+    table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsReplicationQueue"])
+    return {"queue": replication_queue(ctx.node, table), "ok": 1.0}
