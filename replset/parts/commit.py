@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -82,15 +82,17 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, PeerError) or (isinstance(exc, MongoError) and exc.code in RETRYABLE_CODES)
 
 
-async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], dict[str, Any]]) -> dict[str, Any]:
+async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], dict[str, Any]], *,
+                      off_loop: bool = False) -> dict[str, Any]:
     """Runs `body` as one write on this member (the primary) and waits for `wc`; a write concern
-    failure is the reply's `writeConcernError`, as MongoDB's write commands answer."""
+    failure is the reply's `writeConcernError`, as MongoDB's write commands answer. `off_loop`: the
+    body scans a state collection (its cost grows with the table)."""
     def fn(env: WriteEnv) -> tuple[dict[str, Any], OpTime | None]:
         reply = body(env)
         last = env.last_entry
         return reply, OpTime.from_document(last) if last and "ts" in last else None
 
-    reply, optime = await node.submit_write(fn, durable=False)
+    reply, optime = await node.submit_write(fn, durable=False, off_loop=off_loop)
     wce = await node.wait_for_write_concern(wc, optime or node.last_committed_optime)
     if wce is not None:
         reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
@@ -131,16 +133,39 @@ class PrimaryLink:
                                                       route=self.node.failpoints.peer_route)
         return client
 
+    def _retrying(self) -> AsyncRetrying:
+        """Tries until `COMMIT_DEADLINE_S`, backing off, while the failure is one a change of primary explains."""
+        node = self.node
+        return AsyncRetrying(retry=retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down),
+                             stop=stop_after_delay(COMMIT_DEADLINE_S),
+                             wait=wait_exponential_jitter(initial=0.05, max=1.0), reraise=True)
+
+    async def on_primary(self, db: str, cmd: dict[str, Any],
+                         here: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Runs a part-log command where the primary is: `here()` when this member is primary, else `cmd`
+        sent to the primary over a member connection - retried across a change of primary, so `cmd`
+        must be safe to repeat (it carries an attempt id)."""
+        reply: dict[str, Any] = {}
+        async for attempt_state in self._retrying():
+            with attempt_state:
+                reply = await here() if self.node.is_primary else await self._send(db, cmd)
+        return reply
+
+    async def _send(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
+        host = self.node.primary_host
+        if host is None or host == self.node.options.me:
+            raise MongoError(NO_PRIMARY, "no primary is known to run the command")
+        reply = await self._client(host).command({**cmd, "$db": db}, timeout_s=COMMIT_TIMEOUT_S)
+        if not reply.get("ok"):
+            raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", "failed on the primary")))
+        return dict(reply)
+
     async def commit(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
                      attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:
         """Commits `blocks` through whichever member is primary, retrying across a change of primary;
         publishes the temporary parts written here under their committed names."""
-        node = self.node
         reply: dict[str, Any] = {}
-        async for attempt_state in AsyncRetrying(
-                retry=retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down),
-                stop=stop_after_delay(COMMIT_DEADLINE_S), wait=wait_exponential_jitter(initial=0.05, max=1.0),
-                reraise=True):
+        async for attempt_state in self._retrying():
             with attempt_state:
                 reply = await self._commit_once(db, name, blocks, directory, wc=wc, attempt=attempt,
                                                 quorum=quorum, dedup_token=dedup_token)
@@ -154,17 +179,12 @@ class PrimaryLink:
             return await commit_here(node, wc, primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
                 dedup_token=dedup_token, directory=directory))
-        host = node.primary_host
-        if host is None or host == me:
-            raise MongoError(NO_PRIMARY, "no primary is known to commit the insert through")
         body: dict[str, Any] = {
             "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me, "http": http,
-            "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document(), "$db": db}
+            "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document()}
         if dedup_token is not None:
             body["dedupToken"] = dedup_token
-        reply = await self._client(host).command(body, timeout_s=COMMIT_TIMEOUT_S)
-        if not reply.get("ok"):
-            raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", "_partsCommit failed")))
+        reply = await self._send(db, body)
         wce = reply.get("writeConcernError")
         if isinstance(wce, dict) and wce.get("code") in RETRYABLE_CODES:
             # Committed there, but that primary lost its role before the write concern was met: the

@@ -11,6 +11,9 @@ manager's loop:
   batch of registry documents, marks quorums reached, and drops the member's
   documents of the parts a merged part replaced. A report is checked against
   the part log first: only parts the log produces are registered.
+* **Mutations.** For each part here that a recorded mutation has yet to rewrite
+  (and no queued task takes), a MUTATE_PART entry (`_id` `mutate_<new part>`),
+  the oldest mutation first; merges wait for parts to reach the same mutation.
 * **Merge selection.** After parts arrive here, and every
   `mergeSelectingSleepMS` otherwise, the selector (`oplog.parts.merges.plan_merges`)
   looks at the parts this member has that no queued task already takes, and
@@ -34,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from base.errors import MongoError
 from oplog.entry import insert_entry
 from oplog.parts.merges import plan_merges
-from oplog.parts.part_info import PartInfo, merged_part
+from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
+from oplog.parts.part_info import PartInfo, merged_part, mutated_part
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, next_counter
 from replset.parts.names import state_ns
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REGISTER_BATCH = 1000
+MUTATE_BATCH = 100
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
 
 
@@ -97,6 +102,10 @@ class Leader:
         plans = self._merges()
         if plans:
             self._start(self._log_merges(*plans), on_done)
+            return
+        rewrites = self._mutations()
+        if rewrites:
+            self._start(self._log_mutations(*rewrites), on_done)
 
     def _start(self, work: Any, on_done: Any) -> None:
         async def run() -> None:
@@ -140,10 +149,52 @@ class Leader:
             rt.next_merge_select = now + rt.table.settings.merge_selecting_sleep_ms / 1000
             pinned = [PartInfo.parse(p) for p in rt.quorum_blocks]
             plans = plan_merges(rt.queue.current, rt.queue.virtual, rt.part_sizes(), int(time.time() * 1000),
-                                pinned=pinned)
+                                pinned=pinned, mutations=versions_by_partition(rt.mutations.values()))
             if plans:
                 return rt, plans
         return None
+
+    def _mutations(self) -> tuple[TableRuntime, list[tuple[PartInfo, Mutation]]] | None:
+        """The parts here that a recorded mutation has yet to rewrite and no queued task takes, each with
+        the oldest mutation it needs."""
+        for rt in self.tables.values():
+            if not rt.mutations:
+                continue
+            todo = []
+            for part in rt.queue.current:
+                if rt.queue.virtual.containing(part) != part:
+                    continue
+                mutation = next_mutation(part, rt.mutations.values())
+                if mutation is not None:
+                    todo.append((part, mutation))
+                if len(todo) >= MUTATE_BATCH:
+                    break
+            if todo:
+                return rt, todo
+        return None
+
+    async def _log_mutations(self, rt: TableRuntime, todo: list[tuple[PartInfo, Mutation]]) -> None:
+        db, name = rt.table.db, rt.table.name
+        log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
+
+        def body(env: WriteEnv) -> int:
+            load_table(env.txn, db, name)
+            ensure_collection(env, log_ns)
+            logged = 0
+            for part, mutation in todo:
+                new = mutated_part(part, mutation.versions[part.partition_id])
+                doc_id = f"mutate_{new.name}"
+                if env.txn.get(log_ns, doc_id) is not None:
+                    continue
+                env.emit(insert_entry(log_ns, {
+                    "_id": doc_id, "seq": next_counter(env, counters_ns, "seq"), "type": "MUTATE_PART",
+                    "part": new.name, "partition": new.partition_id, "sources": [part.name],
+                    "mutation": mutation.id, "createTime": env.now,
+                    "bytes": rt.logged[part.name].bytes if part.name in rt.logged else 0}))
+                logged += 1
+            return logged
+
+        await self.node.submit_write(body, durable=False)
 
     async def _log_merges(self, rt: TableRuntime, plans: list[list[PartInfo]]) -> None:
         db, name = rt.table.db, rt.table.name

@@ -50,9 +50,11 @@ from base.errors import MongoError
 from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
+from oplog.parts.mutations import Mutation, parts_to_do
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
+from replset.parts.alter import rewrite_part
 from replset.parts.commit import PrimaryLink
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
@@ -92,6 +94,7 @@ class PartsManager:
         self.held = HeldReports(node.options.me, node.options.http_address)
         self.leader = Leader(node, self.tables)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
+        self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -157,6 +160,8 @@ class PartsManager:
             for doc in await self._scan(state_ns(db, name, "replicas")):
                 rt.add_holder(str(doc["part"]), str(doc["member"]), str(doc["http"]),
                               parse_checksums(doc.get("checksums", [])))
+            for doc in await self._scan(state_ns(db, name, "mutations")):
+                rt.mutations[str(doc["_id"])] = Mutation.from_document(doc)
             for doc in await self._scan(state_ns(db, name, "quorum")):
                 if doc.get("status") == PENDING:
                     rt.quorum_blocks[str(doc["part"])] = str(doc["_id"])
@@ -249,6 +254,10 @@ class PartsManager:
                 self._on_registry_entry(rt, op, entry)
             elif what == "quorum":
                 self._on_quorum_entry(rt, ns, op, entry)
+            elif what == "mutations" and op == "i":
+                mutation = Mutation.from_document(entry["o"])
+                rt.mutations[mutation.id] = mutation
+                self.parts_moved.fire()
 
     def _on_registry_entry(self, rt: TableRuntime, op: Any, entry: dict[str, Any]) -> None:
         doc = entry["o"]
@@ -281,9 +290,17 @@ class PartsManager:
         if kind == "GET_PART":
             entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
                                source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
-        elif kind == "MERGE_PARTS":
-            entry = QueueEntry(str(doc["_id"]), EntryType.MERGE_PARTS, PartInfo.parse(part),
+        elif kind in ("MERGE_PARTS", "MUTATE_PART"):
+            entry = QueueEntry(str(doc["_id"]), EntryType(kind), PartInfo.parse(part),
                                source_parts=tuple(PartInfo.parse(str(s)) for s in doc.get("sources", ())))
+        elif kind == "DROP_RANGE":
+            fake = PartInfo.parse(part)
+            entry = QueueEntry(str(doc["_id"]), EntryType.DROP_RANGE, fake)
+            for name in [n for n in rt.logged if fake.contains(PartInfo.parse(n))]:
+                del rt.logged[name]   # dropped: never registered or merged again
+            if rt.queue.add(entry):
+                rt.docs[entry.node_name] = doc
+            return
         else:
             return
         rt.logged[part] = LoggedPart.of(doc)
@@ -310,14 +327,16 @@ class PartsManager:
         error, produced, checksums = "", entry.new_part, {}
         try:
             await asyncio.to_thread(os.makedirs, rt.directory, exist_ok=True)
-            merged = None
-            if entry.type is EntryType.GET_PART:   # an insert on this member published it already
-                merged = await asyncio.to_thread(self._published_here, rt, entry.new_part.name,
-                                                 rt.docs.get(entry.node_name, {}))
-            if merged is None and entry.type is EntryType.MERGE_PARTS and all(p in rt.queue.current for p in entry.source_parts):
-                merged = await self._merge_here(rt, entry)
-            if merged is not None:
-                checksums = merged
+            made = None
+            if entry.type is EntryType.DROP_RANGE:
+                made = {}   # nothing to do on disk: the queue drops what it covers; the parts age out
+            elif entry.type is EntryType.GET_PART:   # an insert on this member published it already
+                made = await asyncio.to_thread(self._published_here, rt, entry.new_part.name,
+                                               rt.docs.get(entry.node_name, {}))
+            elif all(p in rt.queue.current for p in entry.source_parts):
+                made = await self._produce_here(rt, entry)
+            if made is not None:
+                checksums = made
             else:
                 produced, checksums = await self._fetch(rt, entry)
         except (FetchFailed, MongoError, OSError) as exc:
@@ -329,15 +348,21 @@ class PartsManager:
         finally:
             if self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries:
                 replaced = [] if error else [p for p in rt.queue.current.covered_by(produced) if p != produced]
-                rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
+                cancelled = rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
+                for gone in cancelled:
+                    rt.docs.pop(gone.node_name, None)
                 if not error:
                     rt.docs.pop(entry.node_name, None)
                     now = time.monotonic()
                     for part in replaced:
                         rt.outdated[part.name] = now
-                    self._held(rt, produced.name, checksums)
+                    if entry.type is EntryType.DROP_RANGE:
+                        rt.finished_drops.add(produced.name)
+                    else:
+                        self._held(rt, produced.name, checksums)
                     if self.node.is_primary:
                         self.leader.parts_arrived(rt)
+                    self.parts_moved.fire()
             self._wake.fire()
 
     @staticmethod
@@ -353,14 +378,21 @@ class PartsManager:
         expected = parse_checksums(doc.get("checksums", []))
         return here if expected and same_data(here, expected) else None
 
-    async def _merge_here(self, rt: TableRuntime, entry: QueueEntry) -> Checksums | None:
-        """Merges the sources into the entry's part; None when another member's copy of the part has other
-        bytes (the caller fetches that copy instead: replicas end up byte-identical)."""
+    async def _produce_here(self, rt: TableRuntime, entry: QueueEntry) -> Checksums | None:
+        """Merges the sources into the entry's part, or rewrites its source for a mutation; None when
+        another member's copy of the part has other bytes (the caller fetches that copy instead:
+        replicas end up byte-identical)."""
         assert entry.new_part is not None
         name = entry.new_part.name
         tmp = f"{part_files.TMP_MERGE}{name}_{os.getpid()}_{next(_merge_names)}"
-        files = await asyncio.to_thread(part_files.merge_to_temp, rt.directory, [p.name for p in entry.source_parts],
-                                        tmp, rt.table)
+        sources = [p.name for p in entry.source_parts]
+        if entry.type is EntryType.MUTATE_PART:
+            mutation = rt.mutations.get(str(rt.docs.get(entry.node_name, {}).get("mutation")))
+            if mutation is None:
+                raise MongoError(8, f"the mutation of {entry.node_name} is not known here yet")
+            files = await asyncio.to_thread(rewrite_part, rt.directory, sources[0], tmp, rt.table, mutation)
+        else:
+            files = await asyncio.to_thread(part_files.merge_to_temp, rt.directory, sources, tmp, rt.table)
         try:
             other = next((h for m, h in rt.holders.get(name, {}).items()
                           if m != self.node.options.me and h.checksums), None)
@@ -481,6 +513,39 @@ class PartsManager:
             if PENDING not in statuses or remaining <= 0:
                 return statuses
             await self.registry_moved.wait(remaining)
+
+    async def wait_mutation(self, ns: str, mutation_id: str, timeout_s: float = 600.0) -> None:
+        """Until this member has rewritten every part the mutation affects (or is about to fetch a
+        rewritten one). A mutation whose rewrite keeps failing here is an error, with the reason."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rt = self.tables.get(ns)
+            mutation = rt.mutations.get(mutation_id) if rt is not None else None
+            if rt is not None and mutation is not None:
+                if not parts_to_do(mutation, rt.queue.current) and not parts_to_do(mutation, rt.queue.virtual):
+                    return
+                failing = next((e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.num_tries >= 3
+                                and rt.docs.get(e.node_name, {}).get("mutation") == mutation_id), None)
+                if failing is not None:
+                    raise MongoError(96, f"mutation {mutation_id} fails on {failing.new_part}: "
+                                         f"{failing.last_exception}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MongoError(50, f"mutation {mutation_id} is not done here within {timeout_s:.0f} s; "
+                                     "partsMutations shows where it stands")
+            await self.parts_moved.wait(min(remaining, RETRY_S))
+
+    async def wait_dropped(self, ns: str, drop_range: str, timeout_s: float = 600.0) -> None:
+        """Until this member carried out the drop range (its parts no longer read)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rt = self.tables.get(ns)
+            if rt is not None and drop_range in rt.finished_drops:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MongoError(50, f"the drop {drop_range} is not carried out here within {timeout_s:.0f} s")
+            await self.parts_moved.wait(min(remaining, RETRY_S))
 
     # -- views -----------------------------------------------------------------------------------
 

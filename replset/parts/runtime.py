@@ -14,6 +14,7 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.parts import part_files
+from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import ReplicationQueue
 from oplog.parts.table import TableDef
@@ -55,6 +56,8 @@ class TableRuntime:
     quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
     quorum_reached: dict[str, str] = field(default_factory=dict)    # partition -> its newest part with a quorum
     outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
+    mutations: dict[str, Mutation] = field(default_factory=dict)    # by id
+    finished_drops: set[str] = field(default_factory=set)           # drop ranges carried out here
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:

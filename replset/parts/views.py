@@ -18,7 +18,9 @@ import pyarrow.parquet as pq
 
 from base.errors import MongoError
 from oplog.parts import part_files
+from oplog.parts.mutations import parts_to_do
 from oplog.parts.part_info import PartInfo
+from oplog.parts.queue import EntryType
 from oplog.parts.table import TableDef
 from replset.query_pool import check_time_limit
 
@@ -49,6 +51,25 @@ def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
                      "name": name, "active": False, "level": part.level, "min_block_number": part.min_block,
                      "max_block_number": part.max_block, "data_version": part.data_version,
                      "bytes_on_disk": None, "replicas": []})
+    return rows
+
+
+def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
+    """`system.mutations`-like rows; `parts_to_do` and `is_done` as this member stands."""
+    rt = node.parts.tables.get(table.ns)
+    if rt is None:
+        return []
+    rows = []
+    for mutation in sorted(rt.mutations.values(), key=lambda m: m.id):
+        todo = parts_to_do(mutation, rt.queue.current)
+        failed = [e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.last_exception
+                  and rt.docs.get(e.node_name, {}).get("mutation") == mutation.id]
+        rows.append({"database": table.db, "table": table.name, "mutation_id": mutation.id,
+                     "command": mutation.command(), "create_time": mutation.create_ms,
+                     "block_numbers": dict(mutation.versions), "parts_to_do_names": [p.name for p in todo],
+                     "parts_to_do": len(todo), "is_done": not todo,
+                     "latest_failed_part": failed[-1].new_part.name if failed and failed[-1].new_part else "",
+                     "latest_fail_reason": failed[-1].last_exception if failed else ""})
     return rows
 
 

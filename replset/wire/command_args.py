@@ -324,6 +324,12 @@ _PARTS: dict[str, CommandArgs] = {
         "sequentialConsistency": _bool(),
     }),
     "partsStatus": _collection_command({}),
+    "partsMutations": _collection_command({}),
+    "alterDelete": _collection_command({"filter": _obj(required=True), "sync": _num(), "attempt": _str()}),
+    "alterUpdate": _collection_command({"filter": _obj(required=True), "set": _obj(required=True), "sync": _num(),
+                                        "attempt": _str()}),
+    "dropPartition": _collection_command({"partition": Arg(("string", "object"), required=True), "sync": _num(),
+                                          "attempt": _str()}),
     "partsReplicationQueue": _collection_command({}),
     "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str()}),
     "_partsCommit": _collection_command({

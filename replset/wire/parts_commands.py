@@ -27,18 +27,29 @@ them but cannot write them (`system_namespaces`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 from base.errors import MongoError
 from oplog.entry import command_entry, delete_entry, insert_entry
+from oplog.parts.filters import filter_expression, update_expressions
 from oplog.parts.table import parse_table_def
 from oplog.writes import WriteEnv, ensure_collection
-from replset.parts.commit import QUORUM_TIMEOUT_MS, commit_here, insert_rows, parse_quorum, primary_body
+from replset.parts.alter import drop_partition, partition_of, record_mutation
+from replset.parts.commit import (
+    QUORUM_TIMEOUT_MS,
+    commit_here,
+    insert_rows,
+    new_attempt,
+    parse_quorum,
+    primary_body,
+)
 from replset.parts.insert import Block, load_table, table_from_arrow, table_from_rows
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import REACHED
+from replset.parts.views import mutations_view
 from replset.wire.admission import Role
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import run_write
@@ -160,3 +171,80 @@ async def cmd_insert_status(ctx: CommandContext) -> dict[str, Any]:
         out.append(row)
     return {"blocks": out, "allReached": all(r["status"] in (REACHED, "committed") for r in out) and bool(out),
             "ok": 1.0}
+
+
+# -- mutations and drops --------------------------------------------------------------------------
+
+
+async def _on_primary(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, Any]], *,
+                      off_loop: bool = False) -> dict[str, Any]:
+    """Runs `body` as a w:"majority" write on the primary: here, or by passing the command on."""
+    ctx.cmd.setdefault("attempt", new_attempt())
+    forwarded = {k: v for k, v in ctx.cmd.items() if not k.startswith("$") and k not in ("lsid", "txnNumber")}
+    forwarded["sync"] = 0   # the waiting, if any, happens here
+
+    async def here() -> dict[str, Any]:
+        wc = parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY})
+        return await commit_here(ctx.node, wc, body, off_loop=off_loop)
+
+    return await ctx.node.parts.link.on_primary(ctx.db, forwarded, here)
+
+
+def _sync(ctx: CommandContext) -> int:
+    raw = ctx.cmd.get("sync", 1)
+    if isinstance(raw, bool) or raw not in (0, 1):
+        raise MongoError(BAD_VALUE, "'sync' must be 0 (return once recorded) or 1 (once this member applied it)")
+    return int(raw)
+
+
+async def _mutation(ctx: CommandContext, kind: str) -> dict[str, Any]:
+    name = ctx.cmd[ctx.name]
+    table = load_table(ctx.node.store.reader, ctx.db, name)
+    filter_doc = ctx.cmd.get("filter")
+    if not isinstance(filter_doc, dict):
+        raise MongoError(BAD_VALUE, f"{ctx.name} needs a 'filter' object (use {{}} for every row)")
+    set_doc = ctx.cmd.get("set") or {}
+    filter_expression(filter_doc, table)   # refused here, before anything is sent or written
+    if kind == "update":
+        update_expressions(set_doc, table)
+    sync = _sync(ctx)
+    attempt = str(ctx.cmd.setdefault("attempt", new_attempt()))
+    reply = await _on_primary(ctx, lambda env: {"mutation": record_mutation(
+        env, ctx.db, name, kind=kind, filter_doc=filter_doc, set_doc=set_doc, attempt=attempt)["_id"], "ok": 1.0})
+    if sync:
+        await ctx.node.parts.wait_mutation(table.ns, str(reply["mutation"]))
+    return {k: v for k, v in reply.items() if k in ("mutation", "writeConcernError", "ok")}
+
+
+@command("alterDelete")
+async def cmd_alter_delete(ctx: CommandContext) -> dict[str, Any]:
+    """`{alterDelete: <table>, filter: {...}, sync: 0 | 1}`: ClickHouse's ALTER TABLE ... DELETE WHERE."""
+    return await _mutation(ctx, "delete")
+
+
+@command("alterUpdate")
+async def cmd_alter_update(ctx: CommandContext) -> dict[str, Any]:
+    """`{alterUpdate: <table>, filter: {...}, set: {col: value | "$col" | {$add: [...]}}, sync: 0 | 1}`."""
+    return await _mutation(ctx, "update")
+
+
+@command("dropPartition")
+async def cmd_drop_partition(ctx: CommandContext) -> dict[str, Any]:
+    """`{dropPartition: <table>, partition: "<id>" | {value: v}, sync: 0 | 1}`: ClickHouse's DROP PARTITION."""
+    name = ctx.cmd["dropPartition"]
+    table = load_table(ctx.node.store.reader, ctx.db, name)
+    pid = partition_of(table, ctx.cmd.get("partition"))
+    sync = _sync(ctx)
+    attempt = str(ctx.cmd.setdefault("attempt", new_attempt()))
+    reply = await _on_primary(ctx, lambda env: {"dropRange": drop_partition(env, ctx.db, name, pid, attempt),
+                                                "ok": 1.0}, off_loop=True)
+    if sync and reply.get("dropRange"):
+        await ctx.node.parts.wait_dropped(table.ns, str(reply["dropRange"]))
+    return {k: v for k, v in reply.items() if k in ("dropRange", "writeConcernError", "ok")}
+
+
+@command("partsMutations")
+async def cmd_parts_mutations(ctx: CommandContext) -> dict[str, Any]:
+    """`system.mutations`-like rows: each mutation and, on this member, the parts it has yet to rewrite."""
+    table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsMutations"])
+    return {"mutations": mutations_view(ctx.node, table), "ok": 1.0}

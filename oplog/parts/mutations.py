@@ -1,0 +1,68 @@
+"""Mutations (`alterDelete`, `alterUpdate`): which parts one affects, and in what order they apply.
+
+Theory of operation
+-------------------
+As in ClickHouse, a mutation takes a block number in every partition of the table
+when it is recorded (`versions`: partition -> number). It applies to exactly the
+parts written before it: those of a listed partition whose blocks all lie below
+its number and whose data version (the last mutation they reflect, or their
+first block) is below it too. Parts inserted later get higher block numbers and
+are never touched. A part is rewritten by one mutation at a time, oldest first,
+into `mutated_part(part, version)`; merges only join parts at the same mutation
+version, so a merged part never mixes rows from before and after a mutation.
+
+Pure: definitions and part names in, decisions out.
+"""
+
+from __future__ import annotations
+
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oplog.parts.active_set import ActivePartSet
+from oplog.parts.part_info import PartInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    id: str
+    kind: str                                   # "delete" | "update"
+    filter: Mapping[str, Any]
+    set: Mapping[str, Any] = field(default_factory=dict)
+    versions: Mapping[str, int] = field(default_factory=dict)   # partition -> block number
+    create_ms: int = 0
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> Mutation:
+        return cls(str(doc["_id"]), str(doc["kind"]), dict(doc.get("filter") or {}), dict(doc.get("set") or {}),
+                   {str(k): int(v) for k, v in (doc.get("blockNumbers") or {}).items()}, int(doc.get("createMs", 0)))
+
+    def affects(self, part: PartInfo) -> bool:
+        version = self.versions.get(part.partition_id)
+        return version is not None and part.max_block < version and part.data_version < version
+
+    def command(self) -> dict[str, Any]:
+        return {"kind": self.kind, "filter": dict(self.filter), "set": dict(self.set)}
+
+
+def next_mutation(part: PartInfo, mutations: Iterable[Mutation]) -> Mutation | None:
+    """The oldest mutation `part` still needs (the lowest version above its data version)."""
+    pending = [m for m in mutations if m.affects(part)]
+    return min(pending, key=lambda m: m.versions[part.partition_id], default=None)
+
+
+def parts_to_do(mutation: Mutation, parts: ActivePartSet) -> list[PartInfo]:
+    """The parts of `parts` that `mutation` has yet to rewrite."""
+    return [p for pid in mutation.versions for p in parts.parts_of(pid) if mutation.affects(p)]
+
+
+def versions_by_partition(mutations: Iterable[Mutation]) -> dict[str, list[int]]:
+    """Every partition's mutation numbers (what the merge predicate compares)."""
+    out: dict[str, list[int]] = {}
+    for m in mutations:
+        for pid, version in m.versions.items():
+            out.setdefault(pid, []).append(version)
+    return out
