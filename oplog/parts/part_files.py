@@ -141,7 +141,18 @@ def _write_file(path: str, write: Any) -> None:
 
 def columns_text(table: TableDef) -> str:
     return "columns format version: 1\n" + f"{len(table.columns)} columns:\n" + "".join(
-        f"`{c.name}` {c.type}\n" for c in table.columns)
+        f"`{c.name}` {c.type}\n" for c in table.columns) + f"metadata version: {table.metadata_version}\n"
+
+
+def part_metadata_version(part_dir: str) -> int:
+    """The table's metadata version when the part was written (0 when its columns.txt does not say)."""
+    try:
+        with open(os.path.join(part_dir, COLUMNS_FILE), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    last = lines[-1] if lines else ""
+    return int(last.rpartition(": ")[2]) if last.startswith("metadata version: ") else 0
 
 
 def checksums_text(checksums: Mapping[str, tuple[int, str]]) -> str:
@@ -229,10 +240,26 @@ def verify_part(part_dir: str) -> str | None:
 def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = None) -> pa.Table:
     """A part's rows in the table's current schema (columns added since it was written get defaults)."""
     data = pq.read_table(os.path.join(part_dir, DATA_FILE))
+    if table.changes:
+        data = _through_changes(data, table, part_metadata_version(part_dir))
     present = [name for name in data.column_names if table.column(name) is not None]
     data = conform(table, data.select(present))
     if columns is not None:
         data = data.select(list(columns))
+    return data
+
+
+def _through_changes(data: pa.Table, table: TableDef, written_at: int) -> pa.Table:
+    """A part's columns as the renames and drops made since it was written left them."""
+    names = list(data.column_names)
+    for kind, column, new, version in sorted(table.changes, key=lambda c: c[3]):
+        if version <= written_at or column not in names:
+            continue
+        if kind == "drop":
+            data = data.drop_columns([column])
+        else:
+            data = data.rename_columns([new if n == column else n for n in data.column_names])
+        names = list(data.column_names)
     return data
 
 

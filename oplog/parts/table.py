@@ -110,6 +110,9 @@ class TableDef:
     order_by: tuple[str, ...] = ()
     metadata_version: int = 0
     settings: TableSettings = field(default_factory=TableSettings)
+    # Renames and drops so far, as (kind, column, new name, metadata version): a part written before one
+    # reads through it (`oplog.parts.part_files.read_part`).
+    changes: tuple[tuple[str, str, str, int], ...] = ()
 
     @property
     def ns(self) -> str:
@@ -122,13 +125,55 @@ class TableDef:
         return {"_id": self.name, "columns": [{"name": c.name, "type": c.type, "default": c.default}
                                                for c in self.columns],
                 "partitionBy": self.partition.expression, "orderBy": list(self.order_by),
-                "metadataVersion": self.metadata_version, "settings": self.settings.to_document()}
+                "metadataVersion": self.metadata_version, "settings": self.settings.to_document(),
+                "changes": [list(c) for c in self.changes]}
 
     @classmethod
     def from_document(cls, db: str, doc: Mapping[str, Any]) -> TableDef:
         table = parse_table_def(db, str(doc["_id"]), doc)
+        changes = tuple((str(k), str(c), str(n), int(v)) for k, c, n, v in doc.get("changes", []))
         return TableDef(table.db, table.name, table.columns, table.partition, table.order_by,
-                        int(doc.get("metadataVersion", 0)), table.settings)
+                        int(doc.get("metadataVersion", 0)), table.settings, changes)
+
+
+def alter_table(table: TableDef, spec: Mapping[str, Any]) -> TableDef:
+    """The definition after `alterPartsTable`'s one change (`addColumn: {name, type, default}`,
+    `dropColumn: <name>` or `renameColumn: {from, to}`), one metadata version up. Columns of the sort
+    or partition key cannot be dropped or renamed (their parts are sorted and split by them)."""
+    given = [k for k in ("addColumn", "dropColumn", "renameColumn") if k in spec]
+    if len(given) != 1:
+        raise _bad("alterPartsTable takes exactly one of addColumn, dropColumn, renameColumn")
+    version = table.metadata_version + 1
+    columns, changes = list(table.columns), list(table.changes)
+    keys = {*table.order_by, *([table.partition.column] if table.partition.column else [])}
+    kind, arg = given[0], spec[given[0]]
+    if kind == "addColumn":
+        added = parse_table_def(table.db, table.name, {"columns": [arg]}).columns[0] if isinstance(arg, Mapping) \
+            else None
+        if added is None:
+            raise _bad("addColumn takes {name, type[, default]}", FAILED_TO_PARSE)
+        if table.column(added.name) is not None:
+            raise _bad(f"column {added.name!r} already exists")
+        columns.append(added)
+    else:
+        old = arg if kind == "dropColumn" else (arg.get("from") if isinstance(arg, Mapping) else None)
+        if not isinstance(old, str) or table.column(old) is None:
+            raise _bad(f"{kind}: {old!r} is not a column of {table.ns}")
+        if old in keys:
+            raise _bad(f"{kind}: {old!r} is part of the sort or partition key")
+        if kind == "dropColumn":
+            if len(columns) == 1:
+                raise _bad("dropColumn: a table keeps at least one column")
+            columns = [c for c in columns if c.name != old]
+            changes.append(("drop", old, "", version))
+        else:
+            new = arg.get("to")
+            if not isinstance(new, str) or not NAME.match(new) or table.column(new) is not None:
+                raise _bad(f"renameColumn: {new!r} is not a free column name")
+            columns = [Column(new, c.type, c.default) if c.name == old else c for c in columns]
+            changes.append(("rename", old, new, version))
+    return TableDef(table.db, table.name, tuple(columns), table.partition, table.order_by, version,
+                    table.settings, tuple(changes))
 
 
 def _bad(message: str, code: int = BAD_VALUE) -> MongoError:

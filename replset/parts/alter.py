@@ -32,15 +32,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from base.errors import MongoError
-from oplog.entry import delete_entry, insert_entry
+from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression, update_expressions
 from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo, drop_range
-from oplog.parts.table import TableDef, partition_id
+from oplog.parts.table import TableDef, alter_table, partition_id
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, next_counter
-from replset.parts.names import state_ns
+from replset.parts.names import state_ns, tables_ns
 
 BAD_VALUE = 2
 
@@ -110,6 +110,27 @@ def _in_range(doc: dict[str, Any], fake: PartInfo) -> bool:
     except MongoError:
         return False
     return fake.contains(part)
+
+
+def alter_definition(env: WriteEnv, db: str, name: str, spec: dict[str, Any], attempt: str) -> int:
+    """The primary's transaction for `alterPartsTable`: the new definition and its ALTER_METADATA log
+    entry; returns the new metadata version (the one already made, for a retry of the same attempt)."""
+    table = load_table(env.txn, db, name)
+    log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
+    ensure_collection(env, log_ns)
+    ensure_collection(env, counters_ns)
+    done = env.txn.get(counters_ns, f"alter.{attempt}")
+    if done is not None:
+        return int(done["n"])
+    new = alter_table(table, spec)
+    definition = new.to_document()
+    definition.pop("_id")
+    env.emit(update_entry(tables_ns(db), name, {"$set": definition}))
+    env.emit(update_entry(counters_ns, f"alter.{attempt}", {"$set": {"n": new.metadata_version}}, upsert=True))
+    env.emit(insert_entry(log_ns, {"_id": f"alter_{new.metadata_version:010d}", "seq": next_counter(
+        env, counters_ns, "seq"), "type": "ALTER_METADATA", "version": new.metadata_version,
+        "change": spec, "createTime": env.now}))
+    return new.metadata_version
 
 
 def partition_of(table: TableDef, raw: Any) -> str:

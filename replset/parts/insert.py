@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 BAD_VALUE = 2
 NAMESPACE_NOT_FOUND = 26
+SCHEMA_CHANGED = 117   # ConflictingOperationInProgress
 _temp_names = itertools.count(1)   # two inserts of one block at once write different temporary parts
 
 
@@ -72,6 +73,7 @@ class Block:
     files: part_files.PartFiles
     part: str = ""
     deduplicated: bool = False
+    metadata_version: int = 0    # the table's, when the block was written
 
     def reply(self) -> dict[str, Any]:
         return {"partition": self.partition_id, "blockId": self.block_id, "part": self.part,
@@ -80,7 +82,8 @@ class Block:
     def to_wire(self) -> dict[str, Any]:
         """What the primary needs to commit a block written on another member (`_partsCommit`)."""
         return {"partition": self.partition_id, "blockId": self.block_id, "rows": self.files.rows,
-                "bytes": self.files.bytes, "checksums": checksum_docs(self.files.checksums)}
+                "bytes": self.files.bytes, "checksums": checksum_docs(self.files.checksums),
+                "metadataVersion": self.metadata_version}
 
     @classmethod
     def from_wire(cls, doc: Any) -> Block:
@@ -89,7 +92,8 @@ class Block:
             for file in checksums:
                 part_files.check_file_name(file)
             files = part_files.PartFiles("", int(doc["rows"]), int(doc["bytes"]), checksums)
-            return cls(str(doc["partition"]), str(doc["blockId"]), "", files)
+            return cls(str(doc["partition"]), str(doc["blockId"]), "", files,
+                       metadata_version=int(doc.get("metadataVersion", 0)))
         except (KeyError, TypeError, ValueError) as exc:
             raise MongoError(BAD_VALUE, f"_partsCommit: malformed block {exc}") from None
 
@@ -105,7 +109,7 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
             block_id = block_id_of_rows(pid, part_files.rows_bytes(block_rows))
         tmp_name = f"{part_files.TMP_INSERT}{block_id}_{os.getpid()}_{next(_temp_names)}"
         files = part_files.write_temp_part(directory, tmp_name, block_rows, table)
-        blocks.append(Block(pid, block_id, tmp_name, files))
+        blocks.append(Block(pid, block_id, tmp_name, files, metadata_version=table.metadata_version))
     return blocks
 
 
@@ -153,6 +157,11 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
         ensure_collection(env, ns)
     if quorum > 1:
         ensure_collection(env, state_ns(db, table.name, "quorum"))
+    for block in blocks:
+        if block.metadata_version != table.metadata_version:
+            raise MongoError(SCHEMA_CHANGED, f"{table.ns} changed (metadata version {block.metadata_version} -> "
+                                             f"{table.metadata_version}) while this insert was being written: "
+                                             "nothing was inserted; send it again in the new schema")
     fresh = []
     for block in blocks:
         existing = env.txn.get(log_ns, block.block_id)

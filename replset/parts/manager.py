@@ -140,6 +140,7 @@ class PartsManager:
             except Exception:
                 log.exception("the part log's runner failed; starting over from the state collections")
                 self._rescan = True
+                await asyncio.sleep(RETRY_S)   # a fault that repeats must not spin the loop
             ready = (self._rescan and not self._running) or (self._dirty and not self._rescan)
             if not ready:
                 await self._wake.wait(RETRY_S)
@@ -240,7 +241,12 @@ class PartsManager:
     def _on_entry(self, entry: dict[str, Any]) -> None:
         ns, op = str(entry.get("ns", "")), entry.get("op")
         db, _, coll = ns.partition(".")
-        if coll == PART_LOG:
+        if coll == PART_LOG and op == "u":   # an alter: the new definition, read as it stands now
+            table = str(entry.get("o2", {}).get("_id"))
+            rt, doc = self.tables.get(f"{db}.{table}"), self.node.store.reader.get(ns, table)
+            if rt is not None and doc is not None:
+                rt.table = TableDef.from_document(db, doc)
+        elif coll == PART_LOG:
             self._rescan = True   # a table was created or dropped: reload the definitions
         elif coll.startswith(f"{PART_LOG}."):
             table, _, what = coll[len(PART_LOG) + 1:].rpartition(".")
@@ -285,14 +291,26 @@ class PartsManager:
         self.registry_moved.fire()
 
     def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
+        try:
+            self._enqueue_entry(rt, doc)
+        except (KeyError, TypeError, ValueError, MongoError) as exc:
+            # Not a log document this member can use: skipped, not a reason to rebuild again and again.
+            log.warning("part log document %r of %s is malformed (%s): skipped", doc.get("_id"), rt.table.ns, exc)
+
+    def _enqueue_entry(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
         kind = doc.get("type")
-        part = str(doc["part"])
+        part = str(doc.get("part", ""))
         if kind == "GET_PART":
             entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
                                source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
         elif kind in ("MERGE_PARTS", "MUTATE_PART"):
             entry = QueueEntry(str(doc["_id"]), EntryType(kind), PartInfo.parse(part),
                                source_parts=tuple(PartInfo.parse(str(s)) for s in doc.get("sources", ())))
+        elif kind == "ALTER_METADATA":
+            entry = QueueEntry(str(doc["_id"]), EntryType.ALTER_METADATA, alter_version=int(doc.get("version", 0)))
+            if rt.queue.add(entry):
+                rt.docs[entry.node_name] = doc
+            return
         elif kind == "DROP_RANGE":
             fake = PartInfo.parse(part)
             entry = QueueEntry(str(doc["_id"]), EntryType.DROP_RANGE, fake)
@@ -314,6 +332,12 @@ class PartsManager:
         for rt in list(self.tables.values()):
             while (entry := rt.queue.next_to_run(now)) is not None:
                 rt.queue.started(entry, now)
+                if entry.type is EntryType.ALTER_METADATA:
+                    # Parts read through schema changes (`part_files.read_part`): adopting the version is all.
+                    rt.queue.finished(entry, now)
+                    rt.docs.pop(entry.node_name, None)
+                    self.parts_moved.fire()
+                    continue
                 if rt.queue.already_done(entry):
                     rt.queue.finished(entry, now)
                     rt.docs.pop(entry.node_name, None)
@@ -533,6 +557,18 @@ class PartsManager:
             if remaining <= 0:
                 raise MongoError(50, f"mutation {mutation_id} is not done here within {timeout_s:.0f} s; "
                                      "partsMutations shows where it stands")
+            await self.parts_moved.wait(min(remaining, RETRY_S))
+
+    async def wait_metadata(self, ns: str, version: int, timeout_s: float = 600.0) -> None:
+        """Until this member's queue adopted metadata version `version` of the table."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rt = self.tables.get(ns)
+            if rt is not None and rt.queue.metadata_version >= version:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MongoError(50, f"metadata version {version} of {ns} is not adopted here within {timeout_s:.0f} s")
             await self.parts_moved.wait(min(remaining, RETRY_S))
 
     async def wait_dropped(self, ns: str, drop_range: str, timeout_s: float = 600.0) -> None:

@@ -73,6 +73,11 @@ def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
     return rows
 
 
+def local_metadata_version(node: Node, table: TableDef) -> int:
+    rt = node.parts.tables.get(table.ns)
+    return rt.queue.metadata_version if rt is not None else 0
+
+
 def replication_queue(node: Node, table: TableDef) -> list[dict[str, Any]]:
     """`system.replication_queue`-like rows of this member's queue for the table."""
     rows = node.parts.queue_view(table.ns)

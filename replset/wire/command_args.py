@@ -328,6 +328,8 @@ _PARTS: dict[str, CommandArgs] = {
     "alterDelete": _collection_command({"filter": _obj(required=True), "sync": _num(), "attempt": _str()}),
     "alterUpdate": _collection_command({"filter": _obj(required=True), "set": _obj(required=True), "sync": _num(),
                                         "attempt": _str()}),
+    "alterPartsTable": _collection_command({"addColumn": _obj(), "dropColumn": _str(), "renameColumn": _obj(),
+                                            "alterSync": _num(), "sync": _num(), "attempt": _str()}),
     "dropPartition": _collection_command({"partition": Arg(("string", "object"), required=True), "sync": _num(),
                                           "attempt": _str()}),
     "partsReplicationQueue": _collection_command({}),

@@ -35,9 +35,9 @@ import pyarrow as pa
 from base.errors import MongoError
 from oplog.entry import command_entry, delete_entry, insert_entry
 from oplog.parts.filters import filter_expression, update_expressions
-from oplog.parts.table import parse_table_def
+from oplog.parts.table import alter_table, parse_table_def
 from oplog.writes import WriteEnv, ensure_collection
-from replset.parts.alter import drop_partition, partition_of, record_mutation
+from replset.parts.alter import alter_definition, drop_partition, partition_of, record_mutation
 from replset.parts.commit import (
     QUORUM_TIMEOUT_MS,
     commit_here,
@@ -181,7 +181,7 @@ async def _on_primary(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, 
     """Runs `body` as a w:"majority" write on the primary: here, or by passing the command on."""
     ctx.cmd.setdefault("attempt", new_attempt())
     forwarded = {k: v for k, v in ctx.cmd.items() if not k.startswith("$") and k not in ("lsid", "txnNumber")}
-    forwarded["sync"] = 0   # the waiting, if any, happens here
+    forwarded["alterSync" if ctx.name == "alterPartsTable" else "sync"] = 0   # the waiting, if any, happens here
 
     async def here() -> dict[str, Any]:
         wc = parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY})
@@ -248,3 +248,41 @@ async def cmd_parts_mutations(ctx: CommandContext) -> dict[str, Any]:
     """`system.mutations`-like rows: each mutation and, on this member, the parts it has yet to rewrite."""
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsMutations"])
     return {"mutations": mutations_view(ctx.node, table), "ok": 1.0}
+
+
+# -- schema changes -------------------------------------------------------------------------------
+
+
+def _alter_sync(ctx: CommandContext) -> int:
+    raw = ctx.cmd.get("alterSync", 1)
+    if isinstance(raw, bool) or raw not in (0, 1, 2):
+        raise MongoError(BAD_VALUE, "'alterSync' is 0 (return once recorded), 1 (once this member has the new "
+                                    "metadata) or 2 (once every member has it)")
+    return int(raw)
+
+
+@command("alterPartsTable")
+async def cmd_alter_parts_table(ctx: CommandContext) -> dict[str, Any]:
+    """`{alterPartsTable: <table>, addColumn: {name, type, default} | dropColumn: <name> |
+    renameColumn: {from, to}, alterSync: 0 | 1 | 2}`: one schema change, one metadata version up.
+
+    The definition and an ALTER_METADATA log entry are written together; every member's queue adopts
+    the new version when it reaches that entry. Parts keep the columns they were written with and read
+    through the changes made since (`oplog.parts.part_files.read_part`). `alterSync` (ClickHouse's
+    `alter_sync`): 0 returns once the primary has it, 1 once a majority and this member have it, 2 once
+    every data-bearing member has it (the write concern counts every one of them)."""
+    name = ctx.cmd["alterPartsTable"]
+    table = load_table(ctx.node.store.reader, ctx.db, name)
+    spec = {k: ctx.cmd[k] for k in ("addColumn", "dropColumn", "renameColumn") if k in ctx.cmd}
+    alter_table(table, spec)   # a bad change is refused here, before anything is sent
+    sync = _alter_sync(ctx)
+    config = ctx.node.config
+    everyone = sum(1 for m in config.members if m.data_bearing) if config is not None else 1
+    # A member passing the command on sends the write concern its alterSync needs (and alterSync 0).
+    ctx.cmd.setdefault("writeConcern", {"w": 1} if sync == 0 else {"w": everyone} if sync == 2 else {"w": MAJORITY})
+    attempt = str(ctx.cmd.setdefault("attempt", new_attempt()))
+    reply = await _on_primary(ctx, lambda env: {"metadataVersion": alter_definition(env, ctx.db, name, spec, attempt),
+                                                "ok": 1.0})
+    if sync:
+        await ctx.node.parts.wait_metadata(table.ns, int(reply["metadataVersion"]))
+    return {k: v for k, v in reply.items() if k in ("metadataVersion", "writeConcernError", "ok")}

@@ -22,7 +22,13 @@ from base.errors import MongoError
 from oplog.parts.filters import filter_expression
 from replset.cursors import Cursor
 from replset.parts.insert import load_table
-from replset.parts.views import check_sequential_consistency, parts_status, read_rows, replication_queue
+from replset.parts.views import (
+    check_sequential_consistency,
+    local_metadata_version,
+    parts_status,
+    read_rows,
+    replication_queue,
+)
 from replset.query_pool import TimeLimit
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import first_batch
@@ -63,7 +69,8 @@ async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
 @command("partsStatus")
 async def cmd_parts_status(ctx: CommandContext) -> dict[str, Any]:
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsStatus"])
-    return {"parts": parts_status(ctx.node, table), "ok": 1.0}
+    return {"parts": parts_status(ctx.node, table), "metadataVersion": table.metadata_version,
+            "localMetadataVersion": local_metadata_version(ctx.node, table), "ok": 1.0}
 
 
 @command("partsReplicationQueue")

@@ -112,3 +112,37 @@ def test_drop_partition_removes_it_everywhere_and_its_blocks_can_come_back(rs: R
     by_value = db.command({"dropPartition": "events", "partition": {"value": datetime.datetime(2024, 4, 3)}})
     assert by_value["dropRange"].startswith("202404_0_")
     _converged(rs, "dp", {r["n"] for r in march})
+
+
+def test_schema_changes_read_old_and_new_parts_on_every_member(rs: ReplicaSet) -> None:
+    db = rs.client().sc
+    db.command({"createPartsTable": "events", **TABLE})
+    db.command({"insertBlock": "events", "rows": _rows(1, 10)})
+    secondary = _secondary(rs)
+    reply = rs.direct(secondary).sc.command({"alterPartsTable": "events", "alterSync": 2,
+                                             "addColumn": {"name": "score", "type": "float64", "default": 1.5}})
+    assert reply["metadataVersion"] == 1
+    for member in rs.members:   # alterSync 2: every member has the new definition already
+        status = rs.direct(member).sc.command({"partsStatus": "events"})
+        assert status["metadataVersion"] == 1
+        wait_for(lambda m=member: rs.direct(m).sc.command({"partsStatus": "events"})["localMetadataVersion"] == 1,
+                 10, f"the new metadata adopted on {member.host}")
+    db.command({"insertBlock": "events", "rows": [{**r, "score": 9.0} for r in _rows(2, 5, 100)]})
+    db.command({"alterPartsTable": "events", "renameColumn": {"from": "note", "to": "comment"}})
+    db.command({"alterPartsTable": "events", "dropColumn": "n"})
+    db.command({"insertBlock": "events", "rows": [{"day": datetime.datetime(2024, 3, 1), "user": "z",
+                                                   "comment": "new", "score": 2.0}]})
+    for member in rs.members:
+        def read(m: Member = member) -> list[dict[str, Any]]:
+            return _select(rs, m, "sc", columns=["user", "comment", "score"])
+        rows = wait_for(lambda r=read: (lambda got: got if len(got) == 16 else None)(r()), 20,
+                        f"every part readable on {member.host}")
+        assert all(set(r) == {"user", "comment", "score"} for r in rows)
+        assert sorted(r["score"] for r in rows) == [1.5] * 10 + [2.0] + [9.0] * 5
+        assert sorted(r["comment"] for r in rows) == ["new"] + ["x"] * 15
+    with pytest.raises(OperationFailure) as err:   # the old schema: a column that is gone
+        db.command({"insertBlock": "events", "rows": [{"day": datetime.datetime(2024, 3, 1), "user": "z", "n": 1}]})
+    assert err.value.code == 2 and "no column" in str(err.value)
+    with pytest.raises(OperationFailure) as err:
+        db.command({"alterPartsTable": "events", "dropColumn": "user"})   # the sort key
+    assert err.value.code == 2
