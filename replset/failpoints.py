@@ -20,6 +20,10 @@ Supported fail points:
   numDocsToClone: N}`: the clone of that collection fetches N documents per
   batch and waits once N are committed, until the fail point is turned off.
 
+* `partsHangAfterCommit` — a part-log commit on the primary (an insert's blocks, made here or sent
+  by another member) waits, once committed and its write concern met, before it answers, until the
+  fail point is turned off: a test kills the primary "mid-commit" there.
+
 * `failBatchWriteSlice` — a write command big enough to run in slices fails before its second
   and later slices with `data.errorCode` (default 91, ShutdownInProgress: retryable), as if the
   member had stopped part way; a retryable write retried then resumes where it stopped.
@@ -39,7 +43,7 @@ from typing import Any
 from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
-                   "initialSyncHangDuringCollectionClone", "failBatchWriteSlice"})
+                   "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit"})
 
 
 @dataclass(slots=True)

@@ -59,6 +59,8 @@ UNSATISFIABLE = 100
 COMMIT_DEADLINE_S = 30.0
 COMMIT_TIMEOUT_S = 60.0   # one try: the primary's reply waits for its write concern
 NO_PRIMARY = 10107
+HANG_AFTER_COMMIT = "partsHangAfterCommit"
+FAIL_POINT_POLL_S = 0.05
 
 
 def parse_quorum(raw: Any, config: ReplSetConfig | None) -> int:
@@ -96,6 +98,8 @@ async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], d
     wce = await node.wait_for_write_concern(wc, optime or node.last_committed_optime)
     if wce is not None:
         reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+    while node.failpoints.is_on(HANG_AFTER_COMMIT):
+        await asyncio.sleep(FAIL_POINT_POLL_S)   # test-only: nothing to wait on but the operator
     return reply
 
 

@@ -21,7 +21,9 @@ ClickHouse's postponement reasons), and carries them out:
   fetched from that member instead if the bytes differ;
 * anything else is fetched (`sync.part_fetch`: every byte checked) from a live
   member the registry lists as holding the part, chosen at random, or holding
-  a part that covers it (the part was merged away meanwhile).
+  a part that covers it (the part was merged away meanwhile). A fetch that
+  receives nothing for `fetchProgressTimeoutMS` is abandoned, and the next try
+  goes to another holder while there is one that has not failed it.
 
 A failed task stays queued and backs off; the queue view says why. A part this
 member obtained is reported upstream until the registry lists it
@@ -435,9 +437,15 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
-        # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
-        http = self.node.failpoints.peer_route(http)
-        await fetch_part(self._session, http, rt.table.ns, part.name, checksums, rt.directory)
+        try:
+            # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
+            await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,
+                             checksums, rt.directory,
+                             progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000)
+        except FetchFailed:
+            rt.failed_sources.setdefault(entry.new_part.name, set()).add(http)   # the next try goes elsewhere
+            raise
+        rt.failed_sources.pop(entry.new_part.name, None)
         return part, checksums
 
     def _fetch_source(self, rt: TableRuntime, part: PartInfo, doc: dict[str, Any]
@@ -447,9 +455,13 @@ class PartsManager:
         holder); else a live member holding the largest part that covers it and that our own log
         produces; else the member that inserted it, while the registry names no live holder yet."""
         me, live = self.node.options.me, self.node.live_members()
+        failed = rt.failed_sources.get(part.name, set())
         exact = [h for m, h in rt.holders.get(part.name, {}).items() if m != me and m in live and h.checksums]
-        if exact:
-            holder = self.node.rng.choice(exact)
+        untried = [h for h in exact if h.http not in failed]
+        if exact:   # a holder that failed this part is tried again only when every other one failed too
+            holder = self.node.rng.choice(untried or exact)
+            if not untried:
+                failed.clear()
             return holder.http, part, holder.checksums
         covering: list[tuple[PartInfo, Any]] = []
         for name, by_member in rt.holders.items():

@@ -58,6 +58,7 @@ class TableRuntime:
     outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
     mutations: dict[str, Mutation] = field(default_factory=dict)    # by id
     finished_drops: set[str] = field(default_factory=set)           # drop ranges carried out here
+    failed_sources: dict[str, set[str]] = field(default_factory=dict)   # part -> HTTP addresses that failed it
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:

@@ -1,0 +1,117 @@
+"""Parts tables under faults on real members: a stalled fetch source is abandoned for another holder;
+the primary killed after committing an insert - retried by the client on another member, or by the
+member that sent the commit - leaves exactly one part; a member killed between its commit and the
+publish of its part publishes it at restart."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from typing import Any
+
+import pytest
+from pymongo import ReadPreference
+from pymongo.errors import PyMongoError
+
+from tests.support.members import Member, wait_for
+from tests.support.proxy import FaultProxy
+from tests.support.replica_set import ReplicaSet
+
+TABLE = {"columns": [{"name": "day", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                     {"name": "n", "type": "int64"}],
+         "partitionBy": "toYYYYMM(day)", "orderBy": ["user", "day"],
+         "settings": {"fetchProgressTimeoutMS": 1500}}
+
+
+def _rows(n: int, month: int = 6, start: int = 0) -> list[dict[str, Any]]:
+    return [{"day": datetime.datetime(2024, month, 1 + i % 28), "user": f"u{i % 3}", "n": start + i}
+            for i in range(n)]
+
+
+def _parts(member: Member, ns: str) -> list[str]:
+    directory = os.path.join(member.dbpath, "parts", ns)
+    return sorted(d for d in os.listdir(directory) if not d.startswith("tmp")) if os.path.isdir(directory) else []
+
+
+def _http(member: Member) -> str:
+    return f"127.0.0.1:{member.http_port}"
+
+
+def _log(rs: ReplicaSet, member: Member, db: str) -> Any:
+    return rs.direct(member)[db].get_collection("system.parts.events.log",
+                                                read_preference=ReadPreference.SECONDARY_PREFERRED)
+
+
+def test_a_stalled_fetch_source_is_abandoned_for_another_holder(rs3: ReplicaSet) -> None:
+    rs3.client().st.command({"createPartsTable": "events", **TABLE})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    with FaultProxy() as proxy:
+        # S2 reaches the primary's HTTP port only through a link that holds every byte; S1 cannot fetch yet.
+        stalled = proxy.add_link(s2.host, _http(primary))
+        proxy.set_links([(s2.host, _http(primary))], blackholed=True)
+        rs3.fail_point(s2, "peerRoutes", "alwaysOn", {"routes": {_http(primary): stalled}})
+        rs3.fail_point(s1, "peerRoutes", "alwaysOn", {"routes": {_http(primary): "127.0.0.1:1"}})
+        part = rs3.client().st.command({"insertBlock": "events", "rows": _rows(20)})["blocks"][0]["part"]
+
+        def stalled_fetch_failed() -> bool:
+            queue = rs3.direct(s2).st.command({"partsReplicationQueue": "events"})["queue"]
+            return bool(queue) and queue[0]["num_tries"] >= 1 and bool(queue[0]["last_exception"])
+
+        wait_for(stalled_fetch_failed, 20, "S2's fetch from the stalled primary to be abandoned")
+        assert _parts(s2, "st.events") == []
+        rs3.fail_point(s1, "peerRoutes", "off")   # S1 fetches from the primary and becomes a holder
+        wait_for(lambda: _parts(s1, "st.events") == [part], 20, "S1 to fetch the part")
+        wait_for(lambda: _parts(s2, "st.events") == [part], 30, "S2 to fetch it from S1, the primary still stalled")
+        assert proxy.stats()[0].blackholed
+        rs3.fail_point(s2, "peerRoutes", "off")
+
+
+def _insert_in_thread(rs: ReplicaSet, member: Member, db: str, cmd: dict[str, Any]) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(rs.direct(member)[db].command(cmd))
+        except PyMongoError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("retried_by", ["client", "member"])
+def test_the_primary_killed_after_committing_an_insert_leaves_exactly_one_part(rs3: ReplicaSet, retried_by: str
+                                                                                ) -> None:
+    rs3.client().kp.command({"createPartsTable": "events", **TABLE})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    rows = _rows(30, 7)
+    rs3.fail_point(primary, "partsHangAfterCommit", "alwaysOn")
+    # The client's insert goes to the primary itself, or to S1, which sends its commit to the primary.
+    sent_to = primary if retried_by == "client" else s1
+    thread, outcome = _insert_in_thread(rs3, sent_to, "kp", {"insertBlock": "events", "rows": rows})
+    wait_for(lambda: _log(rs3, s1, "kp").count_documents({}) == 1 and _log(rs3, s2, "kp").count_documents({}) == 1,
+             20, "the commit on every member")
+    primary.kill()
+    try:
+        if retried_by == "client":
+            thread.join(30)
+            assert outcome and isinstance(outcome[0], PyMongoError)   # the client never heard back
+            new_primary = rs3.wait_primary()
+            again = rs3.direct(new_primary).kp.command({"insertBlock": "events", "rows": rows})
+            assert again["deduplicated"] == 1   # the retry finds the committed block
+        else:
+            thread.join(60)
+            assert outcome and not isinstance(outcome[0], PyMongoError), outcome
+            # S1 retried its commit on the new primary, with the same attempt: its own block, inserted once.
+            assert outcome[0]["inserted"] == 1 and outcome[0]["deduplicated"] == 0
+    finally:
+        primary.start()
+    for member in rs3.members:
+        wait_for(lambda m=member: len(_parts(m, "kp.events")) == 1, 30, f"one part on {member.host}")
+        assert _log(rs3, member, "kp").count_documents({}) == 1
+        got = list(rs3.direct(member).kp.cursor_command("selectParts", "events", columns=["n"]))
+        assert sorted(r["n"] for r in got) == [r["n"] for r in rows]
