@@ -251,6 +251,9 @@ class Node:
         """The replica core changed our state."""
         self.writer.inline_fsync = new is not MemberState.PRIMARY  # see GroupCommitWriter._sync_wal
         log.info("member state %s -> %s", old.name, new.name)
+        if old is MemberState.STARTUP2:
+            # An initial sync cloned the data without an oplog of it: the part log's runner reloads.
+            self.parts.on_history_replaced()
         self.notify_state_change()
 
     @staticmethod

@@ -212,6 +212,9 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
     directory = table_dir(node.options.dbpath, table.ns)
     blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)
     try:
+        delay = node.parts.insert_delay(table.ns, [b.partition_id for b in blocks])
+        if delay > 0:
+            await asyncio.sleep(delay)   # backpressure: merges are behind (ClickHouse's parts_to_delay_insert)
         committed = await node.parts.link.commit(db, name, blocks, directory, wc=wc, attempt=new_attempt(),
                                                  quorum=quorum, dedup_token=dedup_token)
     finally:

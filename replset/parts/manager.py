@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 MARKER = f".{PART_LOG}".encode()
 PULL_CHUNK = 1000
+TOO_MANY_PARTS = 96   # OperationFailed (ClickHouse: TOO_MANY_PARTS)
 RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
 _merge_names = itertools.count(1)
 
@@ -96,6 +97,7 @@ class PartsManager:
         self.held = HeldReports(node.options.me, node.options.http_address)
         self.leader = Leader(node, self.tables)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
+        self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -172,14 +174,19 @@ class PartsManager:
                     rt.quorum_was_reached(str(doc["part"]))
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
+            if not self._started_up:
+                await self._set_aside_unexpected(rt)
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
                     self._held(rt, part.name, await asyncio.to_thread(self._checksums_of, rt, part.name))
         self._started_up = True
         self.registry_moved.fire()
-        for ns in before.keys() - self.tables.keys():   # dropped: its parts go too
+        # A table whose drop this member applied loses its parts too. A table merely missing from a rebuild
+        # (an initial sync's clone under way) keeps them.
+        for ns in [ns for ns in self._dropped if ns in before and ns not in self.tables]:
             log.info("parts table %s was dropped: removing its parts", ns)
             await asyncio.to_thread(shutil.rmtree, before[ns].directory, True)
+        self._dropped.clear()
 
     async def _read_all(self, fn: Any) -> Any:
         """`fn(reader)` on the query pool: a scan of a state collection grows with the table."""
@@ -207,6 +214,28 @@ class PartsManager:
             if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable
                 rt.outdated[part.name] = now
         self.tables[table.ns] = rt
+
+    async def _set_aside_unexpected(self, rt: TableRuntime) -> None:
+        """Start-up: a part directory that no part of the log contains (an insert whose commit never
+        happened, a part of a history that was rolled back) is renamed `unexpected_<name>`: never read,
+        never deleted (ClickHouse's `unexpected_` parts)."""
+        produced = ActivePartSet()
+        for name in rt.logged:
+            try:
+                produced.add(PartInfo.parse(name))
+            except MongoError:
+                continue
+        here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
+        for part in here:
+            if produced.containing(part) is not None:
+                continue
+            log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
+                        part.name, rt.table.ns, part.name)
+            await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
+                                    os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}"))
+            rt.queue.part_removed(part)
+            rt.queue.virtual.remove(part)
+            rt.outdated.pop(part.name, None)
 
     async def _recover_inserts(self, table: TableDef, directory: str) -> None:
         """At start-up, before temporary parts are removed: an insert whose commit went through while this
@@ -250,6 +279,8 @@ class PartsManager:
                 rt.table = TableDef.from_document(db, doc)
         elif coll == PART_LOG:
             self._rescan = True   # a table was created or dropped: reload the definitions
+            if op == "d":
+                self._dropped.add(f"{db}.{entry['o']['_id']}")
         elif coll.startswith(f"{PART_LOG}."):
             table, _, what = coll[len(PART_LOG) + 1:].rpartition(".")
             rt = self.tables.get(f"{db}.{table}")
@@ -479,6 +510,24 @@ class PartsManager:
         if source and source != me and doc.get("http") and checksums:
             return str(doc["http"]), part, checksums
         return None
+
+    def insert_delay(self, ns: str, partitions: list[str]) -> float:
+        """ClickHouse's insert backpressure: seconds to wait before committing into these partitions (0 when
+        merges keep up), or TooManyParts (an error) past `partsToThrowInsert` active parts in one."""
+        rt = self.tables.get(ns)
+        if rt is None:
+            return 0.0
+        settings = rt.table.settings
+        worst = max((len(rt.queue.virtual.parts_of(pid)) for pid in partitions), default=0)
+        if worst >= settings.parts_to_throw_insert:
+            raise MongoError(TOO_MANY_PARTS, f"too many parts ({worst}) in a partition of {ns}: merges are slower "
+                                             f"than inserts (partsToThrowInsert {settings.parts_to_throw_insert}); "
+                                             "insert bigger blocks, less often")
+        if worst < settings.parts_to_delay_insert:
+            return 0.0
+        over = worst - settings.parts_to_delay_insert + 1
+        allowed = settings.parts_to_throw_insert - settings.parts_to_delay_insert + 1
+        return float(settings.max_delay_to_insert_ms ** (over / allowed)) / 1000
 
     def _remove_outdated(self) -> None:
         """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long)."""

@@ -12,6 +12,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from tests.support.members import Member, wait_for
+from tests.support.parts import select
 from tests.support.replica_set import ReplicaSet
 
 TABLE = {"columns": [{"name": "day", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -24,12 +25,8 @@ def _rows(month: int, n: int, start: int = 0) -> list[dict[str, Any]]:
              "note": "x"} for i in range(n)]
 
 
-def _select(rs: ReplicaSet, member: Member, db: str, **args: Any) -> list[dict[str, Any]]:
-    return list(rs.direct(member)[db].cursor_command("selectParts", "events", **args))
-
-
 def _ns(rs: ReplicaSet, member: Member, db: str) -> set[int]:
-    return {r["n"] for r in _select(rs, member, db, columns=["n"])}
+    return {r["n"] for r in select(rs, member, db, columns=["n"])}
 
 
 def _converged(rs: ReplicaSet, db: str, expected: set[int]) -> None:
@@ -60,7 +57,7 @@ def test_alter_delete_and_update_rewrite_every_members_parts(rs: ReplicaSet) -> 
     expected = {n + 1000 if n % 4 == 1 else n for n in set(range(20)) | set(range(120, 140))}
     expected |= {n + 1000 if (n - 50) % 4 == 1 else n for n in range(50, 60)}
     _converged(rs, "mu", expected)
-    notes = {r["note"] for r in _select(rs, rs.members[2], "mu", filter={"user": "u1"}, columns=["note"])}
+    notes = {r["note"] for r in select(rs, rs.members[2], "mu", filter={"user": "u1"}, columns=["note"])}
     assert notes == {"updated"}
     for member in rs.members:
         view = rs.direct(member).mu.command({"partsMutations": "events"})["mutations"]
@@ -134,7 +131,7 @@ def test_schema_changes_read_old_and_new_parts_on_every_member(rs: ReplicaSet) -
                                                    "comment": "new", "score": 2.0}]})
     for member in rs.members:
         def read(m: Member = member) -> list[dict[str, Any]]:
-            return _select(rs, m, "sc", columns=["user", "comment", "score"])
+            return select(rs, m, "sc", columns=["user", "comment", "score"])
         rows = wait_for(lambda r=read: (lambda got: got if len(got) == 16 else None)(r()), 20,
                         f"every part readable on {member.host}")
         assert all(set(r) == {"user", "comment", "score"} for r in rows)

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 from pymongo import ReadPreference
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 from tests.support.members import Member, wait_for
+from tests.support.parts import part_dirs, select
 from tests.support.proxy import FaultProxy
 from tests.support.replica_set import ReplicaSet
 
@@ -27,11 +28,6 @@ TABLE = {"columns": [{"name": "day", "type": "timestamp[ms]"}, {"name": "user", 
 def _rows(n: int, month: int = 6, start: int = 0) -> list[dict[str, Any]]:
     return [{"day": datetime.datetime(2024, month, 1 + i % 28), "user": f"u{i % 3}", "n": start + i}
             for i in range(n)]
-
-
-def _parts(member: Member, ns: str) -> list[str]:
-    directory = os.path.join(member.dbpath, "parts", ns)
-    return sorted(d for d in os.listdir(directory) if not d.startswith("tmp")) if os.path.isdir(directory) else []
 
 
 def _http(member: Member) -> str:
@@ -60,10 +56,10 @@ def test_a_stalled_fetch_source_is_abandoned_for_another_holder(rs3: ReplicaSet)
             return bool(queue) and queue[0]["num_tries"] >= 1 and bool(queue[0]["last_exception"])
 
         wait_for(stalled_fetch_failed, 20, "S2's fetch from the stalled primary to be abandoned")
-        assert _parts(s2, "st.events") == []
+        assert part_dirs(s2, "st.events") == []
         rs3.fail_point(s1, "peerRoutes", "off")   # S1 fetches from the primary and becomes a holder
-        wait_for(lambda: _parts(s1, "st.events") == [part], 20, "S1 to fetch the part")
-        wait_for(lambda: _parts(s2, "st.events") == [part], 30, "S2 to fetch it from S1, the primary still stalled")
+        wait_for(lambda: part_dirs(s1, "st.events") == [part], 20, "S1 to fetch the part")
+        wait_for(lambda: part_dirs(s2, "st.events") == [part], 30, "S2 to fetch it from S1, the primary still stalled")
         assert proxy.stats()[0].blackholed
         rs3.fail_point(s2, "peerRoutes", "off")
 
@@ -111,7 +107,58 @@ def test_the_primary_killed_after_committing_an_insert_leaves_exactly_one_part(r
     finally:
         primary.start()
     for member in rs3.members:
-        wait_for(lambda m=member: len(_parts(m, "kp.events")) == 1, 30, f"one part on {member.host}")
+        wait_for(lambda m=member: len(part_dirs(m, "kp.events")) == 1, 30, f"one part on {member.host}")
         assert _log(rs3, member, "kp").count_documents({}) == 1
         got = list(rs3.direct(member).kp.cursor_command("selectParts", "events", columns=["n"]))
         assert sorted(r["n"] for r in got) == [r["n"] for r in rows]
+
+
+def test_a_member_killed_between_the_commit_and_its_publish_publishes_at_restart(rs3: ReplicaSet) -> None:
+    rs3.client().cr.command({"createPartsTable": "events", **TABLE})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    rows = _rows(25, 8)
+    rs3.fail_point(primary, "partsHangAfterCommit", "alwaysOn")
+    thread, _outcome = _insert_in_thread(rs3, s1, "cr", {"insertBlock": "events", "rows": rows})
+    wait_for(lambda: _log(rs3, s2, "cr").count_documents({}) == 1, 20, "the commit on a majority")
+    s1.kill()   # S1 wrote the part and the primary committed it; S1 never published it
+    thread.join(30)
+    rs3.fail_point(primary, "partsHangAfterCommit", "off")
+    assert [d for d in os.listdir(os.path.join(s1.dbpath, "parts", "cr.events")) if d.startswith("tmp_insert_")]
+    s1.start()
+    part = _log(rs3, primary, "cr").find_one()["part"]
+    for member in rs3.members:   # published at restart, then fetched from S1 by the others
+        wait_for(lambda m=member: part_dirs(m, "cr.events") == [part], 30, f"{part} on {member.host}")
+    assert len(select(rs3, s2, "cr")) == 25
+
+
+def test_start_up_sets_aside_a_part_the_log_does_not_know(rs3: ReplicaSet) -> None:
+    rs3.client().ux.command({"createPartsTable": "events", **TABLE})
+    rs3.client().ux.command({"insertBlock": "events", "rows": _rows(5, 9)})
+    member = next(m for m in rs3.members if m is not rs3.wait_primary())
+    wait_for(lambda: len(part_dirs(member, "ux.events")) == 1, 20, "the part on the member")
+    member.stop()
+    stray = os.path.join(member.dbpath, "parts", "ux.events", "202409_77_77_0")
+    os.makedirs(stray)
+    with open(os.path.join(stray, "data.parquet"), "wb") as f:
+        f.write(b"not a part of this table")
+    member.start()
+    directory = os.path.join(member.dbpath, "parts", "ux.events")
+    wait_for(lambda: any(d.startswith("unexpected_202409_77_77_0") for d in os.listdir(directory)), 20,
+             "the stray part set aside")
+    assert "202409_77_77_0" not in os.listdir(directory)
+    names = [p["name"] for p in rs3.direct(member).ux.command({"partsStatus": "events"})["parts"]]
+    assert names == [d for d in part_dirs(member, "ux.events") if not d.startswith("unexpected_")]
+    assert len(select(rs3, member, "ux")) == 5
+
+
+def test_too_many_parts_delay_then_refuse_inserts(rs: ReplicaSet) -> None:
+    db = rs.client().tm
+    db.command({"createPartsTable": "events", **TABLE,
+                "settings": {**TABLE["settings"], "partsToDelayInsert": 3, "partsToThrowInsert": 4}})
+    for i in range(4):   # young small parts: no merge picks fewer than five
+        db.command({"insertBlock": "events", "rows": _rows(3, 10, i * 100)})
+    with pytest.raises(OperationFailure) as err:
+        db.command({"insertBlock": "events", "rows": _rows(3, 10, 900)})
+    assert err.value.code == 96 and "too many parts" in str(err.value)
+    assert len(select(rs, rs.wait_primary(), "tm")) == 12

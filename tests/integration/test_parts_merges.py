@@ -15,6 +15,7 @@ from pymongo import ReadPreference
 from oplog.parts.active_set import ActivePartSet
 from oplog.parts.part_info import PartInfo
 from tests.support.members import Member, wait_for
+from tests.support.parts import part_dirs
 from tests.support.replica_set import ReplicaSet
 
 TABLE = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -27,16 +28,9 @@ def _rows(block: int, n: int = 50) -> list[dict[str, Any]]:
              "n": block * 1000 + i} for i in range(n)]
 
 
-def _dirs(member: Member, ns: str) -> list[str]:
-    directory = os.path.join(member.dbpath, "parts", ns)
-    if not os.path.isdir(directory):
-        return []
-    return sorted(d for d in os.listdir(directory) if not d.startswith("tmp"))
-
-
 def _active(member: Member, ns: str) -> list[str]:
     """The parts a reader of this member would use: the ones no other part here covers."""
-    return sorted(p.name for p in ActivePartSet(PartInfo.parse(d) for d in _dirs(member, ns)))
+    return sorted(p.name for p in ActivePartSet(PartInfo.parse(d) for d in part_dirs(member, ns)))
 
 
 def _digest(member: Member, ns: str, part: str) -> str:
@@ -75,7 +69,7 @@ def test_merges_converge_to_identical_parts_and_bytes_on_every_member(rs3: Repli
         assert rows == 8 * 50
     # The replaced parts go after oldPartsLifetimeSecs, on every member.
     for member in members:
-        wait_for(lambda m=member: _dirs(m, "mg.events") == active, 20, f"old parts removed on {member.host}")
+        wait_for(lambda m=member: part_dirs(m, "mg.events") == active, 20, f"old parts removed on {member.host}")
     doc = merges.find_one({"type": "MERGE_PARTS"})
     assert doc["part"] == PartInfo.parse(doc["part"]).name and len(doc["sources"]) >= 2
 
@@ -87,7 +81,7 @@ def test_a_member_away_during_a_merge_fetches_the_merged_part(rs3: ReplicaSet) -
     away = next(m for m in rs3.members if m is not primary)
     for block in range(2):
         client.aw.command({"insertBlock": "events", "rows": _rows(block)})
-    wait_for(lambda: len(_dirs(away, "aw.events")) == 2, 20, "the first parts on the member about to stop")
+    wait_for(lambda: len(part_dirs(away, "aw.events")) == 2, 20, "the first parts on the member about to stop")
     away.stop()
     try:
         for block in range(2, 8):
@@ -97,7 +91,7 @@ def test_a_member_away_during_a_merge_fetches_the_merged_part(rs3: ReplicaSet) -
         others = [m for m in rs3.members if m is not away]
 
         def merged_and_cleaned() -> list[str] | None:
-            views = [_dirs(m, "aw.events") for m in others]
+            views = [part_dirs(m, "aw.events") for m in others]
             one = views[0]
             return one if all(v == one for v in views) and len(one) < 8 and one == _active(others[0], "aw.events") \
                 else None
@@ -109,3 +103,24 @@ def test_a_member_away_during_a_merge_fetches_the_merged_part(rs3: ReplicaSet) -
     wait_for(lambda: _active(away, "aw.events") == final, 30, "the returning member to catch up")
     for part in final:
         assert _digest(away, "aw.events", part) == _digest(primary, "aw.events", part)
+
+
+def test_a_member_initial_synced_from_a_set_with_parts_fetches_them(rs3: ReplicaSet, tmp_path: Any) -> None:
+    client = rs3.client()
+    client.isy.command({"createPartsTable": "events", **TABLE, "settings": {"oldPartsLifetimeSecs": 1}})
+    for block in range(7):
+        client.isy.command({"insertBlock": "events", "rows": _rows(block)})
+    merges = _log(rs3, "isy", "events")
+    wait_for(lambda: merges.count_documents({"type": "MERGE_PARTS"}) >= 1, 30, "a merge")
+    primary = rs3.wait_primary()
+    wait_for(lambda: part_dirs(primary, "isy.events") == _active(primary, "isy.events"), 30,
+             "the merged-away parts gone on the primary")
+    new = Member(dbpath=str(tmp_path / "new"), extra_args=["--enableTestCommands"])
+    new.start()
+    rs3.add_member(new)
+    rs3.wait_state(new, 2, 60)
+    # The log lists parts no member has any more (merged away): the new member fetches what covers them.
+    wait_for(lambda: _active(new, "isy.events") == _active(primary, "isy.events"), 30, "the new member's parts")
+    for part in _active(new, "isy.events"):
+        assert _digest(new, "isy.events", part) == _digest(primary, "isy.events", part)
+    assert len(list(rs3.direct(new).isy.cursor_command("selectParts", "events"))) == 7 * 50

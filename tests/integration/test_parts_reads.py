@@ -12,7 +12,8 @@ import pytest
 from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
-from tests.support.members import Member, free_port, wait_for
+from tests.support.members import free_port, wait_for
+from tests.support.parts import select
 from tests.support.replica_set import ReplicaSet
 
 TABLE = {"columns": [{"name": "day", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -25,13 +26,9 @@ def _rows(month: int, n: int) -> list[dict[str, Any]]:
              "kind": None if i % 10 == 0 else ("a" if i % 2 else "b")} for i in range(n)]
 
 
-def _select(rs: ReplicaSet, member: Member, db: str, **args: Any) -> list[dict[str, Any]]:
-    return list(rs.direct(member)[db].cursor_command("selectParts", "events", **args))
-
-
 def _everywhere(rs: ReplicaSet, db: str, rows: int) -> None:
     for member in rs.members:
-        wait_for(lambda m=member: len(_select(rs, m, db)) == rows, 20, f"{rows} rows on {member.host}")
+        wait_for(lambda m=member: len(select(rs, m, db)) == rows, 20, f"{rows} rows on {member.host}")
 
 
 def test_select_filters_and_projects_the_same_on_every_member(rs: ReplicaSet) -> None:
@@ -41,12 +38,12 @@ def test_select_filters_and_projects_the_same_on_every_member(rs: ReplicaSet) ->
     expected = sorted(r["n"] for r in _rows(3, 300) + _rows(4, 200)
                       if r["user"] in ("u1", "u2") and 10 <= r["n"] < 200 and r["kind"] != "b")
     for member in rs.members:
-        got = _select(rs, member, "rd", filter={"user": {"$in": ["u1", "u2"]}, "n": {"$gte": 10, "$lt": 200},
+        got = select(rs, member, "rd", filter={"user": {"$in": ["u1", "u2"]}, "n": {"$gte": 10, "$lt": 200},
                                                 "kind": {"$ne": "b"}}, columns=["n"], batchSize=7)
         assert sorted(r["n"] for r in got) == expected and all(list(r) == ["n"] for r in got)
-    nulls = _select(rs, rs.members[0], "rd", filter={"kind": None}, columns=["kind"])
+    nulls = select(rs, rs.members[0], "rd", filter={"kind": None}, columns=["kind"])
     assert len(nulls) == 50 and all(r["kind"] is None for r in nulls)
-    april = _select(rs, rs.members[1], "rd", filter={"day": {"$gte": datetime.datetime(2024, 4, 1)}}, limit=30)
+    april = select(rs, rs.members[1], "rd", filter={"day": {"$gte": datetime.datetime(2024, 4, 1)}}, limit=30)
     assert len(april) == 30 and all(r["day"].month == 4 for r in april)
 
 
@@ -58,7 +55,7 @@ def test_bad_selects_get_bad_value(rs: ReplicaSet, args: dict[str, Any], code: i
     if rs.client().bad["system.parts"].find_one({"_id": "events"}) is None:
         rs.client().bad.command({"createPartsTable": "events", **TABLE})
     with pytest.raises(OperationFailure) as err:
-        _select(rs, rs.wait_primary(), "bad", **args)
+        select(rs, rs.wait_primary(), "bad", **args)
     assert err.value.code == code
 
 
@@ -94,10 +91,10 @@ def test_sequential_consistency_refuses_a_member_without_the_last_quorum_part(rs
                                           read_preference=ReadPreference.SECONDARY_PREFERRED)
     wait_for(lambda: log.find_one({"status": "reached"}), 20, "the quorum record on S2")
     with pytest.raises(OperationFailure) as err:
-        _select(rs3, s2, "sq", sequentialConsistency=True)
+        select(rs3, s2, "sq", sequentialConsistency=True)
     assert err.value.code == 134
-    assert len(_select(rs3, s1, "sq", sequentialConsistency=True)) == 40
+    assert len(select(rs3, s1, "sq", sequentialConsistency=True)) == 40
     queue = rs3.direct(s2).sq.command({"partsReplicationQueue": "events"})["queue"]
     assert queue and queue[0]["type"] == "GET_PART" and queue[0]["last_exception"]   # why it is not there
     rs3.fail_point(s2, "peerRoutes", "off")
-    wait_for(lambda: len(_select(rs3, s2, "sq", sequentialConsistency=True)) == 40, 30, "S2 to fetch the part")
+    wait_for(lambda: len(select(rs3, s2, "sq", sequentialConsistency=True)) == 40, 30, "S2 to fetch the part")

@@ -4,7 +4,6 @@ inserts (reached, pending then reached, through a chain), and insertStatus."""
 from __future__ import annotations
 
 import datetime
-import os
 import urllib.error
 import urllib.request
 from typing import Any
@@ -15,6 +14,7 @@ from bson import json_util
 from pymongo import ReadPreference
 
 from tests.support.members import Member, wait_for
+from tests.support.parts import part_dirs
 from tests.support.replica_set import ReplicaSet
 
 EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -25,11 +25,6 @@ EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", 
 def _rows(n: int, month: int = 5, salt: int = 0) -> list[dict[str, Any]]:
     return [{"ts": datetime.datetime(2024, month, 1 + i % 28), "user": f"u{i % 7}", "n": i + salt}
             for i in range(n)]
-
-
-def _part_dirs(member: Member, ns: str) -> list[str]:
-    directory = os.path.join(member.dbpath, "parts", ns)
-    return sorted(d for d in os.listdir(directory) if not d.startswith("tmp")) if os.path.isdir(directory) else []
 
 
 def _state(rs: ReplicaSet, member: Member, db: str, coll: str) -> Any:
@@ -52,11 +47,11 @@ def test_an_insert_on_a_secondary_reaches_every_member_and_every_holder_is_regis
     assert reply["inserted"] == 1 and reply["deduplicated"] == 0
     part = reply["blocks"][0]["part"]
     assert part == "202405_1_1_0"
-    assert _part_dirs(secondary, "sec.events") == [part]   # published where it was written, before the reply
+    assert part_dirs(secondary, "sec.events") == [part]   # published where it was written, before the reply
     log = _state(rs, rs.wait_primary(), "sec", "system.parts.events.log").find_one({"part": part})
     assert log["source"] == secondary.host   # the others fetch it from the member that wrote it
     for member in rs.members:
-        wait_for(lambda m=member: _part_dirs(m, "sec.events") == [part], 20, f"{part} on {member.host}")
+        wait_for(lambda m=member: part_dirs(m, "sec.events") == [part], 20, f"{part} on {member.host}")
     # Every member that fetched the part reported it upstream; the primary registered it.
     everyone = {m.host for m in rs.members}
     for member in rs.members:
@@ -72,7 +67,7 @@ def test_the_same_block_on_two_members_is_one_part_everywhere(rs: ReplicaSet) ->
     assert first["inserted"] == 1 and second["deduplicated"] == 1
     assert second["blocks"][0]["part"] == first["blocks"][0]["part"]
     for member in rs.members:
-        wait_for(lambda m=member: _part_dirs(m, "dup.events") == ["202407_1_1_0"], 20, f"one part on {member.host}")
+        wait_for(lambda m=member: part_dirs(m, "dup.events") == ["202407_1_1_0"], 20, f"one part on {member.host}")
     status = rs.direct(secondary).dup.command({"insertStatus": "events",
                                                "blockIds": [first["blocks"][0]["blockId"], "nope"]})
     assert [b["status"] for b in status["blocks"]] == ["committed", "unknown"] and not status["allReached"]
@@ -114,7 +109,7 @@ def test_a_quorum_with_a_paused_replica_is_pending_then_reached(rs3: ReplicaSet)
         return bool(answer["allReached"])
 
     wait_for(reached, 30, "the quorum to be reached once the paused replica runs again")
-    assert _part_dirs(s2, "pq.events") == [reply["blocks"][0]["part"]]
+    assert part_dirs(s2, "pq.events") == [reply["blocks"][0]["part"]]
 
 
 @pytest.mark.parametrize("inserter", ["primary", "tail"])
@@ -138,7 +133,7 @@ def test_quorum_3_through_a_chain(rs3: ReplicaSet, inserter: str) -> None:
     assert reply["quorumStatus"] == "reached"
     assert rs3.sync_source(s2) == s1.host   # S2's acknowledgement went through S1
     for member in rs3.members:
-        assert _part_dirs(member, "ch.events") == [reply["blocks"][0]["part"]]
+        assert part_dirs(member, "ch.events") == [reply["blocks"][0]["part"]]
 
 
 def _post(member: Member, path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:
