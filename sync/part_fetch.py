@@ -33,6 +33,10 @@ class FetchFailed(Exception):
     """The part could not be fetched from this source; nothing was left on disk."""
 
 
+class PartMissing(FetchFailed):
+    """The source answered that it does not have the part (HTTP 404): its registration is stale."""
+
+
 async def _download(session: aiohttp.ClientSession, url: str, path: str, expected: tuple[int, str],
                     progress_timeout_s: float) -> None:
     size, digest = expected
@@ -40,6 +44,8 @@ async def _download(session: aiohttp.ClientSession, url: str, path: str, expecte
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=progress_timeout_s, sock_read=progress_timeout_s)
     try:
         async with session.get(url, timeout=timeout) as response:
+            if response.status == 404:
+                raise PartMissing(f"{url}: HTTP 404 {(await response.text())[:200]}")
             if response.status != 200:
                 raise FetchFailed(f"{url}: HTTP {response.status} {(await response.text())[:200]}")
             with open(path, "wb") as f:

@@ -175,9 +175,13 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
         number = next_counter(env, counters_ns, f"block.{block.partition_id}")
         block.part = inserted_part(block.partition_id, number).name
         if quorum > 1:   # before the log document: a prefix never holds a quorum part without its record
-            env.emit(insert_entry(state_ns(db, table.name, "quorum"), {
-                "_id": block.block_id, "part": block.part, "required": quorum, "status": PENDING,
-                "dedupToken": dedup_token, "createTime": env.now}))
+            quorum_ns = state_ns(db, table.name, "quorum")
+            record = {"part": block.part, "required": quorum, "status": PENDING, "dedupToken": dedup_token,
+                      "createTime": env.now}
+            if env.txn.get(quorum_ns, block.block_id) is not None:   # a failed quorum, inserted again
+                env.emit(update_entry(quorum_ns, block.block_id, {"$set": record}))
+            else:
+                env.emit(insert_entry(quorum_ns, {"_id": block.block_id, **record}))
         env.emit(insert_entry(log_ns, {
             "_id": block.block_id, "seq": seq, "type": "GET_PART", "part": block.part,
             "partition": block.partition_id, "blockId": block.block_id, "source": source, "http": http,

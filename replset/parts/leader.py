@@ -22,7 +22,14 @@ manager's loop:
   carries the merge out from its queue. Parts still waiting for their quorum
   are not merged (the quorum counts holders of that very part).
 
-A member that is not primary does neither: what it was about to register is
+* **Lost parts.** A registration a fetch found false (the member answered it
+  has no such part) is removed; a part no member is registered as holding, that
+  this member failed to fetch again and again, is recorded `lost` - and so is
+  the part of a pending quorum insert no live member has held for a while: the
+  quorum failed. Either way the log document that produced the part (an
+  inserted part's dedup key) goes, so a retry of that insert is not swallowed.
+
+A member that is not primary does none of this: what it was about to register is
 dropped (the reporters report it again to whoever is primary).
 """
 
@@ -39,10 +46,18 @@ from oplog.entry import insert_entry
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
+from oplog.parts.queue import EntryType
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, next_counter
 from replset.parts.names import state_ns
-from replset.parts.registry import Checksums, Registration, register_holders
+from replset.parts.registry import (
+    Checksums,
+    LostPart,
+    Registration,
+    forget_holders,
+    mark_lost,
+    register_holders,
+)
 from replset.parts.runtime import TableRuntime
 
 if TYPE_CHECKING:
@@ -52,6 +67,8 @@ log = logging.getLogger(__name__)
 
 REGISTER_BATCH = 1000
 MUTATE_BATCH = 100
+LOST_CHECK_S = 1.0          # how often the primary looks for lost parts
+LOST_AFTER_TRIES = 5        # a fetch here failed this often, and no member is registered as holding the part
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
 
 
@@ -67,7 +84,10 @@ class Leader:
         self.node = node
         self.tables = tables   # the manager's (replaced on a rebuild: see `rebind`)
         self.pending: dict[tuple[str, str, str], tuple[str, Checksums]] = {}   # (ns, part, member) -> copy
+        self.stale: set[tuple[str, str, str]] = set()   # (ns, part, member): registered, but it has no such part
         self._task: asyncio.Task[None] | None = None
+        self._next_lost_check = 0.0
+        self._orphaned: dict[tuple[str, str], float] = {}   # (ns, quorum part) -> since when no live member has it
 
     def rebind(self, tables: dict[str, TableRuntime]) -> None:
         self.tables = tables
@@ -85,6 +105,10 @@ class Leader:
     def registered(self, ns: str, part: str, member: str) -> None:
         self.pending.pop((ns, part, member), None)
 
+    def not_held(self, ns: str, part: str, member: str) -> None:
+        """A fetch here found that `member` does not have `part` (it answered 404)."""
+        self.stale.add((ns, part, member))
+
     def parts_arrived(self, rt: TableRuntime) -> None:
         rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
 
@@ -98,6 +122,16 @@ class Leader:
         todo = self._registrations()
         if todo:
             self._start(self._register(todo), on_done)
+            return
+        if self.stale:
+            stale = [(rt.table.db, rt.table.name, part, member) for ns, part, member in self.stale
+                     if (rt := self.tables.get(ns)) is not None]
+            self.stale.clear()
+            self._start(self.node.submit_write(lambda env: forget_holders(env, stale), durable=False), on_done)
+            return
+        lost = self._lost()
+        if lost:
+            self._start(self._mark_lost(lost), on_done)
             return
         plans = self._merges()
         if plans:
@@ -138,6 +172,65 @@ class Leader:
         await self.node.submit_write(lambda env: register_holders(env, todo, members), durable=False)
         for reg in todo:
             self.pending.pop((f"{reg.db}.{reg.table}", reg.part, reg.member), None)
+
+    # -- lost parts --------------------------------------------------------------------------------
+
+    def _lost(self) -> list[LostPart]:
+        """Parts no member has, as far as the primary can tell:
+
+        * a part this member failed to fetch `LOST_AFTER_TRIES` times, that no member is registered as
+          holding, nor a part covering it (a registration a fetch found false is removed first);
+        * the part of a pending quorum insert that no live member has held for `quorumLostAfterMS`: the
+          quorum failed (its holder, if it comes back, sets the part aside: the log no longer names it).
+        """
+        now = time.monotonic()
+        if now < self._next_lost_check:
+            return []
+        self._next_lost_check = now + LOST_CHECK_S
+        me, live = self.node.options.me, self.node.live_members() | {self.node.options.me}
+        lost: list[LostPart] = []
+        for rt in self.tables.values():
+            for entry in rt.queue.entries:
+                part = entry.new_part
+                if (entry.type is not EntryType.GET_PART or part is None or entry.currently_executing
+                        or entry.num_tries < LOST_AFTER_TRIES or rt.queue.current.containing(part) is not None
+                        or part.name in rt.lost):
+                    continue
+                if any(m != me for m in rt.holders.get(part.name, {})) or self._covered_by_registered(rt, part):
+                    continue
+                lost.append(LostPart(rt.table.db, rt.table.name, part.name, entry.node_name,
+                                     f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
+            for part_name, block_id in list(rt.quorum_blocks.items()):
+                if part_name in rt.lost:
+                    continue
+                key = (rt.table.ns, part_name)
+                held_live = [m for m in rt.holders.get(part_name, {}) if m in live]
+                if held_live:
+                    self._orphaned.pop(key, None)
+                    continue
+                since = self._orphaned.setdefault(key, now)
+                after_s = rt.table.settings.quorum_lost_after_ms / 1000
+                if now - since >= after_s:
+                    self._orphaned.pop(key, None)
+                    lost.append(LostPart(rt.table.db, rt.table.name, part_name, block_id,
+                                         f"no live member held {part_name} for {after_s:g} s: its quorum failed"))
+        return lost
+
+    @staticmethod
+    def _covered_by_registered(rt: TableRuntime, part: PartInfo) -> bool:
+        for name in rt.holders:
+            try:
+                info = PartInfo.parse(name)
+            except MongoError:
+                continue
+            if info != part and info.contains(part):
+                return True
+        return False
+
+    async def _mark_lost(self, lost: list[LostPart]) -> None:
+        for item in lost:
+            log.warning("part %s of %s.%s is lost: %s", item.part, item.db, item.table, item.reason)
+        await self.node.submit_write(lambda env: mark_lost(env, lost), durable=False)
 
     # -- merge selection ---------------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import PENDING, REACHED, Checksums, HeldReports, parse_checksums, parse_held
 from replset.parts.runtime import LoggedPart, TableRuntime, local_parts, publish_if_intact, same_data
 from replset.pulse import Pulse
-from sync.part_fetch import FetchFailed, fetch_part
+from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 MARKER = f".{PART_LOG}".encode()
 PULL_CHUNK = 1000
+STALE_AFTER_404S = 3   # a registered holder answering "no such part" this often is unregistered
 TOO_MANY_PARTS = 96   # OperationFailed (ClickHouse: TOO_MANY_PARTS)
 RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
 _merge_names = itertools.count(1)
@@ -165,6 +166,8 @@ class PartsManager:
             for doc in await self._scan(state_ns(db, name, "replicas")):
                 rt.add_holder(str(doc["part"]), str(doc["member"]), str(doc["http"]),
                               parse_checksums(doc.get("checksums", [])))
+            for doc in await self._scan(state_ns(db, name, "lost")):
+                rt.lost[str(doc["_id"])] = str(doc.get("reason", ""))
             for doc in await self._scan(state_ns(db, name, "mutations")):
                 rt.mutations[str(doc["_id"])] = Mutation.from_document(doc)
             for doc in await self._scan(state_ns(db, name, "quorum")):
@@ -293,6 +296,8 @@ class PartsManager:
                 self._on_registry_entry(rt, op, entry)
             elif what == "quorum":
                 self._on_quorum_entry(rt, ns, op, entry)
+            elif what == "lost" and op == "i":
+                self._on_lost(rt, entry["o"])
             elif what == "mutations" and op == "i":
                 mutation = Mutation.from_document(entry["o"])
                 rt.mutations[mutation.id] = mutation
@@ -309,6 +314,35 @@ class PartsManager:
         elif op == "d":
             part, _, member = str(doc["_id"]).rpartition("@")
             rt.remove_holder(part, member)
+            try:
+                here = member == self.node.options.me and PartInfo.parse(part) in rt.queue.current
+            except MongoError:
+                here = False
+            if here:   # unregistered by mistake (a fetch saw it before it was published): say so again
+                self._held(rt, part, self._checksums_of(rt, part))
+        self.registry_moved.fire()
+
+    def _on_lost(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
+        """A part the primary found no member has: its tasks here go, and a copy here (a member the primary
+        could not reach while it decided) is set aside, since the log no longer names it."""
+        name = str(doc.get("part", ""))
+        rt.lost[name] = str(doc.get("reason", ""))
+        rt.logged.pop(name, None)
+        try:
+            part = PartInfo.parse(name)
+        except MongoError:
+            return
+        for entry in [e for e in rt.queue.entries if e.new_part == part and not e.currently_executing]:
+            rt.queue.drop(entry)
+            rt.docs.pop(entry.node_name, None)
+        rt.queue.virtual.remove(part)
+        if part in rt.queue.current:
+            rt.queue.part_removed(part)
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(
+                os.rename, os.path.join(rt.directory, name),
+                os.path.join(rt.directory, f"unexpected_{name}_{int(time.time())}")))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
         self.registry_moved.fire()
 
     def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
@@ -403,7 +437,11 @@ class PartsManager:
             error = f"{type(exc).__name__}: {exc}"
             log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
-            if self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries:
+            if self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries and produced.name in rt.lost:
+                rt.queue.finished(entry, _now_ms(), error="lost")   # declared lost while it ran: it goes
+                rt.queue.drop(entry)
+                rt.docs.pop(entry.node_name, None)
+            elif self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries:
                 replaced = [] if error else [p for p in rt.queue.current.covered_by(produced) if p != produced]
                 cancelled = rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
                 for gone in cancelled:
@@ -473,8 +511,17 @@ class PartsManager:
             await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,
                              checksums, rt.directory,
                              progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000)
-        except FetchFailed:
+        except FetchFailed as exc:
             rt.failed_sources.setdefault(entry.new_part.name, set()).add(http)   # the next try goes elsewhere
+            if isinstance(exc, PartMissing) and self.node.is_primary:
+                # A member that inserted a part publishes it just after the commit: one 404 proves nothing.
+                key = (part.name, http)
+                rt.missing_answers[key] = rt.missing_answers.get(key, 0) + 1
+                if rt.missing_answers[key] >= STALE_AFTER_404S:
+                    del rt.missing_answers[key]
+                    for member, holder in rt.holders.get(part.name, {}).items():
+                        if holder.http == http:
+                            self.leader.not_held(rt.table.ns, part.name, member)
             raise
         rt.failed_sources.pop(entry.new_part.name, None)
         return part, checksums

@@ -167,3 +167,41 @@ def register_holders(env: WriteEnv, todo: Iterable[Registration], members: Itera
             env.emit(update_entry(quorum_ns, reg.quorum_block, {"$set": {"status": REACHED, "reachedTime": env.now,
                                                                            "holders": holders}}))
     return added
+
+
+def forget_holders(env: WriteEnv, stale: Iterable[tuple[str, str, str, str]]) -> None:
+    """Removes registrations a fetch found false (`(db, table, part, member)`: the member answered it
+    does not have the part)."""
+    for db, table, part, member in stale:
+        replicas_ns = state_ns(db, table, "replicas")
+        if env.txn.collection(replicas_ns) is not None and env.txn.get(replicas_ns, holder_id(part, member)):
+            env.emit(delete_entry(replicas_ns, holder_id(part, member)))
+
+
+@dataclass(frozen=True, slots=True)
+class LostPart:
+    db: str
+    table: str
+    part: str
+    log_id: str            # the log document that produces it (for an inserted part: its dedup key)
+    reason: str
+
+
+def mark_lost(env: WriteEnv, lost: Iterable[LostPart]) -> None:
+    """The primary's transaction for parts no member has: a `<table>.lost` record each, the log document
+    that produced it removed (an inserted part's dedup key: a retry of that insert is not swallowed), and
+    a pending quorum on it marked failed. Every member drops its queued tasks for the part."""
+    for item in lost:
+        lost_ns, log_ns = state_ns(item.db, item.table, "lost"), state_ns(item.db, item.table, "log")
+        ensure_collection(env, lost_ns)
+        if env.txn.get(lost_ns, item.part) is not None:
+            continue
+        env.emit(insert_entry(lost_ns, {"_id": item.part, "part": item.part, "logId": item.log_id,
+                                        "reason": item.reason, "time": env.now}))
+        if env.txn.collection(log_ns) is not None and env.txn.get(log_ns, item.log_id) is not None:
+            env.emit(delete_entry(log_ns, item.log_id))
+        quorum_ns = state_ns(item.db, item.table, "quorum")
+        record = env.txn.get(quorum_ns, item.log_id) if env.txn.collection(quorum_ns) is not None else None
+        if record is not None and record.get("status") == PENDING:
+            env.emit(update_entry(quorum_ns, item.log_id, {"$set": {"status": FAILED, "failedTime": env.now,
+                                                                    "reason": item.reason}}))

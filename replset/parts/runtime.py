@@ -59,6 +59,8 @@ class TableRuntime:
     mutations: dict[str, Mutation] = field(default_factory=dict)    # by id
     finished_drops: set[str] = field(default_factory=set)           # drop ranges carried out here
     failed_sources: dict[str, set[str]] = field(default_factory=dict)   # part -> HTTP addresses that failed it
+    lost: dict[str, str] = field(default_factory=dict)              # parts no member has -> why (final)
+    missing_answers: dict[tuple[str, str], int] = field(default_factory=dict)   # (part, http) -> 404s seen
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:

@@ -51,6 +51,12 @@ def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
                      "name": name, "active": False, "level": part.level, "min_block_number": part.min_block,
                      "max_block_number": part.max_block, "data_version": part.data_version,
                      "bytes_on_disk": None, "replicas": []})
+    for name, reason in sorted(rt.lost.items()):
+        part = PartInfo.parse(name)
+        rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
+                     "name": name, "active": False, "lost": True, "lost_reason": reason, "level": part.level,
+                     "min_block_number": part.min_block, "max_block_number": part.max_block,
+                     "data_version": part.data_version, "bytes_on_disk": None, "replicas": []})
     return rows
 
 

@@ -162,3 +162,39 @@ def test_too_many_parts_delay_then_refuse_inserts(rs: ReplicaSet) -> None:
         db.command({"insertBlock": "events", "rows": _rows(3, 10, 900)})
     assert err.value.code == 96 and "too many parts" in str(err.value)
     assert len(select(rs, rs.wait_primary(), "tm")) == 12
+
+
+def test_a_quorum_part_no_live_member_holds_fails_and_its_retry_is_not_swallowed(rs3: ReplicaSet) -> None:
+    db = "lq"
+    rs3.client()[db].command({"createPartsTable": "events", **TABLE, "settings": {"quorumLostAfterMS": 2000}})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    dead = "127.0.0.1:1"
+    for member in (primary, s2):   # nobody can fetch S1's part
+        rs3.fail_point(member, "peerRoutes", "alwaysOn", {"routes": {_http(s1): dead}})
+    rows = _rows(12, 10)
+    reply = rs3.direct(s1)[db].command({"insertBlock": "events", "rows": rows, "insertQuorum": 2,
+                                        "quorumTimeoutMS": 500})
+    assert reply["quorumStatus"] == "pending"
+    block = reply["blocks"][0]["blockId"]
+    s1.kill()   # the only holder is gone
+    try:
+        def status() -> str:
+            answer = rs3.direct(primary)[db].command({"insertStatus": "events", "blockIds": [block]})
+            return str(answer["blocks"][0]["status"])
+
+        wait_for(lambda: status() == "failed", 30, "the quorum to fail")
+        lost = [p for p in rs3.direct(primary)[db].command({"partsStatus": "events"})["parts"] if p.get("lost")]
+        assert [p["name"] for p in lost] == [reply["blocks"][0]["part"]]
+        # The dedup key went with the part: the client's retry is a new insert, not a duplicate.
+        again = rs3.direct(primary)[db].command({"insertBlock": "events", "rows": rows, "insertQuorum": 2,
+                                                 "quorumTimeoutMS": 20_000})
+        assert again["inserted"] == 1 and again["quorumStatus"] == "reached"
+    finally:
+        for member in (primary, s2):
+            rs3.fail_point(member, "peerRoutes", "off")
+        s1.start()
+    # S1 comes back with the failed part: the log no longer names it, so it is set aside, not served.
+    for member in rs3.members:
+        wait_for(lambda m=member: sorted(r["n"] for r in select(rs3, m, db, columns=["n"])) == [r["n"] for r in rows],
+                 30, f"exactly one copy of the rows on {member.host}")
