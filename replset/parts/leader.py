@@ -69,6 +69,7 @@ REGISTER_BATCH = 1000
 MUTATE_BATCH = 100
 LOST_CHECK_S = 1.0          # how often the primary looks for lost parts
 LOST_AFTER_TRIES = 5        # a fetch here failed this often, and no member is registered as holding the part
+LOST_MIN_AGE_S = 120.0      # ... and the part was committed at least this long ago
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
 
 
@@ -178,8 +179,9 @@ class Leader:
     def _lost(self) -> list[LostPart]:
         """Parts no member has, as far as the primary can tell:
 
-        * a part this member failed to fetch `LOST_AFTER_TRIES` times, that no member is registered as
-          holding, nor a part covering it (a registration a fetch found false is removed first);
+        * a part committed over `LOST_MIN_AGE_S` ago that this member failed to fetch `LOST_AFTER_TRIES`
+          times, that no member is registered as holding, nor a part covering it (a registration a fetch
+          found false is removed first);
         * the part of a pending quorum insert that no live member has held for `quorumLostAfterMS`: the
           quorum failed (its holder, if it comes back, sets the part aside: the log no longer names it).
         """
@@ -198,6 +200,9 @@ class Leader:
                     continue
                 if any(m != me for m in rt.holders.get(part.name, {})) or self._covered_by_registered(rt, part):
                     continue
+                logged = rt.logged.get(part.name)
+                if logged is None or time.time() * 1000 - logged.create_ms < LOST_MIN_AGE_S * 1000:
+                    continue   # young: its source may still be publishing it (a slow disk, a pause)
                 lost.append(LostPart(rt.table.db, rt.table.name, part.name, entry.node_name,
                                      f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
             for part_name, block_id in list(rt.quorum_blocks.items()):
