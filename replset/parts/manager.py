@@ -53,14 +53,22 @@ from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
 from oplog.parts.mutations import Mutation, parts_to_do
-from oplog.parts.part_info import PartInfo
+from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
 from replset.parts.alter import rewrite_part
 from replset.parts.commit import PrimaryLink
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
-from replset.parts.registry import PENDING, REACHED, Checksums, HeldReports, parse_checksums, parse_held
+from replset.parts.registry import (
+    PENDING,
+    REACHED,
+    Checksums,
+    HeldReports,
+    checksum_docs,
+    parse_checksums,
+    parse_held,
+)
 from replset.parts.runtime import LoggedPart, TableRuntime, local_parts, publish_if_intact, same_data
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
@@ -179,6 +187,7 @@ class PartsManager:
                 self._enqueue(rt, doc)
             if not self._started_up:
                 await self._set_aside_unexpected(rt)
+            await self._set_aside_mismatched(rt)
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
                     self._held(rt, part.name, await asyncio.to_thread(self._checksums_of, rt, part.name))
@@ -226,7 +235,7 @@ class PartsManager:
         for name in rt.logged:
             try:
                 produced.add(PartInfo.parse(name))
-            except MongoError:
+            except (MongoError, PartsIntersect):
                 continue
         here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
         for part in here:
@@ -239,6 +248,30 @@ class PartsManager:
             rt.queue.part_removed(part)
             rt.queue.virtual.remove(part)
             rt.outdated.pop(part.name, None)
+
+    async def _set_aside_mismatched(self, rt: TableRuntime) -> None:
+        """Every rebuild: a part here whose bytes are not the ones the log recorded for its name (or, for
+        a merged or mutated part, not those of any registered copy) is set aside. After a rollback a block
+        number can name other rows than before; the copy of the history that lost must not be read."""
+        def expected(part: PartInfo) -> list[Checksums]:
+            logged = rt.logged.get(part.name)
+            if logged is not None and logged.checksums:
+                return [logged.checksums]
+            return [h.checksums for h in rt.holders.get(part.name, {}).values() if h.checksums]
+
+        wanted = {part: sums for part in rt.queue.current if (sums := expected(part))}
+
+        def mismatched() -> list[PartInfo]:
+            out = []
+            for part, candidates in wanted.items():
+                here = self._checksums_of(rt, part.name)
+                if not any(same_data(here, sums) for sums in candidates):
+                    out.append(part)
+            return out
+
+        for part in await asyncio.to_thread(mismatched):
+            log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
+            self._set_aside(rt, part)
 
     async def _recover_inserts(self, table: TableDef, directory: str) -> None:
         """At start-up, before temporary parts are removed: an insert whose commit went through while this
@@ -337,12 +370,7 @@ class PartsManager:
             rt.docs.pop(entry.node_name, None)
         rt.queue.virtual.remove(part)
         if part in rt.queue.current:
-            rt.queue.part_removed(part)
-            task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-                os.rename, os.path.join(rt.directory, name),
-                os.path.join(rt.directory, f"unexpected_{name}_{int(time.time())}")))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._set_aside(rt, part)
         self.registry_moved.fire()
 
     def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
@@ -360,7 +388,7 @@ class PartsManager:
     def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
         try:
             self._enqueue_entry(rt, doc)
-        except (KeyError, TypeError, ValueError, MongoError) as exc:
+        except (KeyError, TypeError, ValueError, MongoError, PartsIntersect) as exc:
             # Not a log document this member can use: skipped, not a reason to rebuild again and again.
             log.warning("part log document %r of %s is malformed (%s): skipped", doc.get("_id"), rt.table.ns, exc)
 
@@ -388,9 +416,39 @@ class PartsManager:
             return
         else:
             return
+        if entry.node_name in rt.docs or not self._resolve_conflicts(rt, entry):
+            return
         rt.logged[part] = LoggedPart.of(doc)
         if rt.queue.add(entry):
             rt.docs[entry.node_name] = doc
+
+    def _resolve_conflicts(self, rt: TableRuntime, entry: QueueEntry) -> bool:
+        """The log wins over what is on this disk: a part here that intersects the entry's part (a merge of
+        a history a rollback undid) is set aside as `unexpected_`. False when the entry conflicts with
+        another log entry's part (never on one history): it is skipped, loudly."""
+        new = entry.new_part
+        if new is None:
+            return True
+        clashes = [p for p in rt.queue.virtual.overlapping(new) if not p.contains(new) and not new.contains(p)]
+        for part in clashes:
+            if part in rt.queue.current and part.name not in rt.logged:
+                log.warning("part %s of %s conflicts with %s of the log: setting it aside", part, rt.table.ns, new)
+                self._set_aside(rt, part)
+            else:
+                log.error("log entry %s of %s makes %s, which intersects %s: skipped", entry.node_name, rt.table.ns,
+                          new, part)
+                return False
+        return True
+
+    def _set_aside(self, rt: TableRuntime, part: PartInfo) -> None:
+        rt.queue.part_removed(part)
+        rt.queue.virtual.remove(part)
+        rt.outdated.pop(part.name, None)
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
+            os.rename, os.path.join(rt.directory, part.name),
+            os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}")))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     # -- running tasks ---------------------------------------------------------------------------
 
@@ -506,6 +564,18 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
+        if await asyncio.to_thread(os.path.isdir, os.path.join(rt.directory, part.name)):
+            # Already here: fetched just now for another task (a covering part), or a copy of a history
+            # that a rollback undid, under the same name with other bytes: that one is set aside.
+            here = await asyncio.to_thread(self._published_here, rt, part.name,
+                                           {"checksums": checksum_docs(checksums)})
+            if here is not None:
+                return part, here
+            if part not in rt.queue.current:
+                log.warning("part %s of %s here is not the part the log names: setting it aside", part,
+                            rt.table.ns)
+                await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
+                                        os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}"))
         try:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
             await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,

@@ -17,7 +17,10 @@ applied optime, within a deadline), then checkers over the recorded history:
 
 The workload: several motor clients, each inserting documents with unique `_id`s and
 pushing unique tokens (with `$inc` of a counter in the same update) onto documents of
-its own. Outcomes: acknowledged, applied-but-unconfirmed (write-concern error),
+its own; beside them, a client inserting blocks into a parts table (`insertBlock` with a
+`dedupToken` per block, rows with unique keys, a failed block retried once with the same
+token). Its checker: after the parts converge, every acknowledged block's rows are on every
+member exactly once, no row is there twice, and none appears that was never sent. Outcomes: acknowledged, applied-but-unconfirmed (write-concern error),
 unknown (timeouts, network errors: indeterminate), duplicate-key.
 
 Short runs are part of `make test`; `make soak` runs long ones with fresh seeds.
@@ -119,6 +122,74 @@ async def client_loop(index: int, client: AsyncIOMotorClient[dict[str, Any]], hi
         op.ended = time.monotonic()
         if op.outcome != "ok":
             history.errors[op.error.split(":", 1)[0]] += 1
+
+
+PART_ROWS = 20
+
+
+@dataclass
+class PartHistory:
+    acknowledged: set[str] = field(default_factory=set)    # block tokens whose insert was answered ok
+    sent: set[str] = field(default_factory=set)
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+def part_rows(token: str) -> list[dict[str, Any]]:
+    return [{"k": f"{token}-{i}", "n": i} for i in range(PART_ROWS)]
+
+
+async def part_client_loop(client: AsyncIOMotorClient[dict[str, Any]], history: PartHistory,
+                           stop: asyncio.Event) -> None:
+    db = client[DB]
+    for seq in range(10**9):
+        if stop.is_set():
+            return
+        token = f"pb{seq}"
+        history.sent.add(token)
+        for _attempt in range(2):   # a failed block is sent once more, with the same token
+            try:
+                reply = await db.command({"insertBlock": "blocks", "rows": part_rows(token), "dedupToken": token})
+                if "writeConcernError" in reply:   # committed on a primary, not known to be on a majority
+                    history.errors["writeConcernError"] += 1
+                    continue
+                history.acknowledged.add(token)
+                break
+            except PyMongoError as exc:
+                history.errors[type(exc).__name__] += 1
+                await asyncio.sleep(0.2)
+
+
+def part_keys(host: str) -> Counter[str]:
+    with MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+        return Counter(r["k"] for r in client[DB].cursor_command("selectParts", "blocks", columns=["k"]))
+
+
+def active_parts(host: str) -> list[str]:
+    with MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+        return sorted(p["name"] for p in client[DB].command({"partsStatus": "blocks"})["parts"] if p["active"])
+
+
+def wait_parts_converged(rs: ReplicaSet, timeout_s: float) -> None:
+    def same() -> bool:
+        views = [active_parts(m.host) for m in rs.members]
+        return all(v == views[0] for v in views)
+
+    wait_for(same, timeout_s, "every member to hold the same parts", interval_s=0.5)
+
+
+def check_parts(history: PartHistory, keys: dict[str, Counter[str]]) -> list[str]:
+    problems = []
+    for host, counter in keys.items():
+        lost = [t for t in history.acknowledged if any(counter[f"{t}-{i}"] != 1 for i in range(PART_ROWS))]
+        doubled = [k for k, n in counter.items() if n > 1]
+        phantom = [k for k in counter if k.rsplit("-", 1)[0] not in history.sent]
+        partial = [t for t in history.sent - history.acknowledged
+                   if 0 < sum(counter[f"{t}-{i}"] for i in range(PART_ROWS)) < PART_ROWS]
+        for name, items in (("acknowledged blocks lost", lost), ("rows twice", doubled),
+                            ("rows never sent", phantom), ("blocks partly present", partial)):
+            if items:
+                problems.append(f"{host}: {name}: {sorted(items)[:10]}")
+    return problems
 
 
 # --- the final state ---------------------------------------------------------------------------------------
@@ -295,6 +366,8 @@ class RunResult:
     nemesis: Nemesis
     history: History
     verdict: Verdict
+    parts: PartHistory = field(default_factory=PartHistory)
+    part_problems: list[str] = field(default_factory=list)
 
     def summary_line(self) -> str:
         v, counts = self.verdict, self.nemesis.counts
@@ -305,7 +378,9 @@ class RunResult:
                 f"(applied {v.applied_unconfirmed}, unknown {v.unknown}; present {v.indeterminate_present}, "
                 f"absent {indeterminate - v.indeterminate_present}); writes lost {len(v.lost)}; "
                 f"duplicates {len(v.duplicates)}; rollback documents {v.rollback_documents} "
-                f"in {v.rollback_files} files; errors {dict(self.history.errors)}")
+                f"in {v.rollback_files} files; errors {dict(self.history.errors)}; part blocks acknowledged "
+                f"{len(self.parts.acknowledged)} of {len(self.parts.sent)} sent, part problems "
+                f"{len(self.part_problems)}, part errors {dict(self.parts.errors)}")
 
 
 TOTALS: list[RunResult] = []
@@ -316,6 +391,7 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
     proxy = FaultProxy()
     nemesis = Nemesis(rs, proxy, seed, log=print)
     history = History()
+    parts = PartHistory()
     clients: list[AsyncIOMotorClient[dict[str, Any]]] = []
     stop_nemesis, stop_writes = threading.Event(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -325,6 +401,12 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
         await asyncio.to_thread(nemesis.connect)  # routes before initiate: all peer traffic goes through the proxy
         await asyncio.to_thread(rs.initiate, SETTINGS)
         rng = random.Random(seed)
+        await asyncio.to_thread(lambda: rs.client()[DB].command(
+            {"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}, {"name": "n", "type": "int64"}],
+             "orderBy": ["k"]}))
+        part_client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
+        clients.append(part_client)
+        tasks.append(asyncio.get_running_loop().create_task(part_client_loop(part_client, parts, stop_writes)))
         for i in range(CLIENTS):
             client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
             clients.append(client)
@@ -340,7 +422,10 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
         await asyncio.to_thread(wait_converged, rs, CONVERGE_TIMEOUT_S)
         data = {m.host: await asyncio.to_thread(read_member, m.host) for m in rs.members}
         rollback = {m.host: read_rollback_files(m.dbpath) for m in rs.members}
-        result = RunResult(members, seed, nemesis, history, check(history, data, rollback))
+        await asyncio.to_thread(wait_parts_converged, rs, CONVERGE_TIMEOUT_S)
+        keys = {m.host: await asyncio.to_thread(part_keys, m.host) for m in rs.members}
+        result = RunResult(members, seed, nemesis, history, check(history, data, rollback), parts,
+                           check_parts(parts, keys))
     except BaseException:
         print(nemesis.describe())
         raise
@@ -364,6 +449,8 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
         for m in rs.members:
             print(f"log of {m.host}: {m.log_path}")
     assert not result.verdict.problems, f"seed {seed}: " + "; ".join(result.verdict.problems)
+    assert not result.part_problems, f"seed {seed}: " + "; ".join(result.part_problems)
+    assert result.parts.acknowledged, f"seed {seed}: no part block was acknowledged"
     assert result.verdict.acknowledged > 0, f"seed {seed}: no write was acknowledged"
     assert not proxy.errors, proxy.errors
     return result

@@ -1,0 +1,191 @@
+"""Parts tables on a real three-member set: insert rate, fetch speed, catch-up, scheduler cost.
+
+    python -m bench.parts [--quick]
+
+Each figure is printed next to a baseline measured in the same run, as a ratio:
+
+* **insert rows/s** with `insertQuorum: 2`, blocks of 10,000 and 100,000 rows, one client: the
+  baseline is writing the same rows as a sorted zstd Parquet file on this machine (what an insert
+  can never beat: the part's own write);
+* **fetch MB/s** of one big part (about 200 MB; `--quick`: about 20 MB): the time from the commit
+  on the primary until a secondary holds the part (queue, fetch, every byte checked, fsync,
+  rename), next to a raw loopback HTTP download of the same file from the same member (no checks,
+  no fsync); the goal is 0.5 of the raw copy or more;
+* **catch-up** of a secondary stopped while 1,000 parts (`--quick`: 200) were inserted, from its
+  restart until it holds them all (merges may have joined some meanwhile: it then fetches the
+  merged parts); the baseline is the time the inserts took on the primary;
+* **scheduler cost** per `next_to_run` decision with 10,000 queued fetches (a pure-core figure),
+  next to one `ActivePartSet.containing` lookup, the cheapest thing a decision does.
+
+Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import tempfile
+import time
+
+import aiohttp
+import pyarrow as pa
+
+from oplog.parts import part_files
+from oplog.parts.active_set import ActivePartSet
+from oplog.parts.part_info import PartInfo
+from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
+from oplog.parts.table import parse_table_def
+from tests.support.members import wait_for
+from tests.support.parts import part_dirs
+from tests.support.replica_set import ReplicaSet, make_replica_set
+
+TABLE = {"columns": [{"name": "day", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                     {"name": "n", "type": "int64"}, {"name": "value", "type": "float64"}],
+         "partitionBy": "toYYYYMM(day)", "orderBy": ["user", "day"]}
+
+
+def rows(n: int, start: int = 0, month: int = 1, text: int = 8) -> pa.Table:
+    return pa.table({
+        "day": pa.array([datetime.datetime(2024, month, 1 + i % 28, i % 24) for i in range(start, start + n)],
+                        pa.timestamp("ms")),
+        "user": pa.array([f"user-{i % 997:04d}-{'x' * text}" for i in range(start, start + n)]),
+        "n": pa.array(range(start, start + n), pa.int64()),
+        "value": pa.array([i * 0.5 for i in range(start, start + n)], pa.float64())})
+
+
+def arrow_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def parquet_baseline(data: pa.Table, directory: str) -> float:
+    """Seconds to sort and write `data` as one zstd Parquet part: the floor under any insert of it."""
+    table = parse_table_def("bench", "t", TABLE)
+    started = time.perf_counter()
+    part_files.write_part(directory, "202401_1_1_0", part_files.sort_rows(table, data), table)
+    return time.perf_counter() - started
+
+
+def insert_rate(rs: ReplicaSet, block_rows: int, blocks: int, directory: str) -> None:
+    db = rs.client().bench
+    primary = rs.wait_primary()
+    baseline_s = 0.0
+    started = time.perf_counter()
+    for i in range(blocks):
+        data = rows(block_rows, start=i * block_rows, month=1 + i % 12)
+        reply = rs.direct(primary).bench.command({"insertBlock": "ins", "arrow": arrow_bytes(data),
+                                                  "insertQuorum": 2, "quorumTimeoutMS": 120_000})
+        assert reply["quorumStatus"] == "reached", reply
+    elapsed = time.perf_counter() - started
+    for i in range(blocks):
+        baseline_s += parquet_baseline(rows(block_rows, start=i * block_rows), os.path.join(directory, f"b{i}"))
+    rate, base = block_rows * blocks / elapsed, block_rows * blocks / baseline_s
+    print(f"insert, quorum 2, {block_rows:>7,}-row blocks x {blocks}: {rate:>10,.0f} rows/s; "
+          f"Parquet write alone {base:>10,.0f} rows/s; ratio {rate / base:.2f}")
+    del db
+
+
+async def raw_download(url: str, path: str) -> float:
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        with open(path, "wb") as f:
+            async for chunk in response.content.iter_chunked(1 << 20):
+                f.write(chunk)
+    return time.perf_counter() - started
+
+
+def fetch_speed(rs: ReplicaSet, target_mb: int, directory: str) -> None:
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    rs.client().bench.command({"createPartsTable": "big", **TABLE})
+    # Random-ish text so zstd cannot shrink the part to nothing.
+    n = target_mb * 1024 * 1024 // 60
+    data = rows(n, text=0).append_column("blob", pa.array([os.urandom(24).hex() for _ in range(n)]))
+    rs.client().bench.command({"alterPartsTable": "big", "addColumn": {"name": "blob", "type": "string"}})
+    started = time.perf_counter()
+    reply = rs.direct(primary).bench.command({"insertBlock": "big", "arrow": arrow_bytes(data)})
+    committed = time.perf_counter()
+    part = reply["blocks"][0]["part"]
+    wait_for(lambda: part in part_dirs(secondary, "bench.big"), 600, "the big part on a secondary",
+             interval_s=0.01)
+    fetched_s = time.perf_counter() - committed
+    size = os.path.getsize(os.path.join(primary.dbpath, "parts", "bench.big", part, "data.parquet"))
+    url = f"http://127.0.0.1:{primary.http_port}/parts/bench.big/{part}/data.parquet"
+    raw_s = asyncio.run(raw_download(url, os.path.join(directory, "raw.parquet")))
+    mb = size / 1e6
+    print(f"fetch of a {mb:,.0f} MB part (insert took {committed - started:.1f} s): {mb / fetched_s:,.0f} MB/s "
+          f"commit-to-held; raw HTTP copy {mb / raw_s:,.0f} MB/s; ratio {raw_s / fetched_s:.2f} (goal >= 0.5)")
+
+
+def catch_up(rs: ReplicaSet, parts: int) -> None:
+    primary = rs.wait_primary()
+    lagging = next(m for m in rs.members if m is not primary)
+    rs.client().bench.command({"createPartsTable": "cu", **TABLE})
+    lagging.stop()
+    started = time.perf_counter()
+    for i in range(parts):
+        rs.direct(primary).bench.command({"insertBlock": "cu", "arrow": arrow_bytes(rows(50, start=i * 50,
+                                                                                         month=1 + i % 12)),
+                                          "writeConcern": {"w": 1}})
+    inserted_s = time.perf_counter() - started
+    wait_for(lambda: len(part_dirs(primary, "bench.cu")) > 0, 10, "the parts on the primary")
+    lagging.start()
+    restarted = time.perf_counter()
+
+    def caught_up() -> bool:
+        want = {r["name"] for r in rs.direct(primary).bench.command({"partsStatus": "cu"})["parts"] if r["active"]}
+        have = {r["name"] for r in rs.direct(lagging).bench.command({"partsStatus": "cu"})["parts"] if r["active"]}
+        return bool(want) and want == have
+
+    wait_for(caught_up, 900, "the restarted member to catch up", interval_s=0.2)
+    took = time.perf_counter() - restarted
+    print(f"catch-up of a member restarted {parts:,} parts behind: {took:.1f} s; the {parts:,} inserts took "
+          f"{inserted_s:.1f} s on the primary; ratio {took / inserted_s:.2f}")
+
+
+def scheduler_cost(queued: int = 10_000, decisions: int = 2_000) -> None:
+    queue = ReplicationQueue(fetch_pool_size=8)
+    for i in range(1, queued + 1):
+        queue.add(QueueEntry(f"block-{i}", EntryType.GET_PART, PartInfo("202401", i, i, 0)))
+    now = 1_000_000
+    started = time.perf_counter()
+    for i in range(decisions):
+        entry = queue.next_to_run(now + i)
+        if entry is not None:
+            queue.started(entry, now + i)
+            queue.finished(entry, now + i)
+    per_decision = (time.perf_counter() - started) / decisions * 1e6
+    parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, queued + 1))
+    started = time.perf_counter()
+    for i in range(decisions):
+        parts.containing(PartInfo("202401", i + 1, i + 1, 0))
+    lookup = (time.perf_counter() - started) / decisions * 1e6
+    print(f"scheduler: {per_decision:,.1f} us per decision with {queued:,} queued fetches; one covering lookup "
+          f"{lookup:.1f} us; ratio {per_decision / lookup:,.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    scheduler_cost()
+    with tempfile.TemporaryDirectory() as directory:
+        rs = make_replica_set(directory, 3, test_commands=True)
+        rs.start()
+        try:
+            rs.initiate()
+            rs.client().bench.command({"createPartsTable": "ins", **TABLE})
+            insert_rate(rs, 10_000, 5 if args.quick else 20, directory)
+            insert_rate(rs, 100_000, 2 if args.quick else 5, directory)
+            fetch_speed(rs, 20 if args.quick else 200, directory)
+            catch_up(rs, 200 if args.quick else 1000)
+        finally:
+            rs.stop()
+
+
+if __name__ == "__main__":
+    main()
