@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.rss
 	$(BIN)/python -m bench.loop_latency
 	$(BIN)/python -m bench.part_log_pull
+	$(BIN)/python -m bench.parts
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

@@ -108,11 +108,27 @@ def split_by_partition(table: TableDef, data: pa.Table) -> dict[str, pa.Table]:
     key = table.partition
     if key.column is None:
         return {"all": sort_rows(table, data)}
-    ids = [partition_id(key, value) for value in data.column(key.column).to_pylist()]
+    column = data.column(key.column)
+    if key.by_month:   # computed by Arrow over the whole column; one Python step per distinct month
+        column = pc.add(pc.multiply(pc.year(column), 10_000), pc.multiply(pc.month(column), 100))
+    encoded = pc.dictionary_encode(column).combine_chunks()
     groups: dict[str, list[int]] = {}
-    for row, pid in enumerate(ids):
-        groups.setdefault(pid, []).append(row)
-    return {pid: sort_rows(table, data.take(pa.array(rows))) for pid, rows in sorted(groups.items())}
+    for index, value in enumerate(encoded.dictionary.to_pylist()):
+        pid = f"{value // 10_000:04d}{value // 100 % 100:02d}" if key.by_month else partition_id(key, value)
+        groups.setdefault(pid, []).append(index)
+    out = {}
+    for pid, indices in sorted(groups.items()):
+        mask = pc.is_in(encoded.indices, pa.array(indices, encoded.indices.type))
+        out[pid] = sort_rows(table, data.filter(mask))
+    nulls = pc.is_null(encoded.indices)
+    if pc.any(nulls).as_py():
+        if key.by_month:
+            raise MongoError(2, f"toYYYYMM({key.column}): a row has no value (null is not a date)")
+        pid = partition_id(key, None)
+        rows = data.filter(nulls)
+        out[pid] = sort_rows(table, pa.concat_tables([out[pid].select(rows.column_names), rows])) if pid in out \
+            else sort_rows(table, rows)
+    return dict(sorted(out.items()))
 
 
 def rows_bytes(data: pa.Table) -> bytes:

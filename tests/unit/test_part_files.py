@@ -8,10 +8,12 @@ import pathlib
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from base.errors import MongoError
 from oplog.parts import part_files as pf
-from oplog.parts.table import TableDef, parse_table_def
+from oplog.parts.table import TableDef, parse_table_def, partition_id
 
 TABLE = parse_table_def("analytics", "events", {
     "columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -89,3 +91,25 @@ def test_the_same_rows_in_any_order_sort_to_the_same_bytes() -> None:
     shuffled = tied.take(pa.array([3, 2, 1, 0]))
     assert pf.rows_bytes(pf.sort_rows(TABLE, pf.conform(TABLE, tied))) == pf.rows_bytes(
         pf.sort_rows(TABLE, pf.conform(TABLE, shuffled)))
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 5)), min_size=1, max_size=60),
+       st.lists(st.datetimes(min_value=datetime.datetime(1990, 1, 1), max_value=datetime.datetime(2090, 1, 1)),
+                min_size=1, max_size=60))
+def test_rows_split_into_the_partitions_partition_id_names(keys: list[int | None],
+                                                           days: list[datetime.datetime]) -> None:
+    """The vectorised split puts each row where `partition_id` of its own value says, for a column key
+    (nulls included) and for toYYYYMM."""
+    by_value = parse_table_def("d", "t", {"columns": [{"name": "k", "type": "int64"}, {"name": "i", "type": "int64"}],
+                                          "partitionBy": "k", "orderBy": ["i"]})
+    data = pa.table({"k": pa.array(keys, pa.int64()), "i": pa.array(range(len(keys)), pa.int64())})
+    split = pf.split_by_partition(by_value, data)
+    for pid, rows in split.items():
+        assert {partition_id(by_value.partition, keys[i]) for i in rows.column("i").to_pylist()} == {pid}
+    assert sum(t.num_rows for t in split.values()) == len(keys)
+    by_month = parse_table_def("d", "t", {"columns": [{"name": "ts", "type": "timestamp[ms]"},
+                                                      {"name": "i", "type": "int64"}],
+                                          "partitionBy": "toYYYYMM(ts)", "orderBy": ["i"]})
+    data = pa.table({"ts": pa.array(days, pa.timestamp("ms")), "i": pa.array(range(len(days)), pa.int64())})
+    for pid, rows in pf.split_by_partition(by_month, data).items():
+        assert {partition_id(by_month.partition, days[i]) for i in rows.column("i").to_pylist()} == {pid}
