@@ -198,3 +198,31 @@ def test_a_quorum_part_no_live_member_holds_fails_and_its_retry_is_not_swallowed
     for member in rs3.members:
         wait_for(lambda m=member: sorted(r["n"] for r in select(rs3, m, db, columns=["n"])) == [r["n"] for r in rows],
                  30, f"exactly one copy of the rows on {member.host}")
+
+
+def test_the_queue_view_says_why_tasks_wait_while_the_fetch_pool_is_full(rs3: ReplicaSet) -> None:
+    db = "pool"
+    rs3.client()[db].command({"createPartsTable": "events", **TABLE,
+                              "settings": {"fetchProgressTimeoutMS": 120_000}})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    with FaultProxy() as proxy:
+        # Every fetch S2 starts hangs: its links to both HTTP ports hold every byte.
+        routes = {_http(m): proxy.add_link(s2.host, _http(m)) for m in (primary, s1)}
+        proxy.set_links([(s2.host, _http(m)) for m in (primary, s1)], blackholed=True)
+        rs3.fail_point(s2, "peerRoutes", "alwaysOn", {"routes": routes})
+        for i in range(20):
+            rs3.client()[db].command({"insertBlock": "events", "rows": _rows(3, 1 + i % 12, i * 10)})
+
+        def saturated() -> list[dict[str, Any]] | None:
+            queue = rs3.direct(s2)[db].command({"partsReplicationQueue": "events"})["queue"]
+            running = [e for e in queue if e["type"] == "GET_PART" and e["is_currently_executing"]]
+            waiting = [e for e in queue if "fetches are already executing" in e["postpone_reason"]]
+            return waiting if len(running) == 16 and waiting else None
+
+        waiting = wait_for(saturated, 30, "S2's fetch pool to be full and the rest to say so")
+        assert all(e["num_postponed"] >= 1 and e["postpone_reason"] == "16 fetches are already executing, at most 16"
+                   for e in waiting)
+        proxy.heal()
+        wait_for(lambda: len(select(rs3, s2, db)) == 60, 60, "S2 to fetch everything once the links heal")
+        rs3.fail_point(s2, "peerRoutes", "off")
