@@ -111,7 +111,9 @@ class Leader:
         self.stale.add((ns, part, member))
 
     def parts_arrived(self, rt: TableRuntime) -> None:
+        """Parts changed here (or a mutation arrived): look for merges and rewrites soon, not at once."""
         rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
+        rt.next_mutation_check = min(rt.next_mutation_check, time.monotonic() + MIN_SELECT_INTERVAL_S)
 
     def step(self, on_done: Any) -> None:
         """Starts the next transaction, if one is due and none is running; `on_done()` when it ends."""
@@ -255,9 +257,11 @@ class Leader:
     def _mutations(self) -> tuple[TableRuntime, list[tuple[PartInfo, Mutation]]] | None:
         """The parts here that a recorded mutation has yet to rewrite and no queued task takes, each with
         the oldest mutation it needs."""
+        now = time.monotonic()
         for rt in self.tables.values():
-            if not rt.mutations:
+            if not rt.mutations or now < rt.next_mutation_check:
                 continue
+            rt.next_mutation_check = now + rt.table.settings.merge_selecting_sleep_ms / 1000
             todo = []
             for part in rt.queue.current:
                 if rt.queue.virtual.containing(part) != part:
@@ -268,6 +272,7 @@ class Leader:
                 if len(todo) >= MUTATE_BATCH:
                     break
             if todo:
+                rt.next_mutation_check = now   # more may follow this batch
                 return rt, todo
         return None
 

@@ -107,6 +107,7 @@ class PartsManager:
         self.leader = Leader(node, self.tables)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
+        self._next_outdated_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -334,6 +335,7 @@ class PartsManager:
             elif what == "mutations" and op == "i":
                 mutation = Mutation.from_document(entry["o"])
                 rt.mutations[mutation.id] = mutation
+                rt.next_mutation_check = 0.0   # the primary plans its rewrites at once
                 self.parts_moved.fire()
 
     def _on_registry_entry(self, rt: TableRuntime, op: Any, entry: dict[str, Any]) -> None:
@@ -361,6 +363,7 @@ class PartsManager:
         name = str(doc.get("part", ""))
         rt.lost[name] = str(doc.get("reason", ""))
         rt.logged.pop(name, None)
+        self.held.own.pop((rt.table.ns, name), None)
         try:
             part = PartInfo.parse(name)
         except MongoError:
@@ -411,6 +414,7 @@ class PartsManager:
             entry = QueueEntry(str(doc["_id"]), EntryType.DROP_RANGE, fake)
             for name in [n for n in rt.logged if fake.contains(PartInfo.parse(n))]:
                 del rt.logged[name]   # dropped: never registered or merged again
+                self.held.own.pop((rt.table.ns, name), None)
             if rt.queue.add(entry):
                 rt.docs[entry.node_name] = doc
             return
@@ -647,8 +651,12 @@ class PartsManager:
         return float(settings.max_delay_to_insert_ms ** (over / allowed)) / 1000
 
     def _remove_outdated(self) -> None:
-        """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long)."""
+        """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long).
+        Looked at once a second at most, not on every wake."""
         now = time.monotonic()
+        if now < self._next_outdated_check:
+            return
+        self._next_outdated_check = now + RETRY_S
         for rt in self.tables.values():
             lifetime = rt.table.settings.old_parts_lifetime_secs
             for name, since in list(rt.outdated.items()):

@@ -62,6 +62,7 @@ class TableRuntime:
     lost: dict[str, str] = field(default_factory=dict)              # parts no member has -> why (final)
     missing_answers: dict[tuple[str, str], int] = field(default_factory=dict)   # (part, http) -> 404s seen
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
+    next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:
         self.holders.setdefault(part, {})[member] = Holder(http, checksums)
