@@ -86,6 +86,11 @@ RETRY_S = 1.0          # the runner looks again at least this often (backed-off 
 _merge_names = itertools.count(1)
 
 
+def unexpected_path(directory: str, name: str) -> str:
+    """Where a part that must not be read is moved: `unexpected_<name>_<unix time>`, never deleted."""
+    return os.path.join(directory, f"unexpected_{name}_{int(time.time())}")
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -245,7 +250,7 @@ class PartsManager:
             log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
                         part.name, rt.table.ns, part.name)
             await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
-                                    os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}"))
+                                    unexpected_path(rt.directory, part.name))
             rt.queue.part_removed(part)
             rt.queue.virtual.remove(part)
             rt.outdated.pop(part.name, None)
@@ -450,7 +455,7 @@ class PartsManager:
         rt.outdated.pop(part.name, None)
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(
             os.rename, os.path.join(rt.directory, part.name),
-            os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}")))
+            unexpected_path(rt.directory, part.name)))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -579,7 +584,7 @@ class PartsManager:
                 log.warning("part %s of %s here is not the part the log names: setting it aside", part,
                             rt.table.ns)
                 await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
-                                        os.path.join(rt.directory, f"unexpected_{part.name}_{int(time.time())}"))
+                                        unexpected_path(rt.directory, part.name))
         try:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
             await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,
@@ -724,50 +729,47 @@ class PartsManager:
                 return statuses
             await self.registry_moved.wait(remaining)
 
+    async def _wait_until(self, done: Any, timeout_s: float, what: str) -> None:
+        """Until `done()` (checked whenever a task finishes here, and every `RETRY_S`); MaxTimeMSExpired (50)
+        naming `what` past `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MongoError(50, f"{what} is not done here within {timeout_s:.0f} s")
+            await self.parts_moved.wait(min(remaining, RETRY_S))
+
     async def wait_mutation(self, ns: str, mutation_id: str, timeout_s: float = 600.0) -> None:
         """Until this member has rewritten every part the mutation affects (or is about to fetch a
         rewritten one). A mutation whose rewrite keeps failing here is an error, with the reason."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def done() -> bool:
             rt = self.tables.get(ns)
             mutation = rt.mutations.get(mutation_id) if rt is not None else None
-            if rt is not None and mutation is not None:
-                if not parts_to_do(mutation, rt.queue.current) and not parts_to_do(mutation, rt.queue.virtual):
-                    return
-                failing = next((e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.num_tries >= 3
-                                and rt.docs.get(e.node_name, {}).get("mutation") == mutation_id), None)
-                if failing is not None:
-                    raise MongoError(96, f"mutation {mutation_id} fails on {failing.new_part}: "
-                                         f"{failing.last_exception}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise MongoError(50, f"mutation {mutation_id} is not done here within {timeout_s:.0f} s; "
-                                     "partsMutations shows where it stands")
-            await self.parts_moved.wait(min(remaining, RETRY_S))
+            if rt is None or mutation is None:
+                return False
+            failing = next((e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.num_tries >= 3
+                            and rt.docs.get(e.node_name, {}).get("mutation") == mutation_id), None)
+            if failing is not None:
+                raise MongoError(96, f"mutation {mutation_id} fails on {failing.new_part}: {failing.last_exception}")
+            return not parts_to_do(mutation, rt.queue.current) and not parts_to_do(mutation, rt.queue.virtual)
+
+        await self._wait_until(done, timeout_s, f"mutation {mutation_id} (partsMutations shows where it stands)")
 
     async def wait_metadata(self, ns: str, version: int, timeout_s: float = 600.0) -> None:
         """Until this member's queue adopted metadata version `version` of the table."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def done() -> bool:
             rt = self.tables.get(ns)
-            if rt is not None and rt.queue.metadata_version >= version:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise MongoError(50, f"metadata version {version} of {ns} is not adopted here within {timeout_s:.0f} s")
-            await self.parts_moved.wait(min(remaining, RETRY_S))
+            return rt is not None and rt.queue.metadata_version >= version
+
+        await self._wait_until(done, timeout_s, f"metadata version {version} of {ns}")
 
     async def wait_dropped(self, ns: str, drop_range: str, timeout_s: float = 600.0) -> None:
         """Until this member carried out the drop range (its parts no longer read)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def done() -> bool:
             rt = self.tables.get(ns)
-            if rt is not None and drop_range in rt.finished_drops:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise MongoError(50, f"the drop {drop_range} is not carried out here within {timeout_s:.0f} s")
-            await self.parts_moved.wait(min(remaining, RETRY_S))
+            return rt is not None and drop_range in rt.finished_drops
+
+        await self._wait_until(done, timeout_s, f"the drop {drop_range}")
 
     # -- views -----------------------------------------------------------------------------------
 
