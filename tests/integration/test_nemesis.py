@@ -254,6 +254,22 @@ def wait_converged(rs: ReplicaSet, timeout_s: float) -> None:
         raise AssertionError(f"the set did not converge in {timeout_s:.0f} s:\n{describe_members(rs)}") from exc
 
 
+def read_quiet_set(rs: ReplicaSet, timeout_s: float) -> dict[str, dict[str, list[RawBSONDocument]]]:
+    """Every member's data, read while no member's optime moved. A primary goes on writing after
+    the clients stop (it logs merges of the parts tables), so one converged moment is not enough:
+    the members are read one after another, and a write between two reads would look like a
+    divergence. Read again until the optimes before and after the reads are the same."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wait_converged(rs, max(1.0, deadline - time.monotonic()))
+        before = applied_optimes(rs)
+        data = {m.host: read_member(m.host) for m in rs.members}
+        if bson.encode({"o": list(applied_optimes(rs).items())}) == bson.encode({"o": list(before.items())}):
+            return data
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the set never stayed still while it was read:\n{describe_members(rs)}")
+
+
 def describe_members(rs: ReplicaSet) -> str:
     """State, last applied optime and the last warnings of every member, for a failure report."""
     lines = []
@@ -419,8 +435,7 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
         await asyncio.sleep(AFTER_HEAL_S)  # writes go on against the healed set
         stop_writes.set()
         await asyncio.wait_for(asyncio.gather(*tasks), WORKLOAD_STOP_TIMEOUT_S)
-        await asyncio.to_thread(wait_converged, rs, CONVERGE_TIMEOUT_S)
-        data = {m.host: await asyncio.to_thread(read_member, m.host) for m in rs.members}
+        data = await asyncio.to_thread(read_quiet_set, rs, CONVERGE_TIMEOUT_S)
         rollback = {m.host: read_rollback_files(m.dbpath) for m in rs.members}
         await asyncio.to_thread(wait_parts_converged, rs, CONVERGE_TIMEOUT_S)
         keys = {m.host: await asyncio.to_thread(part_keys, m.host) for m in rs.members}
