@@ -24,6 +24,10 @@ Supported fail points:
   by another member) waits, once committed and its write concern met, before it answers, until the
   fail point is turned off: a test kills the primary "mid-commit" there.
 
+* `partsCommitReplyLost` — on a member that sends part-log commits to the primary: every reply
+  is dropped as if the connection broke after the primary committed (the outcome is unknown to
+  this member). `data.deadlineMS` shortens this member's retries of one commit (default 60 s).
+
 * `failBatchWriteSlice` — a write command big enough to run in slices fails before its second
   and later slices with `data.errorCode` (default 91, ShutdownInProgress: retryable), as if the
   member had stopped part way; a retryable write retried then resumes where it stopped.
@@ -43,7 +47,8 @@ from typing import Any
 from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
-                   "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit"})
+                   "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
+                   "partsCommitReplyLost"})
 
 
 @dataclass(slots=True)
@@ -88,6 +93,10 @@ class FailPoints:
             if point.times <= 0:
                 del self._active[name]
         return point
+
+    def peek(self, name: str) -> FailPoint | None:
+        """The fail point's settings, without counting a `times` fail point down."""
+        return self._active.get(name)
 
     def is_on(self, name: str) -> bool:
         return name in self._active

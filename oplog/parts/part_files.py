@@ -296,11 +296,20 @@ def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: 
     return write_temp_part(table_dir, tmp_name, merged_rows(table_dir, sources, table), table)
 
 
-def remove_temporary(table_dir: str) -> list[str]:
-    """Start-up: removes the temporary directories a crash left behind; returns their names."""
+def remove_named(table_dir: str, tmp_names: list[str]) -> None:
+    """Removes these temporary directories (gone already: nothing to do)."""
+    for name in tmp_names:
+        if name.startswith(TEMPORARY_PREFIXES):
+            shutil.rmtree(os.path.join(table_dir, check_part_dir_name(name)), ignore_errors=True)
+
+
+def remove_temporary(table_dir: str, *, keep: tuple[str, ...] = ()) -> list[str]:
+    """Start-up: removes the temporary directories a crash left behind (but those starting with a
+    prefix in `keep`); returns their names."""
     if not os.path.isdir(table_dir):
         return []
-    removed = [entry for entry in sorted(os.listdir(table_dir)) if entry.startswith(TEMPORARY_PREFIXES)]
+    removed = [entry for entry in sorted(os.listdir(table_dir))
+               if entry.startswith(TEMPORARY_PREFIXES) and not entry.startswith(keep)]
     for entry in removed:
         shutil.rmtree(os.path.join(table_dir, entry), ignore_errors=True)
     return removed

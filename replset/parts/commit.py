@@ -18,14 +18,21 @@ id for all its tries; a block whose log document has the same attempt was
 committed by an earlier try, so the reply still says "inserted" for it, never
 "deduplicated" by itself.
 
-A crash of this member between the primary's commit and the publish leaves a
-temporary part that a log document names: start-up publishes it
-(`replset.parts.manager`) instead of removing it.
+A commit whose outcome is unknown (the primary committed, but its reply was
+lost and every retry failed) keeps its temporary parts: the log may name this
+member as the source of parts that nobody else has. When the log arrives here,
+the part-log runner publishes the temporary part whose checksums are the ones
+the log recorded (`replset.parts.runtime.adopt_temporary`); parts that no log
+names after `IN_DOUBT_KEEP_S` are removed. The client gets a retryable error
+(HostUnreachable, 6; 503 over HTTP): sending the insert again with the same
+dedup token is safe. A crash of this member between the primary's commit and
+the publish leaves a temporary part too: start-up publishes it the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -56,10 +63,13 @@ if TYPE_CHECKING:
 QUORUM_TIMEOUT_MS = 600_000   # ClickHouse's insert_quorum_timeout
 BAD_VALUE = 2
 UNSATISFIABLE = 100
-COMMIT_DEADLINE_S = 30.0
-COMMIT_TIMEOUT_S = 60.0   # one try: the primary's reply waits for its write concern
+COMMIT_DEADLINE_S = 60.0   # every try of one commit, the primary's wait for its write concern included
+MIN_TRY_S = 5.0
+IN_DOUBT_KEEP_S = 600.0   # an unsettled commit's temporary parts wait this long for the log to name them
+HOST_UNREACHABLE = 6
 NO_PRIMARY = 10107
 HANG_AFTER_COMMIT = "partsHangAfterCommit"
+REPLY_LOST = "partsCommitReplyLost"
 FAIL_POINT_POLL_S = 0.05
 
 
@@ -137,12 +147,21 @@ class PrimaryLink:
                                                       route=self.node.failpoints.peer_route)
         return client
 
+    def _deadline_s(self) -> float:
+        lost = self.node.failpoints.peek(REPLY_LOST)
+        return float(lost.data.get("deadlineMS", COMMIT_DEADLINE_S * 1000)) / 1000 if lost else COMMIT_DEADLINE_S
+
     def _retrying(self) -> AsyncRetrying:
-        """Tries until `COMMIT_DEADLINE_S`, backing off, while the failure is one a change of primary explains."""
+        """Tries until the deadline, backing off, while the failure is one a change of primary explains."""
         node = self.node
         return AsyncRetrying(retry=retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down),
-                             stop=stop_after_delay(COMMIT_DEADLINE_S),
+                             stop=stop_after_delay(self._deadline_s()),
                              wait=wait_exponential_jitter(initial=0.05, max=1.0), reraise=True)
+
+    def _try_timeout(self, started: float) -> float:
+        """One try's share: what is left of the commit's deadline (never less than `MIN_TRY_S`), so that
+        all tries together stay near the deadline."""
+        return max(MIN_TRY_S, self._deadline_s() - (time.monotonic() - started))
 
     async def on_primary(self, db: str, cmd: dict[str, Any],
                          here: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -150,16 +169,18 @@ class PrimaryLink:
         sent to the primary over a member connection - retried across a change of primary, so `cmd`
         must be safe to repeat (it carries an attempt id)."""
         reply: dict[str, Any] = {}
+        started = time.monotonic()
         async for attempt_state in self._retrying():
             with attempt_state:
-                reply = await here() if self.node.is_primary else await self._send(db, cmd)
+                reply = (await here() if self.node.is_primary
+                         else await self._send(db, cmd, self._try_timeout(started)))
         return reply
 
-    async def _send(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, db: str, cmd: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         host = self.node.primary_host
         if host is None or host == self.node.options.me:
             raise MongoError(NO_PRIMARY, "no primary is known to run the command")
-        reply = await self._client(host).command({**cmd, "$db": db}, timeout_s=COMMIT_TIMEOUT_S)
+        reply = await self._client(host).command({**cmd, "$db": db}, timeout_s=timeout_s)
         if not reply.get("ok"):
             raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", "failed on the primary")))
         return dict(reply)
@@ -169,31 +190,34 @@ class PrimaryLink:
         """Commits `blocks` through whichever member is primary, retrying across a change of primary;
         publishes the temporary parts written here under their committed names."""
         reply: dict[str, Any] = {}
+        started = time.monotonic()
         async for attempt_state in self._retrying():
             with attempt_state:
                 reply = await self._commit_once(db, name, blocks, directory, wc=wc, attempt=attempt,
-                                                quorum=quorum, dedup_token=dedup_token)
+                                                quorum=quorum, dedup_token=dedup_token,
+                                                timeout_s=self._try_timeout(started))
         return reply
 
     async def _commit_once(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
-                           attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:
+                           attempt: str, quorum: int, dedup_token: str | None, timeout_s: float) -> dict[str, Any]:
         node = self.node
         me, http = node.options.me, node.options.http_address
         if node.is_primary:
-            return await commit_here(node, wc, primary_body(
+            reply = await commit_here(node, wc, primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
                 dedup_token=dedup_token, directory=directory))
+            _raise_if_may_roll_back(reply.get("writeConcernError"))
+            return reply
         body: dict[str, Any] = {
             "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me, "http": http,
             "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document()}
         if dedup_token is not None:
             body["dedupToken"] = dedup_token
-        reply = await self._send(db, body)
+        reply = await self._send(db, body, timeout_s)
+        if self.node.failpoints.check(REPLY_LOST):
+            raise PeerError(f"the reply of {node.primary_host} to _partsCommit was lost (fail point)")
         wce = reply.get("writeConcernError")
-        if isinstance(wce, dict) and wce.get("code") in RETRYABLE_CODES:
-            # Committed there, but that primary lost its role before the write concern was met: the
-            # commit may be rolled back. A retry (same attempt) finds it or commits it again.
-            raise MongoError(int(wce["code"]), str(wce.get("errmsg", "")))
+        _raise_if_may_roll_back(wce)
         committed = {str(b["blockId"]): b for b in reply.get("blocks", [])}
         for block in blocks:
             done = committed.get(block.block_id)
@@ -202,6 +226,19 @@ class PrimaryLink:
             block.part, block.deduplicated = str(done["part"]), bool(done["deduplicated"])
         await asyncio.to_thread(publish_blocks, directory, [b for b in blocks if not b.deduplicated])
         return {"ok": 1.0} | ({"writeConcernError": wce} if isinstance(wce, dict) else {})
+
+
+def _raise_if_may_roll_back(wce: Any) -> None:
+    """Committed on a primary that lost its role before the write concern was met: the commit may be
+    rolled back. A retry (same attempt) finds it on the new primary or commits it again."""
+    if isinstance(wce, dict) and wce.get("code") in RETRYABLE_CODES:
+        raise MongoError(int(wce["code"]), str(wce.get("errmsg", "")))
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """The commit may have happened: a reply lost, a try cut short, a primary gone mid-commit. Only a
+    primary's own refusal (a non-retryable code) proves that nothing was committed."""
+    return not isinstance(exc, MongoError) or exc.code in RETRYABLE_CODES
 
 
 async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: WriteConcern, dedup_token: str | None,
@@ -217,8 +254,16 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
             await asyncio.sleep(delay)   # backpressure: merges are behind (ClickHouse's parts_to_delay_insert)
         committed = await node.parts.link.commit(db, name, blocks, directory, wc=wc, attempt=new_attempt(),
                                                  quorum=quorum, dedup_token=dedup_token)
-    finally:
-        await asyncio.to_thread(discard_temporary, directory, blocks)
+    except BaseException as exc:
+        if not outcome_unknown(exc):
+            await asyncio.to_thread(discard_temporary, directory, blocks)
+            raise
+        node.parts.keep_in_doubt(directory, [b.tmp_name for b in blocks], IN_DOUBT_KEEP_S)
+        if isinstance(exc, PeerError):
+            raise MongoError(HOST_UNREACHABLE, f"the commit of this insert through the primary has an unknown "
+                                               f"outcome ({exc}); send it again with the same dedupToken") from exc
+        raise
+    await asyncio.to_thread(discard_temporary, directory, blocks)
     reply: dict[str, Any] = {"blocks": [b.reply() for b in blocks],
                              "inserted": sum(not b.deduplicated for b in blocks),
                              "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}

@@ -194,7 +194,12 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
 
 
 def publish_blocks(directory: str, blocks: list[Block]) -> None:
+    """Publishes each block's temporary part under its committed name. A part the part-log runner
+    published already (it saw the log name this member before the commit's reply came) is left be."""
     for block in blocks:
+        tmp = os.path.join(directory, block.tmp_name)
+        if not os.path.exists(tmp) and os.path.isdir(os.path.join(directory, block.part)):
+            continue
         part_files.publish(directory, block.tmp_name, block.part, sync=False)
     if blocks:
         fsync_path(directory)

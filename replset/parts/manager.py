@@ -57,7 +57,7 @@ from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
 from replset.parts.alter import rewrite_part
-from replset.parts.commit import PrimaryLink
+from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import (
@@ -68,8 +68,9 @@ from replset.parts.registry import (
     checksum_docs,
     parse_checksums,
     parse_held,
+    quorum_status,
 )
-from replset.parts.runtime import LoggedPart, TableRuntime, local_parts, publish_if_intact, same_data
+from replset.parts.runtime import LoggedPart, TableRuntime, adopt_temporary, local_parts, same_data
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
@@ -114,6 +115,7 @@ class PartsManager:
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
+        self._in_doubt: list[tuple[float, str, list[str]]] = []   # (until, directory, tmp parts): unsettled commits
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -154,6 +156,7 @@ class PartsManager:
                     self._schedule()
                     self.leader.step(self._wake.fire)
                     self._remove_outdated()
+                await self._expire_in_doubt()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -163,6 +166,20 @@ class PartsManager:
             ready = (self._rescan and not self._running) or (self._dirty and not self._rescan)
             if not ready:
                 await self._wake.wait(RETRY_S)
+
+    def keep_in_doubt(self, directory: str, tmp_names: list[str], keep_s: float) -> None:
+        """An insert's commit has an unknown outcome: its temporary parts stay for `keep_s`, for the log
+        to name them (a GET_PART whose source is this member publishes one, see `_execute`)."""
+        self._in_doubt.append((time.monotonic() + keep_s, directory, tmp_names))
+
+    async def _expire_in_doubt(self) -> None:
+        if not self._in_doubt or self._in_doubt[0][0] > time.monotonic():
+            return
+        now = time.monotonic()
+        expired = [item for item in self._in_doubt if item[0] <= now]
+        self._in_doubt = [item for item in self._in_doubt if item[0] > now]
+        for _, directory, tmp_names in expired:
+            await asyncio.to_thread(part_files.remove_named, directory, tmp_names)
 
     async def _load_all(self) -> None:
         reader = self.node.store.reader
@@ -283,20 +300,23 @@ class PartsManager:
         """At start-up, before temporary parts are removed: an insert whose commit went through while this
         member crashed before publishing its part left `tmp_insert_<block id>_...` behind, and a log
         document naming this member as the source. Such a part is published if its files are the ones
-        the log recorded; anything else is left to the clean-up."""
+        the log recorded. The others wait `IN_DOUBT_KEEP_S` for the log to arrive (this member may be
+        behind), as the parts of a commit whose reply was lost do."""
         names = await asyncio.to_thread(os.listdir, directory) if os.path.isdir(directory) else []
         log_ns, me = state_ns(table.db, table.name, "log"), self.node.options.me
         reader = self.node.store.reader
-        for name in names:
-            if not name.startswith(part_files.TMP_INSERT):
-                continue
-            block_id = name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0]
+        block_ids = {name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0] for name in names
+                     if name.startswith(part_files.TMP_INSERT)}
+        for block_id in sorted(block_ids):
             doc = reader.get(log_ns, block_id) if reader.collection(log_ns) is not None else None
             if doc is None or doc.get("source") != me:
                 continue
             expected = parse_checksums(doc.get("checksums", []))
-            if await asyncio.to_thread(publish_if_intact, directory, name, str(doc["part"]), expected):
+            if await asyncio.to_thread(adopt_temporary, directory, block_id, str(doc["part"]), expected):
                 log.info("published %s of %s, committed before a crash", doc["part"], table.ns)
+        left = [n for n in await asyncio.to_thread(os.listdir, directory) if n.startswith(part_files.TMP_INSERT)]
+        if left:
+            self.keep_in_doubt(directory, left, IN_DOUBT_KEEP_S)
 
     def _pull(self) -> None:
         """The part-log entries committed since the last look."""
@@ -404,6 +424,10 @@ class PartsManager:
         kind = doc.get("type")
         part = str(doc.get("part", ""))
         if kind == "GET_PART":
+            if isinstance(token := doc.get("dedupToken"), str):
+                known = rt.block_ids_by_token.setdefault(token, [])
+                if doc["_id"] not in known:
+                    known.append(str(doc["_id"]))
             entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
                                source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
         elif kind in ("MERGE_PARTS", "MUTATE_PART"):
@@ -491,6 +515,9 @@ class PartsManager:
             elif entry.type is EntryType.GET_PART:   # an insert on this member published it already
                 made = await asyncio.to_thread(self._published_here, rt, entry.new_part.name,
                                                rt.docs.get(entry.node_name, {}))
+                if made is None:   # or wrote it, and the commit's reply is late or was lost
+                    made = await asyncio.to_thread(self._adopt_own, rt, entry.new_part.name,
+                                                   rt.docs.get(entry.node_name, {}))
             elif all(p in rt.queue.current for p in entry.source_parts):
                 made = await self._produce_here(rt, entry)
             if made is not None:
@@ -526,6 +553,15 @@ class PartsManager:
                         self.leader.parts_arrived(rt)
                     self.parts_moved.fire()
             self._wake.fire()
+
+    def _adopt_own(self, rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
+        if doc.get("source") != self.node.options.me or "blockId" not in doc:
+            return None
+        found = adopt_temporary(rt.directory, str(doc["blockId"]), part, parse_checksums(doc.get("checksums", [])))
+        if found is not None:
+            log.info("published %s of %s: the log names this member's insert, whose commit reply was lost",
+                     part, rt.table.ns)
+        return found
 
     @staticmethod
     def _published_here(rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
@@ -708,26 +744,25 @@ class PartsManager:
 
     async def wait_quorum(self, ns: str, blocks: list[tuple[str, str]], required: int,
                           timeout_s: float) -> list[str]:
-        """Each block's quorum status once none is pending, or when `timeout_s` passes: `reached`,
-        `pending` or `failed`. A block without a quorum record (a duplicate of an insert made without
-        one) has reached it when the registry lists `required` holders of its part."""
+        """Each block's quorum status (`registry.quorum_status`) once none is pending, or when `timeout_s`
+        passes: `reached`, `pending` or `failed`."""
         deadline = time.monotonic() + timeout_s
-        db, _, table = ns.partition(".")
-        quorum_ns = state_ns(db, table, "quorum")
         while True:
-            statuses = []
-            for block_id, part in blocks:
-                record = self.node.store.reader.get(quorum_ns, block_id)
-                if record is not None:
-                    statuses.append(str(record.get("status", PENDING)))
-                else:
-                    rt = self.tables.get(ns)
-                    held = len(rt.holders.get(part, {})) if rt is not None else 0
-                    statuses.append(REACHED if held >= required else PENDING)
+            statuses = self.quorum_statuses(ns, blocks, required)
             remaining = deadline - time.monotonic()
             if PENDING not in statuses or remaining <= 0:
                 return statuses
             await self.registry_moved.wait(remaining)
+
+    def quorum_statuses(self, ns: str, blocks: list[tuple[str, str]], required: int) -> list[str]:
+        """For each (block id, part): its status against `required`, from its quorum record and the
+        holders the registry lists here."""
+        db, _, table = ns.partition(".")
+        quorum_ns = state_ns(db, table, "quorum")
+        reader, rt = self.node.store.reader, self.tables.get(ns)
+        return [quorum_status(reader.get(quorum_ns, block_id) if reader.collection(quorum_ns) else None,
+                              len(rt.holders.get(part, {})) if rt is not None else 0, required)
+                for block_id, part in blocks]
 
     async def _wait_until(self, done: Any, timeout_s: float, what: str) -> None:
         """Until `done()` (checked whenever a task finishes here, and every `RETRY_S`); MaxTimeMSExpired (50)

@@ -47,6 +47,20 @@ MAX_REPORTED_PARTS = 256   # per report: the rest follows once these are registe
 RELAY_TTL_MS = 30_000
 PENDING, REACHED, FAILED = "pending", "reached", "failed"
 
+
+def quorum_status(record: Mapping[str, Any] | None, holders: int, required: int) -> str:
+    """Where a block stands against the quorum `required` asked for now, which may be higher than the
+    one its record was made with (an insert retried with a higher `insertQuorum` is deduplicated onto
+    the first one's part): a failed record is failed; a record reached with at least `required` is
+    reached; anything else is reached once `holders` members are registered as holding its part."""
+    if record is not None:
+        status = str(record.get("status", PENDING))
+        if status == FAILED:
+            return FAILED
+        if status == REACHED and int(record.get("required", 0)) >= required:
+            return REACHED
+    return REACHED if holders >= required else PENDING
+
 Holding = tuple[str, str]   # (table namespace, part name)
 Checksums = dict[str, tuple[int, str]]   # file -> (size, sha256)
 

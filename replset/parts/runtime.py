@@ -61,6 +61,7 @@ class TableRuntime:
     failed_sources: dict[str, set[str]] = field(default_factory=dict)   # part -> HTTP addresses that failed it
     lost: dict[str, str] = field(default_factory=dict)              # parts no member has -> why (final)
     missing_answers: dict[tuple[str, str], int] = field(default_factory=dict)   # (part, http) -> 404s seen
+    block_ids_by_token: dict[str, list[str]] = field(default_factory=dict)   # dedup token -> its blocks
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
 
@@ -86,9 +87,10 @@ class TableRuntime:
 
 def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
     """The published parts in a table's directory. At start-up, the temporary parts a crash left are
-    removed first; a later rebuild must not: an insert or a fetch may be writing one right now."""
+    removed first (but an insert's: the log may name it yet, see `adopt_temporary`); a later rebuild
+    must not: an insert or a fetch may be writing one right now."""
     if at_start_up:
-        part_files.remove_temporary(directory)
+        part_files.remove_temporary(directory, keep=(part_files.TMP_INSERT,))
     parts = []
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         try:
@@ -111,6 +113,25 @@ def publish_if_intact(directory: str, tmp_name: str, part: str, expected: Checks
         return False
     part_files.publish(directory, tmp_name, part)
     return True
+
+
+def adopt_temporary(directory: str, block_id: str, part: str, expected: Checksums) -> Checksums | None:
+    """The log names this member as the source of `part` (block `block_id`), and the part is not here
+    yet: an insert's commit whose reply was lost, or a crash before the publish. A temporary part
+    `tmp_insert_<block id>_...` with the files the log recorded is published as `part`; returns its
+    checksums, or None when there is none."""
+    prefix = f"{part_files.TMP_INSERT}{block_id}_"
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if publish_if_intact(directory, name, part, expected):
+                return part_files.read_checksums(os.path.join(directory, part))
+        except (OSError, MongoError):   # published meanwhile by the insert itself, or removed
+            continue
+    return None
 
 
 def same_data(a: Checksums, b: Checksums) -> bool:

@@ -333,7 +333,8 @@ _PARTS: dict[str, CommandArgs] = {
     "dropPartition": _collection_command({"partition": Arg(("string", "object"), required=True), "sync": _num(),
                                           "attempt": _str()}),
     "partsReplicationQueue": _collection_command({}),
-    "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str()}),
+    "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str(),
+                                        "insertQuorum": Arg(("string", *NUMBER))}),
     "_partsCommit": _collection_command({
         "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(required=True),
         "attempt": _str(required=True), "quorum": _num(minimum=0), "dedupToken": _str(),

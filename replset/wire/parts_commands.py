@@ -18,9 +18,10 @@ them but cannot write them (`system_namespaces`).
   waits until that many members hold each new part, or says `quorumStatus: "pending"` when
   `quorumTimeoutMS` (ClickHouse's `insert_quorum_timeout`, 600 s) passes first - never an ambiguous
   failure: `insertStatus` answers later.
-- `{insertStatus: <name>, blockIds: [...] | dedupToken: <string>}`: each block's state - `reached`,
-  `pending` or `failed` for quorum inserts, `committed` for the others, `unknown` when no member
-  committed it.
+- `{insertStatus: <name>, blockIds: [...] | dedupToken: <string>, insertQuorum: N}`: each block's
+  state - `reached`, `pending` or `failed` for quorum inserts, `committed` for the others, `unknown`
+  when no member committed it. With `insertQuorum`, measured against that quorum (holders counted),
+  whatever quorum the block was first inserted with.
 - `{_partsCommit: <name>, blocks: [...], source, http, attempt, quorum}`: a member's commit of blocks
   it wrote, sent to the primary; only over a member connection.
 """
@@ -140,28 +141,29 @@ async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
 
 @command("insertStatus")
 async def cmd_insert_status(ctx: CommandContext) -> dict[str, Any]:
-    """Where each block of an insert stands, on any member (what it has replicated so far)."""
+    """Where each block of an insert stands, on any member (what it has replicated so far). With
+    `insertQuorum`, a block's status is measured against that quorum (`registry.quorum_status`)."""
     name = ctx.cmd["insertStatus"]
     reader = ctx.node.store.reader
-    load_table(reader, ctx.db, name)
+    table = load_table(reader, ctx.db, name)
     log_ns, quorum_ns = state_ns(ctx.db, name, "log"), state_ns(ctx.db, name, "quorum")
     block_ids, token = ctx.cmd.get("blockIds"), ctx.cmd.get("dedupToken")
     if (block_ids is None) == (token is None):
         raise MongoError(BAD_VALUE, "insertStatus takes exactly one of 'blockIds' and 'dedupToken'")
+    required = parse_quorum(ctx.cmd["insertQuorum"], ctx.node.config) if "insertQuorum" in ctx.cmd else None
     if token is not None:
-        def by_token() -> list[Any]:   # a scan of the log: on the query pool, never on the loop
-            thread_reader = ctx.node.store.thread_reader()
-            if thread_reader.collection(log_ns) is None:
-                return []
-            return [d["_id"] for d in thread_reader.scan(log_ns) if d.get("dedupToken") == token]
-        block_ids = await ctx.node.queries.run(by_token)
+        if not isinstance(token, str):
+            raise MongoError(BAD_VALUE, "insertStatus: dedupToken must be a string")
+        block_ids = await _blocks_of_token(ctx, table.ns, log_ns, token)
     if not isinstance(block_ids, list) or not all(isinstance(b, str) for b in block_ids):
         raise MongoError(BAD_VALUE, "insertStatus: blockIds must be an array of strings")
     out = []
     for block_id in block_ids:
         log_doc = reader.get(log_ns, block_id) if reader.collection(log_ns) else None
         quorum_doc = reader.get(quorum_ns, block_id) if reader.collection(quorum_ns) else None
-        if quorum_doc is not None:
+        if required is not None and log_doc is not None:
+            status = ctx.node.parts.quorum_statuses(table.ns, [(block_id, str(log_doc["part"]))], required)[0]
+        elif quorum_doc is not None:
             status = str(quorum_doc.get("status"))
         else:
             status = "committed" if log_doc is not None else "unknown"
@@ -171,6 +173,21 @@ async def cmd_insert_status(ctx: CommandContext) -> dict[str, Any]:
         out.append(row)
     return {"blocks": out, "allReached": all(r["status"] in (REACHED, "committed") for r in out) and bool(out),
             "ok": 1.0}
+
+
+async def _blocks_of_token(ctx: CommandContext, ns: str, log_ns: str, token: str) -> list[str]:
+    """The blocks of the inserts that carried `token`: from the part-log runner's index; while it is
+    rebuilding, a scan of the log (on the query pool, never on the loop)."""
+    rt = ctx.node.parts.tables.get(ns)
+    if rt is not None:
+        return list(rt.block_ids_by_token.get(token, []))
+
+    def by_token() -> list[Any]:
+        thread_reader = ctx.node.store.thread_reader()
+        if thread_reader.collection(log_ns) is None:
+            return []
+        return [d["_id"] for d in thread_reader.scan(log_ns) if d.get("dedupToken") == token]
+    return list(await ctx.node.queries.run(by_token))
 
 
 # -- mutations and drops --------------------------------------------------------------------------

@@ -114,10 +114,14 @@ def test_the_primary_killed_after_committing_an_insert_leaves_exactly_one_part(r
 
 
 def test_a_member_killed_between_the_commit_and_its_publish_publishes_at_restart(rs3: ReplicaSet) -> None:
+    """S1 fetches nothing (so the log cannot reach it and its runner cannot publish early), writes the
+    block, and dies after the primary committed it. At restart S1 keeps the temporary part until the
+    log arrives, publishes it, and the others fetch it from S1."""
     rs3.client().cr.command({"createPartsTable": "events", **TABLE})
     primary = rs3.wait_primary()
     s1, s2 = [m for m in rs3.members if m is not primary]
     rows = _rows(25, 8)
+    rs3.fail_point(s1, "stopReplProducer", "alwaysOn")
     rs3.fail_point(primary, "partsHangAfterCommit", "alwaysOn")
     thread, _outcome = _insert_in_thread(rs3, s1, "cr", {"insertBlock": "events", "rows": rows})
     wait_for(lambda: _log(rs3, s2, "cr").count_documents({}) == 1, 20, "the commit on a majority")
@@ -127,9 +131,33 @@ def test_a_member_killed_between_the_commit_and_its_publish_publishes_at_restart
     assert [d for d in os.listdir(os.path.join(s1.dbpath, "parts", "cr.events")) if d.startswith("tmp_insert_")]
     s1.start()
     part = _log(rs3, primary, "cr").find_one()["part"]
-    for member in rs3.members:   # published at restart, then fetched from S1 by the others
+    for member in rs3.members:   # published once the log reached S1, then fetched from S1 by the others
         wait_for(lambda m=member: part_dirs(m, "cr.events") == [part], 30, f"{part} on {member.host}")
     assert len(select(rs3, s2, "cr")) == 25
+
+
+def test_a_commit_whose_reply_is_lost_keeps_its_part_until_the_log_names_it(rs3: ReplicaSet) -> None:
+    """S1 writes the block, the primary commits it, and every reply S1 gets is lost: the client hears
+    a retryable error (HostUnreachable), S1 keeps its temporary part and publishes it when the log
+    arrives, the others fetch it from S1, and the client's retry with the same token is deduplicated."""
+    rs3.client().ud.command({"createPartsTable": "events", **TABLE})
+    primary = rs3.wait_primary()
+    s1 = next(m for m in rs3.members if m is not primary)
+    rows = _rows(12, 9)
+    rs3.fail_point(s1, "partsCommitReplyLost", "alwaysOn", {"deadlineMS": 1500})
+    cmd = {"insertBlock": "events", "rows": rows, "dedupToken": "lost-reply"}
+    with pytest.raises(OperationFailure) as failed:
+        rs3.direct(s1).ud.command(cmd)
+    assert failed.value.code == 6, failed.value.details
+    part = _log(rs3, primary, "ud").find_one()["part"]
+    for member in rs3.members:   # S1 published its kept part; the others fetched it from S1, its only holder
+        wait_for(lambda m=member: part_dirs(m, "ud.events") == [part], 30, f"{part} on {member.host}")
+    assert not [d for d in os.listdir(os.path.join(s1.dbpath, "parts", "ud.events")) if d.startswith("tmp_")]
+    rs3.fail_point(s1, "partsCommitReplyLost", "off")
+    again = rs3.direct(s1).ud.command(cmd)
+    assert (again["inserted"], again["deduplicated"]) == (0, 1)
+    for member in rs3.members:
+        assert sorted(r["n"] for r in select(rs3, member, "ud")) == [r["n"] for r in rows]
 
 
 def test_start_up_sets_aside_a_part_the_log_does_not_know(rs3: ReplicaSet) -> None:

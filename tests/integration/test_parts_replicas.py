@@ -112,6 +112,33 @@ def test_a_quorum_with_a_paused_replica_is_pending_then_reached(rs3: ReplicaSet)
     assert part_dirs(s2, "pq.events") == [reply["blocks"][0]["part"]]
 
 
+def test_a_retry_asking_a_higher_quorum_waits_for_it(rs3: ReplicaSet) -> None:
+    """The first insert asked for 2 replicas and got them; its retry (same token) asks for 3 while one
+    replica is paused: it is deduplicated, and its quorum is pending - not the first insert's reached."""
+    rs3.client().hq.command({"createPartsTable": "events", **EVENTS})
+    primary = rs3.wait_primary()
+    s1, s2 = [m for m in rs3.members if m is not primary]
+    insert = {"insertBlock": "events", "rows": _rows(8), "dedupToken": "hq-1"}
+    rs3.pause(s2)
+    try:
+        first = rs3.direct(s1).hq.command({**insert, "insertQuorum": 2, "quorumTimeoutMS": 20_000})
+        assert first["quorumStatus"] == "reached"
+        again = rs3.direct(s1).hq.command({**insert, "insertQuorum": 3, "quorumTimeoutMS": 1500})
+        assert again["deduplicated"] == 1 and again["quorumStatus"] == "pending", again
+        status = rs3.direct(primary).hq.command({"insertStatus": "events", "dedupToken": "hq-1", "insertQuorum": 3})
+        assert [b["status"] for b in status["blocks"]] == ["pending"]
+        as_recorded = rs3.direct(primary).hq.command({"insertStatus": "events", "dedupToken": "hq-1"})
+        assert [b["status"] for b in as_recorded["blocks"]] == ["reached"]   # the record: 2 asked, 2 reached
+    finally:
+        rs3.resume(s2)
+
+    def reached() -> bool:
+        answer = rs3.direct(primary).hq.command({"insertStatus": "events", "dedupToken": "hq-1", "insertQuorum": 3})
+        return bool(answer["allReached"])
+
+    wait_for(reached, 30, "three holders once the paused replica runs again")
+
+
 @pytest.mark.parametrize("inserter", ["primary", "tail"])
 def test_quorum_3_through_a_chain(rs3: ReplicaSet, inserter: str) -> None:
     primary = rs3.wait_primary()
