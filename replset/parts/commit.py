@@ -41,6 +41,7 @@ import pyarrow as pa
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from base.errors import RETRYABLE_CODES, MongoError
+from base.member import MemberState
 from base.optime import OpTime
 from oplog.writes import WriteEnv
 from replset.parts.insert import (
@@ -68,6 +69,7 @@ MIN_TRY_S = 5.0
 IN_DOUBT_KEEP_S = 600.0   # an unsettled commit's temporary parts wait this long for the log to name them
 HOST_UNREACHABLE = 6
 NO_PRIMARY = 10107
+NOT_PRIMARY_OR_SECONDARY = 13436
 HANG_AFTER_COMMIT = "partsHangAfterCommit"
 REPLY_LOST = "partsCommitReplyLost"
 FAIL_POINT_POLL_S = 0.05
@@ -245,6 +247,11 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
                       quorum: int, quorum_timeout_ms: int) -> dict[str, Any]:
     """The `insertBlock` command's work, on any member: write the blocks here, commit them through the
     primary, then (`quorum` > 1) wait until that many members hold each new part."""
+    if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
+        # A member syncing from scratch, rolling back or recovering would be the parts' only source while
+        # its own table directory may be replaced: it takes no inserts (as a mongod takes no reads then).
+        raise MongoError(NOT_PRIMARY_OR_SECONDARY, f"this member is {node.state.name}: an insert needs a "
+                                                   "primary or a secondary")
     table = load_table(node.store.reader, db, name)
     directory = table_dir(node.options.dbpath, table.ns)
     blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)

@@ -57,6 +57,7 @@ from replset.parts.registry import (
     forget_holders,
     mark_lost,
     register_holders,
+    settle_quorum,
 )
 from replset.parts.runtime import TableRuntime
 
@@ -89,6 +90,7 @@ class Leader:
         self._task: asyncio.Task[None] | None = None
         self._next_lost_check = 0.0
         self._orphaned: dict[tuple[str, str], float] = {}   # (ns, quorum part) -> since when no live member has it
+        self._settle_quorums = False   # look at every pending quorum once (a new primary, a rebuild)
 
     def rebind(self, tables: dict[str, TableRuntime]) -> None:
         self.tables = tables
@@ -110,6 +112,12 @@ class Leader:
         """A fetch here found that `member` does not have `part` (it answered 404)."""
         self.stale.add((ns, part, member))
 
+    def took_over(self) -> None:
+        """This member became primary, or rebuilt its tables while primary. A failover may have kept the
+        registrations of a quorum part but not the transaction's last entries (the quorum marked
+        reached): every pending quorum is looked at again once."""
+        self._settle_quorums = True
+
     def parts_arrived(self, rt: TableRuntime) -> None:
         """Parts changed here (or a mutation arrived): look for merges and rewrites soon, not at once."""
         rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
@@ -126,6 +134,13 @@ class Leader:
         if todo:
             self._start(self._register(todo), on_done)
             return
+        if self._settle_quorums:
+            self._settle_quorums = False
+            pending = [(rt.table.db, rt.table.name, part, block) for rt in self.tables.values()
+                       for part, block in rt.quorum_blocks.items()]
+            if pending:
+                self._start(self._settle(pending), on_done)
+                return
         if self.stale:
             stale = [(rt.table.db, rt.table.name, part, member) for ns, part, member in self.stale
                      if (rt := self.tables.get(ns)) is not None]
@@ -169,12 +184,25 @@ class Leader:
                                      rt.quorum_blocks.get(part), rt.logged[part].sources))
         return todo
 
-    async def _register(self, todo: list[Registration]) -> None:
+    def _members(self) -> list[str]:
         config = self.node.config
-        members = [m.host for m in config.members] if config is not None else [self.node.options.me]
+        return [m.host for m in config.members] if config is not None else [self.node.options.me]
+
+    async def _register(self, todo: list[Registration]) -> None:
+        members = self._members()
         await self.node.submit_write(lambda env: register_holders(env, todo, members), durable=False)
         for reg in todo:
             self.pending.pop((f"{reg.db}.{reg.table}", reg.part, reg.member), None)
+
+    async def _settle(self, pending: list[tuple[str, str, str, str]]) -> None:
+        members = self._members()
+
+        def body(env: WriteEnv) -> int:
+            return sum(settle_quorum(env, db, table, part, block, members) for db, table, part, block in pending)
+
+        settled = await self.node.submit_write(body, durable=False)
+        if settled:
+            log.info("%d pending quorum insert(s) had their holders already: marked reached", settled)
 
     # -- lost parts --------------------------------------------------------------------------------
 

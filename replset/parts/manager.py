@@ -115,6 +115,7 @@ class PartsManager:
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
+        self._was_primary = False   # as of the runner's last look (a rebuild resets it: see `_load_all`)
         self._in_doubt: list[tuple[float, str, list[str]]] = []   # (until, directory, tmp parts): unsettled commits
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -154,6 +155,7 @@ class PartsManager:
                     self._pull()
                 if not self._rescan:
                     self._schedule()
+                    self._notice_step_up()
                     self.leader.step(self._wake.fire)
                     self._remove_outdated()
                 await self._expire_in_doubt()
@@ -166,6 +168,18 @@ class PartsManager:
             ready = (self._rescan and not self._running) or (self._dirty and not self._rescan)
             if not ready:
                 await self._wake.wait(RETRY_S)
+
+    def _notice_step_up(self) -> None:
+        """On becoming primary: what this member reported it holds, but no registration lists yet (it was
+        promoted before its upstream passed the report on), is registered by itself now; and every
+        pending quorum is looked at again."""
+        primary = self.node.is_primary
+        if primary and not self._was_primary:
+            me, http = self.node.options.me, self.node.options.http_address
+            for (ns, part), checksums in self.held.own.items():
+                self.leader.register(ns, part, me, http, checksums)
+            self.leader.took_over()
+        self._was_primary = primary
 
     def keep_in_doubt(self, directory: str, tmp_names: list[str], keep_s: float) -> None:
         """An insert's commit has an unknown outcome: its temporary parts stay for `keep_s`, for the log
@@ -215,6 +229,7 @@ class PartsManager:
                 if part.name in rt.logged:
                     self._held(rt, part.name, await asyncio.to_thread(self._checksums_of, rt, part.name))
         self._started_up = True
+        self._was_primary = False   # a rebuild while primary looks at registrations and quorums again
         self.registry_moved.fire()
         # A table whose drop this member applied loses its parts too. A table merely missing from a rebuild
         # (an initial sync's clone under way) keeps them.

@@ -170,17 +170,24 @@ def register_holders(env: WriteEnv, todo: Iterable[Registration], members: Itera
         for old in reg.replaces:
             if env.txn.get(replicas_ns, holder_id(old, reg.member)) is not None:
                 env.emit(delete_entry(replicas_ns, holder_id(old, reg.member)))
-        if reg.quorum_block is None:
-            continue
-        quorum_ns = state_ns(reg.db, reg.table, "quorum")
-        record = env.txn.get(quorum_ns, reg.quorum_block)
-        if record is None or record.get("status") != PENDING:
-            continue
-        holders = sum(env.txn.get(replicas_ns, holder_id(reg.part, host)) is not None for host in hosts)
-        if holders >= int(record.get("required", 0)):
-            env.emit(update_entry(quorum_ns, reg.quorum_block, {"$set": {"status": REACHED, "reachedTime": env.now,
-                                                                           "holders": holders}}))
+        if reg.quorum_block is not None:
+            settle_quorum(env, reg.db, reg.table, reg.part, reg.quorum_block, hosts)
     return added
+
+
+def settle_quorum(env: WriteEnv, db: str, table: str, part: str, block_id: str, hosts: list[str]) -> bool:
+    """Marks the pending quorum insert `block_id` reached if `required` of `hosts` are registered as
+    holding `part`; True if it did."""
+    quorum_ns, replicas_ns = state_ns(db, table, "quorum"), state_ns(db, table, "replicas")
+    record = env.txn.get(quorum_ns, block_id) if env.txn.collection(quorum_ns) is not None else None
+    if record is None or record.get("status") != PENDING or env.txn.collection(replicas_ns) is None:
+        return False
+    holders = sum(env.txn.get(replicas_ns, holder_id(part, host)) is not None for host in hosts)
+    if holders < int(record.get("required", 0)):
+        return False
+    env.emit(update_entry(quorum_ns, block_id, {"$set": {"status": REACHED, "reachedTime": env.now,
+                                                        "holders": holders}}))
+    return True
 
 
 def forget_holders(env: WriteEnv, stale: Iterable[tuple[str, str, str, str]]) -> None:

@@ -24,7 +24,7 @@ import pytest
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient, ReadPreference, WriteConcern
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import NotPrimaryError, OperationFailure, PyMongoError
 
 from tests.support.members import REPO_ROOT, Member, wait_for
 from tests.support.replica_set import ReplicaSet, make_replica_set
@@ -272,6 +272,10 @@ def test_too_stale_member_says_so_then_resyncs_keeping_its_old_data(tmp_path: An
                                  serverSelectionTimeoutMS=500) as c:
             with pytest.raises(PyMongoError, match="not in primary or recovering state"):  # 13436
                 c.app.users.find_one()
+        with stale.direct_client(serverSelectionTimeoutMS=2000) as c, \
+                pytest.raises(NotPrimaryError) as refused:   # nor inserts into parts tables
+            c.app.command({"insertBlock": "events", "rows": [{"n": 1}]})
+        assert refused.value.details["code"] == 13436, refused.value.details
         # After the bounded delay (three election timeouts) it resyncs by itself.
         rs.wait_state(stale, SECONDARY, 90)
         backups = glob.glob(os.path.join(stale.dbpath, "rollback", "resync-*", "replset.sqlite3"))
