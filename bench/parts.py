@@ -15,7 +15,9 @@ Each figure is printed next to a baseline measured in the same run, as a ratio:
   restart until it holds them all (merges may have joined some meanwhile: it then fetches the
   merged parts); the baseline is the time the inserts took on the primary;
 * **scheduler cost** per `next_to_run` decision with 10,000 queued fetches (a pure-core figure),
-  next to one `ActivePartSet.containing` lookup, the cheapest thing a decision does.
+  next to one `ActivePartSet.containing` lookup, the cheapest thing a decision does; and per
+  decision of a catch-up: 10,000 fetches and 1,000 merges of ten of them queued, the fetch pool
+  full, each decision following the end of one fetch.
 
 Timings are printed, never asserted.
 """
@@ -175,11 +177,41 @@ def scheduler_cost(queued: int = 10_000, decisions: int = 2_000) -> None:
           f"{lookup:.1f} us; ratio {per_decision / lookup:,.1f}")
 
 
+def catch_up_scheduler_cost(fetches: int = 10_000, decisions: int = 2_000) -> None:
+    queue = ReplicationQueue()
+    for i in range(1, fetches + 1):
+        queue.add(QueueEntry(f"block-{i}", EntryType.GET_PART, PartInfo("202401", i, i, 0)))
+    for i in range(0, fetches - 10, 10):
+        sources = tuple(PartInfo("202401", j, j, 0) for j in range(i + 1, i + 11))
+        queue.add(QueueEntry(f"merge-{i}", EntryType.MERGE_PARTS, PartInfo("202401", i + 1, i + 10, 1), sources))
+    now, running = 1_000_000, []
+    while (entry := queue.next_to_run(now)) is not None:
+        queue.started(entry, now)
+        running.append(entry)
+    started, made = time.perf_counter(), 0
+    while running and made < decisions:
+        queue.finished(running.pop(0), now)
+        while (entry := queue.next_to_run(now)) is not None:
+            queue.started(entry, now)
+            running.append(entry)
+        made += 1
+    per_decision = (time.perf_counter() - started) / made * 1e6
+    parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, fetches + 1))
+    started = time.perf_counter()
+    for i in range(decisions):
+        parts.containing(PartInfo("202401", i + 1, i + 1, 0))
+    lookup = (time.perf_counter() - started) / decisions * 1e6
+    print(f"scheduler, catch-up: {per_decision:,.1f} us per finished fetch and the decisions after it, "
+          f"{fetches:,} fetches and {fetches // 10:,} merges queued; one covering lookup {lookup:.1f} us; "
+          f"ratio {per_decision / lookup:,.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     scheduler_cost()
+    catch_up_scheduler_cost()
     with tempfile.TemporaryDirectory() as directory:
         rs = make_replica_set(directory, 3, test_commands=True)
         rs.start()

@@ -19,23 +19,30 @@ It keeps ClickHouse's three part sets:
 
 A task whose result this replica already has (the part or one containing it)
 needs no work (`already_done`). Otherwise it waits - `postpone_reason`, checked
-in ClickHouse's order (`shouldExecuteLogEntry`), recorded on the task with a
+in about ClickHouse's order (`shouldExecuteLogEntry`; the checks that cost a
+lookup come before those that scan the running tasks), recorded on the task with a
 count and a time so the queue view tells why - when:
 
 1. it failed recently: back off `min(2^tries, cap)` ms after the last failure
    (caps: fetches 60 s, mutations 300 s, others 60 s);
-2. a running task produces a part that contains or overlaps its result ("is
-   being processed"); a drop range never waits for what it covers;
-3. its result is going to be dropped by a drop range queued or running;
-4. a fetch, and `fetch_pool_size` fetches are running; a merge or mutation, and
+2. a fetch, and `fetch_pool_size` fetches are running; a merge or mutation, and
    `merge_pool_size` of those are running;
-5. a merge or mutation one of whose source parts is not here yet but is being
+3. a merge or mutation one of whose source parts is not here yet but is being
    produced or fetched by another task ("is not ready yet"). A source nobody
    will produce does not hold it up: the runner fetches the result instead;
+4. a running task produces a part that contains or overlaps its result ("is
+   being processed"); a drop range never waits for what it covers;
+5. its result is going to be dropped by a drop range queued or running;
 6. an ALTER_METADATA while an older alter version is queued; a MUTATE_PART of an
    alter before its metadata version is applied here;
 7. a drop range while a running task produces a part it covers (the part would
    outlive the drop), or while another drop range overlapping it runs.
+
+The tasks of a pool that is full are not walked by `next_to_run` (each pool
+keeps its tasks in queue order; the walk merges the open pools' by sequence),
+and a merge's "is being produced" check is one lookup in an index of the queued
+results by partition: with thousands of fetches queued and the fetch pool full,
+a decision costs what the other pools hold, not the length of the queue.
 
 Drop ranges go to the front of the queue (no fetch is wasted on data about to
 be dropped), everything else to the back; a finished drop range cancels the
@@ -50,6 +57,7 @@ from __future__ import annotations
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
 import enum
+import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -75,7 +83,7 @@ class EntryType(enum.Enum):
 PRODUCING = (EntryType.GET_PART, EntryType.MERGE_PARTS, EntryType.MUTATE_PART)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class QueueEntry:
     """One task, keyed by the log document it came from (`node_name`, which also orders the log)."""
 
@@ -95,6 +103,8 @@ class QueueEntry:
     num_postponed: int = 0
     postpone_reason: str = ""
     last_postpone_time_ms: int = 0
+    seq: int = 0                                   # queue order (set when queued)
+    blocked_on: PartInfo | None = None             # a source another queued task produces (not walked meanwhile)
 
     def pool(self) -> str:
         if self.type is EntryType.GET_PART:
@@ -126,32 +136,52 @@ class ReplicationQueue:
         self.current = ActivePartSet(parts)
         self.virtual = ActivePartSet(parts)
         self.future: dict[PartInfo, QueueEntry] = {}
-        self.entries: list[QueueEntry] = []
-        self._names: set[str] = set()
+        self._drops: dict[str, QueueEntry] = {}   # drop ranges, at the front of the queue, in log order
+        self._pools: dict[str, dict[str, QueueEntry]] = {"fetch": {}, "merge": {}, "common": {}}   # the rest
+        self._producing: dict[str, dict[PartInfo, int]] = {}   # partition -> queued results -> how many tasks
+        self._blocked: dict[str, dict[PartInfo, list[QueueEntry]]] = {}   # partition -> source -> tasks waiting
+        self._seq = itertools.count(1)
         self.metadata_version = metadata_version
         self.pool_size = {"fetch": fetch_pool_size, "merge": merge_pool_size}
         self.running = {"fetch": 0, "merge": 0, "common": 0}
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._drops) + sum(len(queued) for queued in self._pools.values())
+
+    @property
+    def entries(self) -> list[QueueEntry]:
+        """The queue in order: drop ranges first, then every other task in log order."""
+        return list(self._in_order(self._pools))
+
+    def _in_order(self, pools: Iterable[str]) -> Iterator[QueueEntry]:
+        """The drop ranges, then the tasks of `pools` in queue order."""
+        yield from self._drops.values()
+        yield from heapq.merge(*(self._pools[p].values() for p in pools), key=lambda e: e.seq)
+
+    def _queue_of(self, entry: QueueEntry) -> dict[str, QueueEntry]:
+        return self._drops if entry.type is EntryType.DROP_RANGE else self._pools[entry.pool()]
+
+    def has(self, entry: QueueEntry) -> bool:
+        """`entry` itself is queued (or running)."""
+        return self._queue_of(entry).get(entry.node_name) is entry
 
     # -- queueing --------------------------------------------------------------------------------
 
     def add(self, entry: QueueEntry) -> bool:
         """Queues a task once (False: its log document was queued before)."""
-        if entry.node_name in self._names:
+        name = entry.node_name
+        if name in self._drops or any(name in queued for queued in self._pools.values()):
             return False
         if entry.type is EntryType.DROP_RANGE:
             assert entry.new_part is not None
             self.virtual.remove_covered(entry.new_part)
             self.virtual.add(entry.new_part)
-            at = next((i for i, e in enumerate(self.entries) if e.type is not EntryType.DROP_RANGE), len(self.entries))
-            self.entries.insert(at, entry)
-        else:
-            if entry.type in PRODUCING and entry.new_part is not None:
-                self.virtual.add(entry.new_part)
-            self.entries.append(entry)
-        self._names.add(entry.node_name)
+        elif entry.type in PRODUCING and entry.new_part is not None:
+            self.virtual.add(entry.new_part)
+            bucket = self._producing.setdefault(entry.new_part.partition_id, {})
+            bucket[entry.new_part] = bucket.get(entry.new_part, 0) + 1
+        entry.seq = next(self._seq)
+        self._queue_of(entry)[name] = entry
         return True
 
     # -- choosing --------------------------------------------------------------------------------
@@ -168,6 +198,12 @@ class ReplicationQueue:
             wait = min(2 ** min(entry.num_tries, 30), cap)
             if now < entry.last_exception_time_ms + wait:
                 return f"backing off for {wait} ms after {entry.num_tries} failed tries"
+        full = self._pool_full(entry.pool())   # first of the rest: it costs nothing, the others a scan
+        if full is not None:
+            return full
+        unready = self._unready_source(entry)   # before the running tasks' scan: a lookup per source
+        if unready is not None:
+            return f"source part {unready} is not ready yet"
         part = entry.new_part
         if part is not None and entry.type is not EntryType.DROP_RANGE:
             for producing, other in self.future.items():
@@ -181,13 +217,6 @@ class ReplicationQueue:
                         None)
             if drop is not None:
                 return f"it produces part {part}, which is going to be dropped by {drop.new_part}"
-        pool = entry.pool()
-        if pool in self.pool_size and self.running[pool] >= self.pool_size[pool]:
-            what = "fetches" if pool == "fetch" else "merges and mutations"
-            return f"{self.running[pool]} {what} are already executing, at most {self.pool_size[pool]}"
-        for source in entry.source_parts:
-            if self.current.containing(source) is None and self._being_produced(source, entry):
-                return f"source part {source} is not ready yet"
         if entry.type is EntryType.ALTER_METADATA:
             older = next((e for e in self.entries if e.type is EntryType.ALTER_METADATA and e is not entry
                           and e.alter_version < entry.alter_version), None)
@@ -205,20 +234,75 @@ class ReplicationQueue:
                 return f"drop range {part} waits for drop range {running.new_part}"
         return None
 
-    def _drop_ranges(self) -> Iterator[QueueEntry]:
-        """The queued drop ranges: the front of the queue (`add` keeps them there), so a task's check
-        costs the number of drop ranges, not the length of the queue."""
-        return itertools.takewhile(lambda e: e.type is EntryType.DROP_RANGE, self.entries)
+    def _unready_source(self, entry: QueueEntry) -> PartInfo | None:
+        """A source part of `entry` not here yet that another queued task produces."""
+        for source in entry.source_parts:
+            if self.current.containing(source) is None and self._being_produced(source, entry):
+                return source
+        return None
+
+    def _block(self, entry: QueueEntry, source: PartInfo) -> None:
+        """`entry` waits for `source`: it is not looked at again until a part containing `source` arrives
+        here or the last queued task producing such a part leaves the queue (`_unblock_within`)."""
+        entry.blocked_on = source
+        self._blocked.setdefault(source.partition_id, {}).setdefault(source, []).append(entry)
+
+    def _unblock(self, entry: QueueEntry) -> None:
+        source, entry.blocked_on = entry.blocked_on, None
+        if source is None:
+            return
+        bucket = self._blocked.get(source.partition_id, {})
+        waiting = bucket.get(source, [])
+        if entry in waiting:
+            waiting.remove(entry)
+        if not waiting:
+            bucket.pop(source, None)
+            if not bucket:
+                self._blocked.pop(source.partition_id, None)
+
+    def _unblock_within(self, part: PartInfo) -> None:
+        """Every task waiting for a source that `part` contains is looked at again."""
+        bucket = self._blocked.get(part.partition_id)
+        if not bucket:
+            return
+        sources = [part] if part in bucket and part.min_block == part.max_block else \
+            [s for s in bucket if part.contains(s)]
+        for source in sources:
+            for entry in list(bucket.get(source, [])):
+                self._unblock(entry)
+
+    def _pool_full(self, pool: str) -> str | None:
+        if pool in self.pool_size and self.running[pool] >= self.pool_size[pool]:
+            what = "fetches" if pool == "fetch" else "merges and mutations"
+            return f"{self.running[pool]} {what} are already executing, at most {self.pool_size[pool]}"
+        return None
+
+    def _drop_ranges(self) -> Iterable[QueueEntry]:
+        """The queued drop ranges (a task's check costs their number, not the length of the queue)."""
+        return self._drops.values()
 
     def _being_produced(self, part: PartInfo, asking: QueueEntry) -> bool:
-        """Whether another queued or running task produces `part` (or a part containing it)."""
-        return any(e is not asking and e.type in PRODUCING and e.new_part is not None and e.new_part.contains(part)
-                   for e in self.entries)
+        """Whether another queued or running task produces `part` (or a part containing it). The queued
+        results are indexed by partition; an exact match (the usual case: a merge's source is a fetch's
+        or an earlier merge's result) costs one lookup."""
+        bucket = self._producing.get(part.partition_id)
+        if not bucket:
+            return False
+        mine = asking.new_part if asking.type in PRODUCING else None
+
+        def others(result: PartInfo) -> int:
+            return bucket.get(result, 0) - (1 if result == mine else 0)
+
+        if others(part) > 0:
+            return True
+        return any(result.contains(part) and others(result) > 0 for result in bucket)
 
     def next_to_run(self, now: int) -> QueueEntry | None:
-        """The first task in queue order that may run (recording why the ones before it wait)."""
-        for entry in self.entries:
-            if entry.currently_executing:
+        """The first task in queue order that may run (recording why the ones before it wait). The tasks
+        of a full pool are not walked: nothing of theirs can start (the queue view says why they wait)."""
+        open_pools = [p for p, queued in self._pools.items() if queued and self._pool_full(p) is None]
+        for entry in self._in_order(open_pools):
+            if entry.currently_executing or entry.blocked_on is not None:
                 continue
             reason = None if self.already_done(entry) else self.postpone_reason(entry, now)
             if reason is None:
@@ -226,6 +310,8 @@ class ReplicationQueue:
             entry.num_postponed += 1
             entry.postpone_reason = reason
             entry.last_postpone_time_ms = now
+            if entry.source_parts and (unready := self._unready_source(entry)) is not None:
+                self._block(entry, unready)
         return None
 
     # -- running ---------------------------------------------------------------------------------
@@ -257,7 +343,8 @@ class ReplicationQueue:
         cancelled: list[QueueEntry] = []
         if entry.type is EntryType.DROP_RANGE and entry.new_part is not None:
             self.current.remove_covered(entry.new_part)
-            cancelled = [e for e in self.entries if e.type in PRODUCING and not e.currently_executing
+            cancelled = [e for p in ("fetch", "merge") for e in self._pools[p].values()
+                         if e.type in PRODUCING and not e.currently_executing
                          and e.new_part is not None and entry.new_part.contains(e.new_part)]
             for e in cancelled:
                 self._remove(e)
@@ -268,6 +355,7 @@ class ReplicationQueue:
             if part is not None:
                 self.current.add(part)
                 self.virtual.add(part)
+                self._unblock_within(part)
         return cancelled
 
     def drop(self, entry: QueueEntry) -> None:
@@ -277,12 +365,31 @@ class ReplicationQueue:
         self._remove(entry)
 
     def _remove(self, entry: QueueEntry) -> None:
-        self.entries.remove(entry)
-        self._names.discard(entry.node_name)
+        queued = self._queue_of(entry)
+        if queued.get(entry.node_name) is not entry:
+            raise ValueError(f"{entry.node_name} is not queued")
+        del queued[entry.node_name]
+        self._unblock(entry)
+        if entry.type in PRODUCING and entry.new_part is not None:
+            bucket = self._producing[entry.new_part.partition_id]
+            bucket[entry.new_part] -= 1
+            if not bucket[entry.new_part]:
+                del bucket[entry.new_part]
+                if not bucket:
+                    del self._producing[entry.new_part.partition_id]
+                self._unblock_within(entry.new_part)   # nobody produces it now: its waiters run and fetch
 
     def part_removed(self, part: PartInfo) -> None:
         """A part left this replica (an old part after a merge, a detached one)."""
         self.current.remove(part)
 
-    def view(self) -> list[dict[str, Any]]:
-        return [entry.view(position) for position, entry in enumerate(self.entries)]
+    def view(self, now: int) -> list[dict[str, Any]]:
+        """The queue view. A waiting task shows why it waits now (`next_to_run` does not walk the tasks
+        of a full pool, so what it recorded may be older)."""
+        rows = []
+        for position, entry in enumerate(self._in_order(self._pools)):
+            row = entry.view(position)
+            if not entry.currently_executing and not self.already_done(entry):
+                row["postpone_reason"] = self.postpone_reason(entry, now) or ""
+            rows.append(row)
+        return rows

@@ -217,7 +217,7 @@ class PartsManager:
                 rt.mutations[str(doc["_id"])] = Mutation.from_document(doc)
             for doc in await self._scan(state_ns(db, name, "quorum")):
                 if doc.get("status") == PENDING:
-                    rt.quorum_blocks[str(doc["part"])] = str(doc["_id"])
+                    rt.quorum_pending(str(doc["part"]), str(doc["_id"]))
                 elif doc.get("status") == REACHED:
                     rt.quorum_was_reached(str(doc["part"]))
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
@@ -419,11 +419,9 @@ class PartsManager:
     def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
         block_id = entry["o"]["_id"] if op in ("i", "d") else entry.get("o2", {}).get("_id")
         doc = self.node.store.reader.get(ns, block_id)
-        for part, bid in list(rt.quorum_blocks.items()):
-            if bid == block_id:
-                del rt.quorum_blocks[part]
+        rt.quorum_settled(str(block_id))
         if doc is not None and doc.get("status") == PENDING:
-            rt.quorum_blocks[str(doc["part"])] = str(block_id)
+            rt.quorum_pending(str(doc["part"]), str(block_id))
         elif doc is not None and doc.get("status") == REACHED:
             rt.quorum_was_reached(str(doc["part"]))
         self.registry_moved.fire()
@@ -546,11 +544,11 @@ class PartsManager:
             error = f"{type(exc).__name__}: {exc}"
             log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
-            if self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries and produced.name in rt.lost:
+            if self.tables.get(rt.table.ns) is rt and rt.queue.has(entry) and produced.name in rt.lost:
                 rt.queue.finished(entry, _now_ms(), error="lost")   # declared lost while it ran: it goes
                 rt.queue.drop(entry)
                 rt.docs.pop(entry.node_name, None)
-            elif self.tables.get(rt.table.ns) is rt and entry in rt.queue.entries:
+            elif self.tables.get(rt.table.ns) is rt and rt.queue.has(entry):
                 replaced = [] if error else [p for p in rt.queue.current.covered_by(produced) if p != produced]
                 cancelled = rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
                 for gone in cancelled:
@@ -825,7 +823,7 @@ class PartsManager:
 
     def queue_view(self, ns: str) -> list[dict[str, Any]]:
         rt = self.tables.get(ns)
-        return rt.queue.view() if rt is not None else []
+        return rt.queue.view(_now_ms()) if rt is not None else []
 
     def active_parts(self, ns: str) -> ActivePartSet | None:
         rt = self.tables.get(ns)

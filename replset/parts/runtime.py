@@ -55,6 +55,7 @@ class TableRuntime:
     holders: dict[str, dict[str, Holder]] = field(default_factory=dict)   # part -> member -> copy (the registry)
     quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
     quorum_reached: dict[str, str] = field(default_factory=dict)    # partition -> its newest part with a quorum
+    quorum_parts: dict[str, str] = field(default_factory=dict)      # block id -> part: `quorum_blocks` inverted
     outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
     mutations: dict[str, Mutation] = field(default_factory=dict)    # by id
     finished_drops: set[str] = field(default_factory=set)           # drop ranges carried out here
@@ -74,6 +75,16 @@ class TableRuntime:
             held.pop(member, None)
             if not held:
                 del self.holders[part]
+
+    def quorum_pending(self, part: str, block_id: str) -> None:
+        self.quorum_blocks[part] = block_id
+        self.quorum_parts[block_id] = part
+
+    def quorum_settled(self, block_id: str) -> None:
+        """The block's quorum record is no longer pending (reached, failed or gone)."""
+        part = self.quorum_parts.pop(block_id, None)
+        if part is not None and self.quorum_blocks.get(part) == block_id:
+            del self.quorum_blocks[part]
 
     def quorum_was_reached(self, part: str) -> None:
         info = PartInfo.parse(part)

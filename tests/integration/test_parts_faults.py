@@ -249,8 +249,8 @@ def test_the_queue_view_says_why_tasks_wait_while_the_fetch_pool_is_full(rs3: Re
             return waiting if len(running) == 16 and waiting else None
 
         waiting = wait_for(saturated, 30, "S2's fetch pool to be full and the rest to say so")
-        assert all(e["num_postponed"] >= 1 and e["postpone_reason"] == "16 fetches are already executing, at most 16"
-                   for e in waiting)
+        # (A full pool is not walked, so num_postponed need not grow: the view gives the reason of now.)
+        assert all(e["postpone_reason"] == "16 fetches are already executing, at most 16" for e in waiting)
         proxy.heal()
         wait_for(lambda: len(select(rs3, s2, db)) == 60, 60, "S2 to fetch everything once the links heal")
         rs3.fail_point(s2, "peerRoutes", "off")

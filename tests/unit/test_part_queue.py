@@ -58,8 +58,10 @@ def test_no_livelock_between_a_fetch_and_the_merge_that_needs_its_part() -> None
     q.add(g)
     q.add(m)
     assert q.next_to_run(1) is None
-    assert g.postpone_reason == "1 fetches are already executing, at most 1"
     assert m.postpone_reason == "source part all_2_2_0 is not ready yet"
+    why = {row["node_name"]: row["postpone_reason"] for row in q.view(1)}   # the full pool was not walked
+    assert why[g.node_name] == "1 fetches are already executing, at most 1"
+    assert why[m.node_name] == "source part all_2_2_0 is not ready yet"
     q.finished(busy, 2)
     assert q.next_to_run(3) is g                              # the fetch goes first, the merge after it
     q.started(g, 3)
@@ -124,11 +126,34 @@ def test_alters_run_in_version_order_and_their_mutations_after_the_metadata() ->
 def test_the_view_has_clickhouse_columns() -> None:
     q = ReplicationQueue()
     q.add(merge(1, ["all_1_1_0", "all_2_2_0"]))
-    (row,) = q.view()
+    (row,) = q.view(0)
     assert row["type"] == "MERGE_PARTS" and row["new_part_name"] == "all_1_2_1"
     assert row["parts_to_merge"] == ["all_1_1_0", "all_2_2_0"] and row["merge_type"] == "REGULAR"
     assert {"position", "node_name", "num_tries", "postpone_reason", "last_exception", "required_quorum",
             "is_currently_executing", "num_postponed", "create_time", "source_replica"} <= set(row)
+
+
+def test_a_full_pool_is_not_walked_and_a_merge_finds_its_sources_by_lookup() -> None:
+    """Thousands of queued fetches with the fetch pool full: a decision looks at the merges only, and
+    the queue keeps its order and its counts through removals from the middle."""
+    q = ReplicationQueue(fetch_pool_size=2)
+    fetches = [get(i, f"all_{i}_{i}_0") for i in range(1, 3001)]
+    for g in fetches:
+        q.add(g)
+    m = merge(5000, ["all_1_1_0", "all_2_2_0"])
+    q.add(m)
+    for _ in range(2):
+        q.started(q.next_to_run(0), 0)
+    assert q.next_to_run(1) is None and m.postpone_reason == "source part all_1_1_0 is not ready yet"
+    assert all(g.num_postponed == 0 for g in fetches[2:])   # never walked
+    q.finished(fetches[0], 2)
+    q.finished(fetches[1], 2)
+    assert [e.node_name for e in q.entries][:2] == [fetches[2].node_name, fetches[3].node_name]
+    for g in fetches[2:4]:                                   # queue order: the next fetches first
+        assert q.next_to_run(3) is g
+        q.started(g, 3)
+    assert q.next_to_run(3) is m                             # the fetch pool full again; the merge's sources here
+    assert len(q) == len(q.entries) == 2999 and q.has(m) and not q.has(fetches[0])
 
 
 def leader_log(rng: random.Random, steps: int) -> tuple[list[QueueEntry], ActivePartSet]:
