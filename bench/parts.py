@@ -156,6 +156,15 @@ def catch_up(rs: ReplicaSet, parts: int) -> None:
           f"{inserted_s:.1f} s on the primary; ratio {took / inserted_s:.2f}")
 
 
+def _lookup_us(parts_count: int, lookups: int) -> float:
+    """The baseline: one `ActivePartSet.containing` lookup among `parts_count` parts, in microseconds."""
+    parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, parts_count + 1))
+    started = time.perf_counter()
+    for i in range(lookups):
+        parts.containing(PartInfo("202401", i + 1, i + 1, 0))
+    return (time.perf_counter() - started) / lookups * 1e6
+
+
 def scheduler_cost(queued: int = 10_000, decisions: int = 2_000) -> None:
     queue = ReplicationQueue(fetch_pool_size=8)
     for i in range(1, queued + 1):
@@ -168,11 +177,7 @@ def scheduler_cost(queued: int = 10_000, decisions: int = 2_000) -> None:
             queue.started(entry, now + i)
             queue.finished(entry, now + i)
     per_decision = (time.perf_counter() - started) / decisions * 1e6
-    parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, queued + 1))
-    started = time.perf_counter()
-    for i in range(decisions):
-        parts.containing(PartInfo("202401", i + 1, i + 1, 0))
-    lookup = (time.perf_counter() - started) / decisions * 1e6
+    lookup = _lookup_us(queued, decisions)
     print(f"scheduler: {per_decision:,.1f} us per decision with {queued:,} queued fetches; one covering lookup "
           f"{lookup:.1f} us; ratio {per_decision / lookup:,.1f}")
 
@@ -196,11 +201,7 @@ def catch_up_scheduler_cost(fetches: int = 10_000, decisions: int = 2_000) -> No
             running.append(entry)
         made += 1
     per_decision = (time.perf_counter() - started) / made * 1e6
-    parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, fetches + 1))
-    started = time.perf_counter()
-    for i in range(decisions):
-        parts.containing(PartInfo("202401", i + 1, i + 1, 0))
-    lookup = (time.perf_counter() - started) / decisions * 1e6
+    lookup = _lookup_us(fetches, decisions)
     print(f"scheduler, catch-up: {per_decision:,.1f} us per finished fetch and the decisions after it, "
           f"{fetches:,} fetches and {fetches // 10:,} merges queued; one covering lookup {lookup:.1f} us; "
           f"ratio {per_decision / lookup:,.1f}")
