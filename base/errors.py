@@ -58,6 +58,7 @@ CODE_NAMES: dict[int, str] = {
     125: "IndexBuildAborted",
     136: "CappedPositionLost",
     143: "CursorInUse",
+    146: "ExceededMemoryLimit",
     166: "CommandNotSupportedOnView",
     168: "InvalidPipelineOperator",
     175: "QueryPlanKilled",

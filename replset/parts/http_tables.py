@@ -9,9 +9,14 @@ JSON lines, one row per line, in MongoDB Extended JSON so dates and 64-bit integ
 `insertBlock` command's: `insertQuorum`, `quorumTimeoutMS`, `dedupToken`, and `w` / `wtimeoutMS` for
 the commit's write concern (`w: "majority"` unless given).
 
+Bodies being read share one budget of `INSERT_BUFFER_BYTES` (a member must not buffer as many
+gigabyte bodies as clients send at once): a request that says its length waits up to
+`BUFFER_WAIT_S` for room before it is read; a chunked one takes room as its chunks arrive. No room:
+503 with ExceededMemoryLimit (146), to be sent again later.
+
 The reply is the `insertBlock` reply as relaxed Extended JSON; an error is MongoDB's error document
-with status 400 (bad input), 404 (no such table) or 503 (no primary to commit through, or shutting
-down), so a client can tell what to retry.
+with status 400 (bad input), 404 (no such table) or 503 (no primary to commit through, shutting
+down, or no room to buffer the body), so a client can tell what to retry.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ if TYPE_CHECKING:
 ROUTE = "/tables/{ns}/insert"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 MAX_BODY_BYTES = 1 << 30
+INSERT_BUFFER_BYTES = 2 << 30   # every insert body being read or decoded on this member, together
+BUFFER_WAIT_S = 30.0
+EXCEEDED_MEMORY_LIMIT = 146
 _JSON_OPTIONS = json_util.RELAXED_JSON_OPTIONS
 
 
@@ -44,8 +52,37 @@ def _reply(doc: dict[str, Any], status: int = 200) -> web.Response:
 
 
 def _error(exc: MongoError) -> web.Response:
-    status = 404 if exc.code == 26 else 503 if exc.code in RETRYABLE_CODES else 400
+    retry_later = exc.code in RETRYABLE_CODES or exc.code == EXCEEDED_MEMORY_LIMIT
+    status = 404 if exc.code == 26 else 503 if retry_later else 400
     return _reply(exc.to_document(), status)
+
+
+class BodyBudget:
+    """The bytes of insert bodies this member holds at once."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._freed = asyncio.Condition()
+
+    def take_now(self, n: int) -> None:
+        if self.used + n > self.capacity:
+            raise MongoError(EXCEEDED_MEMORY_LIMIT, f"this member holds {self.used} bytes of insert bodies "
+                                                    f"already (at most {self.capacity}): send it again later")
+        self.used += n
+
+    async def take(self, n: int, wait_s: float) -> None:
+        async with self._freed:
+            try:
+                await asyncio.wait_for(self._freed.wait_for(lambda: self.used + n <= self.capacity), wait_s)
+            except TimeoutError:
+                pass
+        self.take_now(n)
+
+    async def give_back(self, n: int) -> None:
+        self.used -= n
+        async with self._freed:
+            self._freed.notify_all()
 
 
 def rows_of_json_lines(body: bytes) -> pa.Table:
@@ -80,26 +117,47 @@ def _insert_options(node: Node, query: Any) -> dict[str, Any]:
             "quorum_timeout_ms": _int_param(query, "quorumTimeoutMS", QUORUM_TIMEOUT_MS)}
 
 
-async def _read_body(request: web.Request) -> bytes:
+async def _read_body(request: web.Request, budget: BodyBudget) -> tuple[bytes, int]:
+    """The body, and how much of `budget` it took (the caller gives it back)."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=declared)
+    taken = 0
+    if declared:
+        await budget.take(declared, BUFFER_WAIT_S)
+        taken = declared
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(1 << 20):
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        async for chunk in request.content.iter_chunked(1 << 20):
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=size)
+            if size > taken:
+                budget.take_now(size - taken)
+                taken = size
+            chunks.append(chunk)
+    except BaseException:
+        await budget.give_back(taken)
+        raise
+    return b"".join(chunks), taken
 
 
-def add_routes(app: web.Application, node: Node) -> None:
+def add_routes(app: web.Application, node: Node, *, buffer_bytes: int = INSERT_BUFFER_BYTES) -> None:
+    budget = BodyBudget(buffer_bytes)
+
     async def insert(request: web.Request) -> web.Response:
         db, _, table = request.match_info["ns"].partition(".")
         try:
             if not db or not table:
                 raise MongoError(2, f"{request.match_info['ns']!r} is not <db>.<table>")
             options = _insert_options(node, request.query)
-            body = await _read_body(request)
-            decode = table_from_arrow if request.content_type == ARROW_STREAM else rows_of_json_lines
-            data = await asyncio.to_thread(decode, body)
+            body, taken = await _read_body(request, budget)
+            try:
+                decode = table_from_arrow if request.content_type == ARROW_STREAM else rows_of_json_lines
+                data = await asyncio.to_thread(decode, body)
+            finally:
+                del body
+                await budget.give_back(taken)
             return _reply(await insert_rows(node, db, table, data, **options))
         except MongoError as exc:
             return _error(exc)
