@@ -14,7 +14,9 @@ part, and the reply names the part that holds it. The part log remembers the
 newest `window_count` block ids (ClickHouse's `replicated_deduplication_window`,
 1,000) and only those no older than `window_secs` (7 days) than the newest one
 (counted from the newest block's commit time, not the clock, so an idle table
-forgets nothing; the newest block is never forgotten).
+forgets nothing; the newest block is never forgotten). "Newest" is by block
+number: each inserted block takes the table's next one, so the window is the
+last `window_count` numbers, counting the blocks a drop or a loss removed since.
 
 Pure: bytes in, ids out (hashlib is a pure function).
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEDUP_WINDOW_COUNT = 1000
@@ -48,22 +50,35 @@ def block_id_of_token(partition_id: str, token: str, block_index: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RememberedBlock:
+    """A dedup key: the block, its number in the table's sequence of inserted blocks, its commit time."""
+
     block_id: str
+    number: int
     committed_ms: int
 
 
-def blocks_to_forget(blocks: Iterable[RememberedBlock], *, window_count: int = DEDUP_WINDOW_COUNT,
-                     window_secs: int = DEDUP_WINDOW_SECS) -> list[str]:
-    """The block ids that fell out of the dedup window (ClickHouse's `clearOldBlocks`).
-
-    Newest first, the first `window_count` are kept, and of those only the ones committed at most
-    `window_secs` before the newest. A window of 0 keeps nothing: dedup is off.
-    """
-    newest_first = sorted(blocks, key=lambda b: (b.committed_ms, b.block_id), reverse=True)
-    if not newest_first:
-        return []
+def in_window(block: RememberedBlock, newest: RememberedBlock, *, window_count: int = DEDUP_WINDOW_COUNT,
+              window_secs: int = DEDUP_WINDOW_SECS) -> bool:
+    """Whether `block` is still a dedup key, `newest` being the table's newest block (ClickHouse's
+    `clearOldBlocks`): among the newest `window_count` blocks, and committed at most `window_secs`
+    before the newest. The newest is always kept (unless dedup is off: a window of 0)."""
     if window_count <= 0:
-        return [b.block_id for b in newest_first]
-    oldest_kept_ms = newest_first[0].committed_ms - window_secs * 1000
-    return [b.block_id for i, b in enumerate(newest_first)
-            if i >= window_count or (i > 0 and b.committed_ms < oldest_kept_ms)]
+        return False
+    if block.number >= newest.number:
+        return True
+    return (newest.number - block.number < window_count
+            and block.committed_ms >= newest.committed_ms - window_secs * 1000)
+
+
+def forgotten_prefix(oldest_first: Sequence[RememberedBlock], newest: RememberedBlock, *,
+                     window_count: int = DEDUP_WINDOW_COUNT, window_secs: int = DEDUP_WINDOW_SECS,
+                     limit: int | None = None) -> int:
+    """How many of the oldest remembered blocks fell out of the window (at most `limit`): the window is
+    a newest-first run, so what to forget is always a prefix of the blocks in commit order."""
+    count = 0
+    for block in oldest_first:
+        if (limit is not None and count >= limit) or in_window(block, newest, window_count=window_count,
+                                                                window_secs=window_secs):
+            break
+        count += 1
+    return count

@@ -12,9 +12,8 @@ loop) or fetches the rewritten part when it lacks the source.
 `dropPartition` takes the partition's next block number and logs a DROP_RANGE
 covering every block below it: every member drops the parts it covers (they stay
 readable for `oldPartsLifetimeSecs`, like merged-away parts) and cancels queued
-fetches of them. In the same transaction the partition's part-log documents -
-which are also its dedup keys - its registry documents and its quorum records
-go, so a block of the dropped partition can be inserted again: a dedup key never
+fetches of them. In the same transaction the partition's part-log documents, its
+dedup keys, its registry documents and its quorum records go, so a block of the dropped partition can be inserted again: a dedup key never
 outlives its part.
 
 A command sent to a member that is not primary is passed to the primary over
@@ -77,7 +76,7 @@ def record_mutation(env: WriteEnv, db: str, name: str, *, kind: str, filter_doc:
 
 def drop_partition(env: WriteEnv, db: str, name: str, pid: str, attempt: str) -> str | None:
     """The primary's transaction for `dropPartition`: a DROP_RANGE log entry over every block of the
-    partition so far, and the partition's log documents (its dedup keys), registry documents and quorum
+    partition so far, and the partition's log documents, dedup keys, registry documents and quorum
     records removed. Returns the drop range's name (None: the partition never had a block)."""
     load_table(env.txn, db, name)
     log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
@@ -90,7 +89,7 @@ def drop_partition(env: WriteEnv, db: str, name: str, pid: str, attempt: str) ->
     number = next_counter(env, counters_ns, f"block.{pid}")
     fake = drop_range(pid, number)
     assert fake is not None
-    for what in ("log", "replicas", "quorum"):
+    for what in ("log", "blocks", "replicas", "quorum"):
         ns = state_ns(db, name, what)
         if env.txn.collection(ns) is None:
             continue

@@ -8,18 +8,24 @@ the order key; each partition's rows are one block with a block id
 token and the block's index). Off the event loop each block is written as a
 part under `tmp_insert_<block id>`. Then one write transaction, for each block:
 
-* a block id already in the log is a duplicate: no new part; the reply names the
-  part that holds it and says `deduplicated` (not an error);
-* otherwise it takes the next log sequence number and the partition's next block
-  number (`<db>.system.parts.<table>.counters`), inserts the GET_PART log document
-  (`_id` = the block id, so the dedup check and the log entry are one document)
+* a block id with a dedup key (`<db>.system.parts.<table>.blocks`, `_id` = the
+  block id) inside the dedup window (`oplog.parts.blocks.in_window`) whose log
+  document exists is a duplicate: no new part; the reply names the part that
+  holds it and says `deduplicated` (not an error);
+* otherwise it takes the next log sequence number, the table's next block
+  sequence number and the partition's next block number (`.counters`), writes
+  the dedup key, then the GET_PART log document (`_id` = `<block id>.<block
+  number>`: never used twice, even when a dropped or forgotten block comes back)
   and renames the temporary part to its name, before the transaction commits.
 
-The counters are written before the log document, and each is one oplog entry:
-a secondary may hold any prefix of a transaction's entries when it becomes
-primary, and every prefix here is consistent - at worst a block number or a
-sequence number is skipped, which parts tolerate (ClickHouse's numbers have gaps
-too). A crash after the rename but before the commit leaves a part directory no
+The counters are written first, then the dedup key, then the log document; each
+is one oplog entry. A secondary may hold any prefix of a transaction's entries
+when it becomes primary, and every prefix here is consistent: at worst a number
+is skipped, which parts tolerate (ClickHouse's numbers have gaps too), and a
+dedup key whose log document is missing is no duplicate. Dedup keys that fall
+out of the window are removed by the primary (`replset.parts.leader`); the
+lookup checks the window itself, so a key waiting for that is already no
+duplicate. A crash after the rename but before the commit leaves a part directory no
 log entry names: start-up moves it aside, never deletes it.
 
 The reply waits for the write concern (`w: "majority"` unless the client asks
@@ -28,6 +34,7 @@ otherwise): a part-log commit is a quorum write, as Keeper's are.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 import shutil
@@ -40,7 +47,7 @@ from base.errors import MongoError
 from oplog.durable_files import fsync_path
 from oplog.entry import insert_entry, update_entry
 from oplog.parts import part_files
-from oplog.parts.blocks import block_id_of_rows, block_id_of_token
+from oplog.parts.blocks import RememberedBlock, block_id_of_rows, block_id_of_token, in_window
 from oplog.parts.part_info import inserted_part
 from oplog.parts.table import TableDef
 from oplog.writes import WriteEnv, ensure_collection
@@ -53,6 +60,7 @@ if TYPE_CHECKING:
 BAD_VALUE = 2
 NAMESPACE_NOT_FOUND = 26
 SCHEMA_CHANGED = 117   # ConflictingOperationInProgress
+BLOCK_SEQ = "blocks"   # the counter of inserted blocks (the dedup window counts them), with the newest's time
 _temp_names = itertools.count(1)   # two inserts of one block at once write different temporary parts
 
 
@@ -152,8 +160,8 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
     A block whose log document carries the same `attempt` was committed by an earlier try of this
     insert (a reply lost, the primary changed): it is this insert's own part, not a duplicate."""
     log_ns, counters_ns = state_ns(db, table.name, "log"), state_ns(db, table.name, "counters")
-    replicas_ns = state_ns(db, table.name, "replicas")
-    for ns in (counters_ns, log_ns, replicas_ns):
+    replicas_ns, blocks_ns = state_ns(db, table.name, "replicas"), state_ns(db, table.name, "blocks")
+    for ns in (counters_ns, blocks_ns, log_ns, replicas_ns):
         ensure_collection(env, ns)
     if quorum > 1:
         ensure_collection(env, state_ns(db, table.name, "quorum"))
@@ -162,9 +170,13 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
             raise MongoError(SCHEMA_CHANGED, f"{table.ns} changed (metadata version {block.metadata_version} -> "
                                              f"{table.metadata_version}) while this insert was being written: "
                                              "nothing was inserted; send it again in the new schema")
+    settings = table.settings
+    window = {"window_count": settings.replicated_deduplication_window,
+              "window_secs": settings.replicated_deduplication_window_seconds}
+    newest = newest_block(env.txn, counters_ns)
     fresh = []
     for block in blocks:
-        existing = env.txn.get(log_ns, block.block_id)
+        existing = dedup_hit(env.txn, db, table.name, block.block_id, newest, window)
         if existing is not None:
             block.part = str(existing["part"])
             block.deduplicated = existing.get("attempt") != attempt
@@ -173,17 +185,26 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
             continue
         seq = next_counter(env, counters_ns, "seq")
         number = next_counter(env, counters_ns, f"block.{block.partition_id}")
+        newest = RememberedBlock(block.block_id, next_counter(env, counters_ns, BLOCK_SEQ),
+                                 int(env.now.timestamp() * 1000))
+        env.emit(update_entry(counters_ns, BLOCK_SEQ, {"$set": {"time": env.now}}))
         block.part = inserted_part(block.partition_id, number).name
+        log_id = f"{block.block_id}.{number}"
         if quorum > 1:   # before the log document: a prefix never holds a quorum part without its record
             quorum_ns = state_ns(db, table.name, "quorum")
-            record = {"part": block.part, "required": quorum, "status": PENDING, "dedupToken": dedup_token,
-                      "createTime": env.now}
+            record = {"part": block.part, "log": log_id, "required": quorum, "status": PENDING,
+                      "dedupToken": dedup_token, "createTime": env.now}
             if env.txn.get(quorum_ns, block.block_id) is not None:   # a failed quorum, inserted again
                 env.emit(update_entry(quorum_ns, block.block_id, {"$set": record}))
             else:
                 env.emit(insert_entry(quorum_ns, {"_id": block.block_id, **record}))
+        key = {"part": block.part, "log": log_id, "number": newest.number, "time": env.now, "attempt": attempt}
+        if env.txn.get(blocks_ns, block.block_id) is not None:   # a key out of the window, or cut off
+            env.emit(update_entry(blocks_ns, block.block_id, {"$set": key}))
+        else:
+            env.emit(insert_entry(blocks_ns, {"_id": block.block_id, **key}))
         env.emit(insert_entry(log_ns, {
-            "_id": block.block_id, "seq": seq, "type": "GET_PART", "part": block.part,
+            "_id": log_id, "seq": seq, "type": "GET_PART", "part": block.part,
             "partition": block.partition_id, "blockId": block.block_id, "source": source, "http": http,
             "attempt": attempt, "quorum": quorum, "dedupToken": dedup_token,
             "createTime": env.now, "rows": block.files.rows, "bytes": block.files.bytes,
@@ -191,6 +212,43 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
         env.emit(insert_entry(replicas_ns, holder_doc(block.part, source, http, block.files.checksums)))
         fresh.append(block)
     return fresh
+
+
+def newest_block(txn: StoreTxn | Any, counters_ns: str) -> RememberedBlock:
+    """The table's newest inserted block, as the dedup window counts from it."""
+    doc = txn.get(counters_ns, BLOCK_SEQ) if txn.collection(counters_ns) is not None else None
+    if doc is None:
+        return RememberedBlock("", 0, 0)
+    time = doc.get("time")
+    return RememberedBlock("", int(doc.get("n", 0)),
+                           int(time.timestamp() * 1000) if isinstance(time, datetime.datetime) else 0)
+
+
+def remembered(key: dict[str, Any]) -> RememberedBlock:
+    time = key.get("time")
+    return RememberedBlock(str(key["_id"]), int(key.get("number", 0)),
+                           int(time.timestamp() * 1000) if isinstance(time, datetime.datetime) else 0)
+
+
+def dedup_hit(txn: StoreTxn | Any, db: str, table: str, block_id: str, newest: RememberedBlock,
+              window: dict[str, int]) -> dict[str, Any] | None:
+    """The log document of the committed block `block_id` when it is still a duplicate: its dedup key
+    in the window and its log document there (a key without one was cut off with its commit)."""
+    blocks_ns, log_ns = state_ns(db, table, "blocks"), state_ns(db, table, "log")
+    key = txn.get(blocks_ns, block_id) if txn.collection(blocks_ns) is not None else None
+    if key is None or not in_window(remembered(key), newest, **window):
+        return None
+    return txn.get(log_ns, str(key.get("log"))) if txn.collection(log_ns) is not None else None
+
+
+def logged_block(txn: StoreTxn | Any, db: str, table: str, block_id: str) -> dict[str, Any] | None:
+    """The log document of block `block_id` while its dedup key names it (in the window or not yet
+    removed), else None."""
+    blocks_ns, log_ns = state_ns(db, table, "blocks"), state_ns(db, table, "log")
+    key = txn.get(blocks_ns, block_id) if txn.collection(blocks_ns) is not None else None
+    if key is None or txn.collection(log_ns) is None:
+        return None
+    return txn.get(log_ns, str(key.get("log")))
 
 
 def publish_blocks(directory: str, blocks: list[Block]) -> None:

@@ -22,6 +22,11 @@ manager's loop:
   carries the merge out from its queue. Parts still waiting for their quorum
   are not merged (the quorum counts holders of that very part).
 
+* **The dedup window.** Dedup keys (`<table>.blocks`) that fell out of the
+  table's window (`replicatedDeduplicationWindow` blocks,
+  `replicatedDeduplicationWindowSeconds`) are removed, oldest first, a batch per
+  transaction; the insert's own lookup checks the window as well.
+
 * **Lost parts.** A registration a fetch found false (the member answered it
   has no such part) is removed; a part no member is registered as holding, that
   this member failed to fetch again and again, is recorded `lost` - and so is
@@ -37,18 +42,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from base.errors import MongoError
-from oplog.entry import insert_entry
+from oplog.entry import delete_entry, insert_entry
+from oplog.parts.blocks import RememberedBlock, forgotten_prefix
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
 from oplog.parts.queue import EntryType
 from oplog.writes import WriteEnv, ensure_collection
-from replset.parts.insert import load_table, next_counter
+from replset.parts.insert import load_table, newest_block, next_counter
 from replset.parts.names import state_ns
 from replset.parts.registry import (
     Checksums,
@@ -71,6 +78,8 @@ MUTATE_BATCH = 100
 LOST_CHECK_S = 1.0          # how often the primary looks for lost parts
 LOST_AFTER_TRIES = 5        # a fetch here failed this often, and no member is registered as holding the part
 LOST_MIN_AGE_S = 120.0      # ... and the part was committed at least this long ago
+DEDUP_CHECK_S = 1.0          # how often the primary looks for dedup keys out of the window, per table
+FORGET_BATCH = 1000          # dedup keys removed per transaction
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
 
 
@@ -150,6 +159,10 @@ class Leader:
         lost = self._lost()
         if lost:
             self._start(self._mark_lost(lost), on_done)
+            return
+        forget = self._dedup_keys_to_forget()
+        if forget:
+            self._start(self._forget_dedup_keys(*forget), on_done)
             return
         plans = self._merges()
         if plans:
@@ -233,7 +246,9 @@ class Leader:
                 logged = rt.logged.get(part.name)
                 if logged is None or time.time() * 1000 - logged.create_ms < LOST_MIN_AGE_S * 1000:
                     continue   # young: its source may still be publishing it (a slow disk, a pause)
+                block_id = rt.docs.get(entry.node_name, {}).get("blockId")
                 lost.append(LostPart(rt.table.db, rt.table.name, part.name, entry.node_name,
+                                     str(block_id) if block_id is not None else None,
                                      f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
             for part_name, block_id in list(rt.quorum_blocks.items()):
                 if part_name in rt.lost:
@@ -247,7 +262,7 @@ class Leader:
                 after_s = rt.table.settings.quorum_lost_after_ms / 1000
                 if now - since >= after_s:
                     self._orphaned.pop(key, None)
-                    lost.append(LostPart(rt.table.db, rt.table.name, part_name, block_id,
+                    lost.append(LostPart(rt.table.db, rt.table.name, part_name, None, block_id,
                                          f"no live member held {part_name} for {after_s:g} s: its quorum failed"))
         return lost
 
@@ -266,6 +281,43 @@ class Leader:
         for item in lost:
             log.warning("part %s of %s.%s is lost: %s", item.part, item.db, item.table, item.reason)
         await self.node.submit_write(lambda env: mark_lost(env, lost), durable=False)
+
+    # -- the dedup window ----------------------------------------------------------------------------
+
+    def _dedup_keys_to_forget(self) -> tuple[TableRuntime, list[RememberedBlock]] | None:
+        """The oldest dedup keys of a table that fell out of its window (ClickHouse's `clearOldBlocks`),
+        looked for at most once a second per table. The insert's lookup checks the window too: this
+        only keeps the keys from piling up."""
+        now = time.monotonic()
+        reader = self.node.store.reader
+        for rt in self.tables.values():
+            if not rt.remembered or now < rt.next_dedup_check:
+                continue
+            rt.next_dedup_check = now + DEDUP_CHECK_S
+            blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
+            rt.drop_stale_keys(lambda block_id, ns=blocks_ns: reader.get(ns, block_id))
+            newest = newest_block(reader, state_ns(rt.table.db, rt.table.name, "counters"))
+            settings = rt.table.settings
+            n = forgotten_prefix(rt.remembered, newest, window_count=settings.replicated_deduplication_window,
+                                 window_secs=settings.replicated_deduplication_window_seconds, limit=FORGET_BATCH)
+            if n:
+                if n == FORGET_BATCH:
+                    rt.next_dedup_check = now   # more may follow this batch
+                return rt, list(itertools.islice(rt.remembered, n))
+        return None
+
+    async def _forget_dedup_keys(self, rt: TableRuntime, keys: list[RememberedBlock]) -> None:
+        blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
+
+        def body(env: WriteEnv) -> None:
+            if env.txn.collection(blocks_ns) is None:
+                return
+            for key in keys:
+                doc = env.txn.get(blocks_ns, key.block_id)
+                if doc is not None and int(doc.get("number", -1)) == key.number:   # not written again since
+                    env.emit(delete_entry(blocks_ns, key.block_id))
+
+        await self.node.submit_write(body, durable=False)
 
     # -- merge selection ---------------------------------------------------------------------------
 

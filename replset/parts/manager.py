@@ -58,6 +58,7 @@ from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
 from replset.parts.alter import rewrite_part
 from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
+from replset.parts.insert import logged_block, remembered
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import (
@@ -213,6 +214,8 @@ class PartsManager:
                               parse_checksums(doc.get("checksums", [])))
             for doc in await self._scan(state_ns(db, name, "lost")):
                 rt.lost[str(doc["_id"])] = str(doc.get("reason", ""))
+            keys = sorted(map(remembered, await self._scan(state_ns(db, name, "blocks"))), key=lambda b: b.number)
+            rt.remembered.extend(keys)
             for doc in await self._scan(state_ns(db, name, "mutations")):
                 rt.mutations[str(doc["_id"])] = Mutation.from_document(doc)
             for doc in await self._scan(state_ns(db, name, "quorum")):
@@ -318,12 +321,11 @@ class PartsManager:
         the log recorded. The others wait `IN_DOUBT_KEEP_S` for the log to arrive (this member may be
         behind), as the parts of a commit whose reply was lost do."""
         names = await asyncio.to_thread(os.listdir, directory) if os.path.isdir(directory) else []
-        log_ns, me = state_ns(table.db, table.name, "log"), self.node.options.me
-        reader = self.node.store.reader
+        me, reader = self.node.options.me, self.node.store.reader
         block_ids = {name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0] for name in names
                      if name.startswith(part_files.TMP_INSERT)}
         for block_id in sorted(block_ids):
-            doc = reader.get(log_ns, block_id) if reader.collection(log_ns) is not None else None
+            doc = logged_block(reader, table.db, table.name, block_id)
             if doc is None or doc.get("source") != me:
                 continue
             expected = parse_checksums(doc.get("checksums", []))
@@ -370,6 +372,8 @@ class PartsManager:
                 self._on_registry_entry(rt, op, entry)
             elif what == "quorum":
                 self._on_quorum_entry(rt, ns, op, entry)
+            elif what == "blocks":
+                self._on_dedup_key_entry(rt, ns, op, entry)
             elif what == "lost" and op == "i":
                 self._on_lost(rt, entry["o"])
             elif what == "mutations" and op == "i":
@@ -416,6 +420,16 @@ class PartsManager:
             self._set_aside(rt, part)
         self.registry_moved.fire()
 
+    def _on_dedup_key_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
+        """A dedup key written (remembered, newest last) or removed (the stale oldest ones forgotten)."""
+        reader = self.node.store.reader
+        if op in ("i", "u"):
+            doc = reader.get(ns, entry["o"]["_id"] if op == "i" else entry.get("o2", {}).get("_id"))
+            if doc is not None:
+                rt.remembered.append(remembered(doc))
+        elif op == "d":
+            rt.drop_stale_keys(lambda block_id: reader.get(ns, block_id))
+
     def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
         block_id = entry["o"]["_id"] if op in ("i", "d") else entry.get("o2", {}).get("_id")
         doc = self.node.store.reader.get(ns, block_id)
@@ -437,10 +451,10 @@ class PartsManager:
         kind = doc.get("type")
         part = str(doc.get("part", ""))
         if kind == "GET_PART":
-            if isinstance(token := doc.get("dedupToken"), str):
+            if isinstance(token := doc.get("dedupToken"), str) and isinstance(block_id := doc.get("blockId"), str):
                 known = rt.block_ids_by_token.setdefault(token, [])
-                if doc["_id"] not in known:
-                    known.append(str(doc["_id"]))
+                if block_id not in known:
+                    known.append(block_id)
             entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
                                source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
         elif kind in ("MERGE_PARTS", "MUTATE_PART"):

@@ -204,25 +204,34 @@ class LostPart:
     db: str
     table: str
     part: str
-    log_id: str            # the log document that produces it (for an inserted part: its dedup key)
+    log_id: str | None     # the log document that produces it (None: the one its dedup key names)
+    block_id: str | None   # an inserted part's block: its dedup key and quorum record
     reason: str
 
 
 def mark_lost(env: WriteEnv, lost: Iterable[LostPart]) -> None:
     """The primary's transaction for parts no member has: a `<table>.lost` record each, the log document
-    that produced it removed (an inserted part's dedup key: a retry of that insert is not swallowed), and
-    a pending quorum on it marked failed. Every member drops its queued tasks for the part."""
+    that produced it removed, with the dedup key that names it (a retry of that insert is not
+    swallowed: a dedup key never outlives its part), and a pending quorum on it marked failed. Every
+    member drops its queued tasks for the part."""
     for item in lost:
         lost_ns, log_ns = state_ns(item.db, item.table, "lost"), state_ns(item.db, item.table, "log")
+        blocks_ns, quorum_ns = state_ns(item.db, item.table, "blocks"), state_ns(item.db, item.table, "quorum")
         ensure_collection(env, lost_ns)
         if env.txn.get(lost_ns, item.part) is not None:
             continue
-        env.emit(insert_entry(lost_ns, {"_id": item.part, "part": item.part, "logId": item.log_id,
+        key = (env.txn.get(blocks_ns, item.block_id)
+               if item.block_id is not None and env.txn.collection(blocks_ns) is not None else None)
+        log_id = item.log_id if item.log_id is not None else (str(key["log"]) if key is not None else None)
+        env.emit(insert_entry(lost_ns, {"_id": item.part, "part": item.part, "logId": log_id,
                                         "reason": item.reason, "time": env.now}))
-        if env.txn.collection(log_ns) is not None and env.txn.get(log_ns, item.log_id) is not None:
-            env.emit(delete_entry(log_ns, item.log_id))
-        quorum_ns = state_ns(item.db, item.table, "quorum")
-        record = env.txn.get(quorum_ns, item.log_id) if env.txn.collection(quorum_ns) is not None else None
-        if record is not None and record.get("status") == PENDING:
-            env.emit(update_entry(quorum_ns, item.log_id, {"$set": {"status": FAILED, "failedTime": env.now,
-                                                                    "reason": item.reason}}))
+        if log_id is not None and env.txn.collection(log_ns) is not None and env.txn.get(log_ns, log_id):
+            env.emit(delete_entry(log_ns, log_id))
+        if key is not None and key.get("log") == log_id:
+            env.emit(delete_entry(blocks_ns, item.block_id))
+        if item.block_id is None or env.txn.collection(quorum_ns) is None:
+            continue
+        record = env.txn.get(quorum_ns, item.block_id)
+        if record is not None and record.get("status") == PENDING and record.get("part") == item.part:
+            env.emit(update_entry(quorum_ns, item.block_id, {"$set": {"status": FAILED, "failedTime": env.now,
+                                                                      "reason": item.reason}}))

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from base.errors import MongoError
 from oplog.parts import part_files
+from oplog.parts.blocks import RememberedBlock
 from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import ReplicationQueue
@@ -63,6 +66,8 @@ class TableRuntime:
     lost: dict[str, str] = field(default_factory=dict)              # parts no member has -> why (final)
     missing_answers: dict[tuple[str, str], int] = field(default_factory=dict)   # (part, http) -> 404s seen
     block_ids_by_token: dict[str, list[str]] = field(default_factory=dict)   # dedup token -> its blocks
+    remembered: deque[RememberedBlock] = field(default_factory=deque)   # dedup keys, oldest first (may be stale)
+    next_dedup_check: float = 0.0                                   # monotonic s (the primary's key clean-up)
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
 
@@ -75,6 +80,16 @@ class TableRuntime:
             held.pop(member, None)
             if not held:
                 del self.holders[part]
+
+    def drop_stale_keys(self, current: Callable[[str], dict[str, Any] | None]) -> None:
+        """Forgets the oldest remembered dedup keys that are gone or were written again since (`current`:
+        the key document as it stands)."""
+        while self.remembered:
+            head = self.remembered[0]
+            doc = current(head.block_id)
+            if doc is not None and int(doc.get("number", -1)) == head.number:
+                return
+            self.remembered.popleft()
 
     def quorum_pending(self, part: str, block_id: str) -> None:
         self.quorum_blocks[part] = block_id

@@ -47,7 +47,7 @@ from replset.parts.commit import (
     parse_quorum,
     primary_body,
 )
-from replset.parts.insert import Block, load_table, table_from_arrow, table_from_rows
+from replset.parts.insert import Block, load_table, logged_block, table_from_arrow, table_from_rows
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import REACHED
 from replset.parts.views import mutations_view
@@ -159,7 +159,7 @@ async def cmd_insert_status(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(BAD_VALUE, "insertStatus: blockIds must be an array of strings")
     out = []
     for block_id in block_ids:
-        log_doc = reader.get(log_ns, block_id) if reader.collection(log_ns) else None
+        log_doc = logged_block(reader, ctx.db, name, block_id)
         quorum_doc = reader.get(quorum_ns, block_id) if reader.collection(quorum_ns) else None
         if required is not None and log_doc is not None:
             status = ctx.node.parts.quorum_statuses(table.ns, [(block_id, str(log_doc["part"]))], required)[0]

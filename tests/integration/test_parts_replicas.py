@@ -73,6 +73,32 @@ def test_the_same_block_on_two_members_is_one_part_everywhere(rs: ReplicaSet) ->
     assert [b["status"] for b in status["blocks"]] == ["committed", "unknown"] and not status["allReached"]
 
 
+def test_the_dedup_window_keeps_the_newest_blocks_only(rs: ReplicaSet) -> None:
+    """A window of 2 blocks: the newest two are duplicates when sent again, an older one is a new part
+    (ClickHouse's replicated_deduplication_window); the primary removes keys that fell out, and a
+    retry of the newest from a secondary is still deduplicated after a restart of that secondary."""
+    rs.client().win.command({"createPartsTable": "events", **EVENTS,
+                             "settings": {"replicatedDeduplicationWindow": 2}})
+    primary, secondary = rs.wait_primary(), _secondaries(rs)[0]
+    db = rs.direct(primary).win
+    for token in ("a", "b", "c"):
+        assert db.command({"insertBlock": "events", "rows": _rows(3), "dedupToken": token})["inserted"] == 1
+    again = {t: db.command({"insertBlock": "events", "rows": _rows(3), "dedupToken": t}) for t in ("c", "b")}
+    assert again["c"]["deduplicated"] == 1 and again["b"]["deduplicated"] == 1
+    old = db.command({"insertBlock": "events", "rows": _rows(3), "dedupToken": "a"})
+    assert old["inserted"] == 1, old   # out of the window: a new part, not a duplicate
+    assert len({b["blocks"][0]["part"] for b in (old, again["b"], again["c"])}) == 3
+    keys = _state(rs, primary, "win", "system.parts.events.blocks")
+    wait_for(lambda: keys.count_documents({}) == 2, 20, "the keys out of the window to be removed")
+    newest = old["blocks"][0]["blockId"]
+    assert {k["_id"] for k in keys.find()} == {newest, again["c"]["blocks"][0]["blockId"]}
+    secondary.stop()
+    secondary.start()
+    retried = rs.direct(secondary).win.command({"insertBlock": "events", "rows": _rows(3), "dedupToken": "a"})
+    assert retried["deduplicated"] == 1 and retried["blocks"][0]["part"] == old["blocks"][0]["part"]
+    assert sum(1 for _ in rs.direct(primary).win.cursor_command("selectParts", "events", columns=["n"])) == 4 * 3
+
+
 def test_a_quorum_insert_on_a_secondary_is_reached(rs: ReplicaSet) -> None:
     rs.client().quo.command({"createPartsTable": "events", **EVENTS})
     secondary = _secondaries(rs)[0]
