@@ -73,6 +73,7 @@ CODE_NAMES: dict[int, str] = {
     10334: "BSONObjectTooLarge",
     11000: "DuplicateKey",
     11600: "InterruptedAtShutdown",
+    11601: "Interrupted",
     11602: "InterruptedDueToReplStateChange",
     13435: "NotPrimaryNoSecondaryOk",
     13436: "NotPrimaryOrSecondary",

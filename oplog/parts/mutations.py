@@ -7,7 +7,11 @@ when it is recorded (`versions`: partition -> number). It applies to exactly the
 parts written before it: those of a listed partition whose blocks all lie below
 its number and whose data version (the last mutation they reflect, or their
 first block) is below it too. Parts inserted later get higher block numbers and
-are never touched. A part is rewritten by one mutation at a time, oldest first,
+are never touched. A killed mutation (ClickHouse's KILL MUTATION) has no more
+parts planned for it; the rewrites already logged still run on every member (a
+logged rewrite must give the same bytes everywhere), and what it rewrote stays
+rewritten.
+A part is rewritten by one mutation at a time, oldest first,
 into `mutated_part(part, version)`; merges only join parts at the same mutation
 version, so a merged part never mixes rows from before and after a mutation.
 
@@ -34,11 +38,13 @@ class Mutation:
     set: Mapping[str, Any] = field(default_factory=dict)
     versions: Mapping[str, int] = field(default_factory=dict)   # partition -> block number
     create_ms: int = 0
+    killed: bool = False                        # `killPartsMutation`: rewrites no more parts
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any]) -> Mutation:
         return cls(str(doc["_id"]), str(doc["kind"]), dict(doc.get("filter") or {}), dict(doc.get("set") or {}),
-                   {str(k): int(v) for k, v in (doc.get("blockNumbers") or {}).items()}, int(doc.get("createMs", 0)))
+                   {str(k): int(v) for k, v in (doc.get("blockNumbers") or {}).items()}, int(doc.get("createMs", 0)),
+                   bool(doc.get("killed", False)))
 
     def affects(self, part: PartInfo) -> bool:
         version = self.versions.get(part.partition_id)
@@ -49,8 +55,9 @@ class Mutation:
 
 
 def next_mutation(part: PartInfo, mutations: Iterable[Mutation]) -> Mutation | None:
-    """The oldest mutation `part` still needs (the lowest version above its data version)."""
-    pending = [m for m in mutations if m.affects(part)]
+    """The oldest mutation `part` still needs (the lowest version above its data version; a killed one
+    is needed no more)."""
+    pending = [m for m in mutations if m.affects(part) and not m.killed]
     return min(pending, key=lambda m: m.versions[part.partition_id], default=None)
 
 
@@ -60,9 +67,12 @@ def parts_to_do(mutation: Mutation, parts: ActivePartSet) -> list[PartInfo]:
 
 
 def versions_by_partition(mutations: Iterable[Mutation]) -> dict[str, list[int]]:
-    """Every partition's mutation numbers (what the merge predicate compares)."""
+    """Every partition's mutation numbers (what the merge predicate compares). A killed mutation's number
+    separates nothing: parts it rewrote and parts it never will may merge."""
     out: dict[str, list[int]] = {}
     for m in mutations:
+        if m.killed:
+            continue
         for pid, version in m.versions.items():
             out.setdefault(pid, []).append(version)
     return out

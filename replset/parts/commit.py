@@ -178,6 +178,13 @@ class PrimaryLink:
                          else await self._send(db, cmd, self._try_timeout(started)))
         return reply
 
+    async def ask(self, host: str, db: str, cmd: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """`cmd` run on member `host` (a read: `partsMutations`, say); PeerError or MongoError if it fails."""
+        reply = await self._client(host).command({**cmd, "$db": db}, timeout_s=timeout_s)
+        if not reply.get("ok"):
+            raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", f"failed on {host}")))
+        return dict(reply)
+
     async def _send(self, db: str, cmd: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         host = self.node.primary_host
         if host is None or host == self.node.options.me:

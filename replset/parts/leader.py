@@ -241,7 +241,7 @@ class Leader:
                         or entry.num_tries < LOST_AFTER_TRIES or rt.queue.current.containing(part) is not None
                         or part.name in rt.lost):
                     continue
-                if any(m != me for m in rt.holders.get(part.name, {})) or self._covered_by_registered(rt, part):
+                if any(m != me for m in rt.holders.get(part.name, {})) or rt.registered_covering(part):
                     continue
                 logged = rt.logged.get(part.name)
                 if logged is None or time.time() * 1000 - logged.create_ms < LOST_MIN_AGE_S * 1000:
@@ -265,17 +265,6 @@ class Leader:
                     lost.append(LostPart(rt.table.db, rt.table.name, part_name, None, block_id,
                                          f"no live member held {part_name} for {after_s:g} s: its quorum failed"))
         return lost
-
-    @staticmethod
-    def _covered_by_registered(rt: TableRuntime, part: PartInfo) -> bool:
-        for name in rt.holders:
-            try:
-                info = PartInfo.parse(name)
-            except MongoError:
-                continue
-            if info != part and info.contains(part):
-                return True
-        return False
 
     async def _mark_lost(self, lost: list[LostPart]) -> None:
         for item in lost:

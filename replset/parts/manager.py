@@ -84,6 +84,7 @@ MARKER = f".{PART_LOG}".encode()
 PULL_CHUNK = 1000
 STALE_AFTER_404S = 3   # a registered holder answering "no such part" this often is unregistered
 TOO_MANY_PARTS = 96   # OperationFailed (ClickHouse: TOO_MANY_PARTS)
+INTERRUPTED = 11601
 RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
 _merge_names = itertools.count(1)
 
@@ -376,8 +377,11 @@ class PartsManager:
                 self._on_dedup_key_entry(rt, ns, op, entry)
             elif what == "lost" and op == "i":
                 self._on_lost(rt, entry["o"])
-            elif what == "mutations" and op == "i":
-                mutation = Mutation.from_document(entry["o"])
+            elif what == "mutations" and op in ("i", "u"):   # recorded, or killed
+                doc = entry["o"] if op == "i" else self.node.store.reader.get(ns, entry.get("o2", {}).get("_id"))
+                if doc is None:
+                    return
+                mutation = Mutation.from_document(doc)
                 rt.mutations[mutation.id] = mutation
                 rt.next_mutation_check = 0.0   # the primary plans its rewrites at once
                 self.parts_moved.fire()
@@ -615,6 +619,7 @@ class PartsManager:
             mutation = rt.mutations.get(str(rt.docs.get(entry.node_name, {}).get("mutation")))
             if mutation is None:
                 raise MongoError(8, f"the mutation of {entry.node_name} is not known here yet")
+            # (A killed mutation's rewrites logged before the kill still run: every member makes the same bytes.)
             files = await asyncio.to_thread(rewrite_part, rt.directory, sources[0], tmp, rt.table, mutation)
         else:
             files = await asyncio.to_thread(part_files.merge_to_temp, rt.directory, sources, tmp, rt.table)
@@ -683,14 +688,9 @@ class PartsManager:
             if not untried:
                 failed.clear()
             return holder.http, part, holder.checksums
-        covering: list[tuple[PartInfo, Any]] = []
-        for name, by_member in rt.holders.items():
-            try:
-                info = PartInfo.parse(name)
-            except MongoError:
-                continue
-            if info != part and info.contains(part) and rt.queue.virtual.containing(info) is not None:
-                covering.extend((info, h) for m, h in by_member.items() if m != me and m in live and h.checksums)
+        covering = [(info, h) for info, by_member in rt.registered_covering(part)
+                    if rt.queue.virtual.containing(info) is not None
+                    for m, h in by_member.items() if m != me and m in live and h.checksums]
         if covering:
             widest = max(covering, key=lambda c: (c[0].max_block - c[0].min_block, c[0].level))[0]
             holder = self.node.rng.choice([h for info, h in covering if info == widest])
@@ -809,6 +809,8 @@ class PartsManager:
             mutation = rt.mutations.get(mutation_id) if rt is not None else None
             if rt is None or mutation is None:
                 return False
+            if mutation.killed:
+                raise MongoError(INTERRUPTED, f"mutation {mutation_id} was killed")
             failing = next((e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.num_tries >= 3
                             and rt.docs.get(e.node_name, {}).get("mutation") == mutation_id), None)
             if failing is not None:

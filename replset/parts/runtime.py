@@ -71,7 +71,16 @@ class TableRuntime:
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
 
+    registered_by_partition: dict[str, dict[PartInfo, str]] = field(default_factory=dict)   # `holders`' parts
+
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:
+        if part not in self.holders:
+            try:
+                info = PartInfo.parse(part)
+            except MongoError:
+                info = None
+            if info is not None:
+                self.registered_by_partition.setdefault(info.partition_id, {})[info] = part
         self.holders.setdefault(part, {})[member] = Holder(http, checksums)
 
     def remove_holder(self, part: str, member: str) -> None:
@@ -80,6 +89,20 @@ class TableRuntime:
             held.pop(member, None)
             if not held:
                 del self.holders[part]
+                try:
+                    info = PartInfo.parse(part)
+                except MongoError:
+                    return
+                parts = self.registered_by_partition.get(info.partition_id, {})
+                parts.pop(info, None)
+                if not parts:
+                    self.registered_by_partition.pop(info.partition_id, None)
+
+    def registered_covering(self, part: PartInfo) -> list[tuple[PartInfo, dict[str, Holder]]]:
+        """The registered parts that contain `part` (itself aside), with their holders: a look at the
+        parts of its partition only."""
+        return [(info, self.holders[name]) for info, name in self.registered_by_partition.get(part.partition_id, {})
+                .items() if info != part and info.contains(part)]
 
     def drop_stale_keys(self, current: Callable[[str], dict[str, Any] | None]) -> None:
         """Forgets the oldest remembered dedup keys that are gone or were written again since (`current`:

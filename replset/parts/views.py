@@ -67,13 +67,14 @@ def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
         return []
     rows = []
     for mutation in sorted(rt.mutations.values(), key=lambda m: m.id):
-        todo = parts_to_do(mutation, rt.queue.current)
+        todo = [] if mutation.killed else parts_to_do(mutation, rt.queue.current)
         failed = [e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.last_exception
                   and rt.docs.get(e.node_name, {}).get("mutation") == mutation.id]
         rows.append({"database": table.db, "table": table.name, "mutation_id": mutation.id,
                      "command": mutation.command(), "create_time": mutation.create_ms,
                      "block_numbers": dict(mutation.versions), "parts_to_do_names": [p.name for p in todo],
-                     "parts_to_do": len(todo), "is_done": not todo,
+                     "parts_to_do": len(todo), "is_done": not todo and not mutation.killed,
+                     "is_killed": mutation.killed,
                      "latest_failed_part": failed[-1].new_part.name if failed and failed[-1].new_part else "",
                      "latest_fail_reason": failed[-1].last_exception if failed else ""})
     return rows

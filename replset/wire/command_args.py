@@ -325,6 +325,7 @@ _PARTS: dict[str, CommandArgs] = {
     }),
     "partsStatus": _collection_command({}),
     "partsMutations": _collection_command({}),
+    "killPartsMutation": _collection_command({"mutation": _str(required=True), "attempt": _str()}),
     "alterDelete": _collection_command({"filter": _obj(required=True), "sync": _num(), "attempt": _str()}),
     "alterUpdate": _collection_command({"filter": _obj(required=True), "set": _obj(required=True), "sync": _num(),
                                         "attempt": _str()}),

@@ -22,19 +22,25 @@ them but cannot write them (`system_namespaces`).
   state - `reached`, `pending` or `failed` for quorum inserts, `committed` for the others, `unknown`
   when no member committed it. With `insertQuorum`, measured against that quorum (holders counted),
   whatever quorum the block was first inserted with.
+- `{alterDelete | alterUpdate | dropPartition: <name>, ..., sync: 0 | 1 | 2}`: ClickHouse's
+  `mutations_sync`: return once recorded, once this member applied it, or once every data-bearing
+  member did (MaxTimeMSExpired, 50, naming the members behind after 600 s).
+- `{killPartsMutation: <name>, mutation: <id>}`: ClickHouse's KILL MUTATION.
 - `{_partsCommit: <name>, blocks: [...], source, http, attempt, quorum}`: a member's commit of blocks
   it wrote, sent to the primary; only over a member connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_exponential
 
 from base.errors import MongoError
-from oplog.entry import command_entry, delete_entry, insert_entry
+from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
 from oplog.parts.filters import filter_expression, update_expressions
 from oplog.parts.table import alter_table, parse_table_def
 from oplog.writes import WriteEnv, ensure_collection
@@ -55,8 +61,12 @@ from replset.wire.admission import Role
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import run_write
 from replset.write_concern import MAJORITY, parse_write_concern
+from sync.peer import PeerError
 
 BAD_VALUE = 2
+INTERRUPTED = 11601
+SYNC_WAIT_S = 600.0    # sync: 2 waits this long for every member
+PROBE_TIMEOUT_S = 10.0
 UNAUTHORIZED = 13
 NAMESPACE_EXISTS = 48
 NAMESPACE_NOT_FOUND = 26
@@ -209,9 +219,51 @@ async def _on_primary(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, 
 
 def _sync(ctx: CommandContext) -> int:
     raw = ctx.cmd.get("sync", 1)
-    if isinstance(raw, bool) or raw not in (0, 1):
-        raise MongoError(BAD_VALUE, "'sync' must be 0 (return once recorded) or 1 (once this member applied it)")
+    if isinstance(raw, bool) or raw not in (0, 1, 2):
+        raise MongoError(BAD_VALUE, "'sync' must be 0 (return once recorded), 1 (once this member applied it) "
+                                    "or 2 (once every data-bearing member applied it)")
     return int(raw)
+
+
+async def _wait_on_every_member(ctx: CommandContext, what: str, done_on: Callable[[dict[str, Any]], bool],
+                                probe: dict[str, Any]) -> None:
+    """`sync: 2` (ClickHouse's `mutations_sync = 2`): until every other data-bearing member answers `probe`
+    with a reply `done_on` accepts, polled with backoff for up to `SYNC_WAIT_S`; MaxTimeMSExpired (50)
+    naming the members not done (down, or behind) past that."""
+    config, me = ctx.node.config, ctx.node.options.me
+    others = {m.host for m in config.members if m.data_bearing and m.host != me} if config is not None else set()
+
+    async def not_done() -> set[str]:
+        async def ask(host: str) -> bool:
+            try:
+                return done_on(await ctx.node.parts.link.ask(host, ctx.db, probe, PROBE_TIMEOUT_S))
+            except PeerError:
+                return False
+            except MongoError as exc:
+                if exc.code == INTERRUPTED:
+                    raise
+                return False
+        hosts = sorted(others)
+        answers = await asyncio.gather(*(ask(h) for h in hosts))
+        return {h for h, ok in zip(hosts, answers, strict=True) if not ok}
+
+    retrying = AsyncRetrying(retry=retry_if_result(bool), stop=stop_after_delay(SYNC_WAIT_S),
+                             wait=wait_exponential(multiplier=0.05, max=1.0))
+    try:
+        await retrying(not_done)
+    except RetryError as exc:
+        behind = exc.last_attempt.result()
+        raise MongoError(50, f"{what} is not done on {', '.join(sorted(behind))} within {SYNC_WAIT_S:.0f} s "
+                             "(it goes on there)") from None
+
+
+def _mutation_done(mutation_id: str) -> Callable[[dict[str, Any]], bool]:
+    def done(reply: dict[str, Any]) -> bool:
+        row = next((m for m in reply.get("mutations", []) if m.get("mutation_id") == mutation_id), None)
+        if row is not None and row.get("is_killed"):
+            raise MongoError(INTERRUPTED, f"mutation {mutation_id} was killed")
+        return row is not None and bool(row.get("is_done"))
+    return done
 
 
 async def _mutation(ctx: CommandContext, kind: str) -> dict[str, Any]:
@@ -230,6 +282,9 @@ async def _mutation(ctx: CommandContext, kind: str) -> dict[str, Any]:
         env, ctx.db, name, kind=kind, filter_doc=filter_doc, set_doc=set_doc, attempt=attempt)["_id"], "ok": 1.0})
     if sync:
         await ctx.node.parts.wait_mutation(table.ns, str(reply["mutation"]))
+    if sync == 2:
+        await _wait_on_every_member(ctx, f"mutation {reply['mutation']}", _mutation_done(str(reply["mutation"])),
+                                    {"partsMutations": name})
     return {k: v for k, v in reply.items() if k in ("mutation", "writeConcernError", "ok")}
 
 
@@ -257,7 +312,38 @@ async def cmd_drop_partition(ctx: CommandContext) -> dict[str, Any]:
                                                 "ok": 1.0}, off_loop=True)
     if sync and reply.get("dropRange"):
         await ctx.node.parts.wait_dropped(table.ns, str(reply["dropRange"]))
+    if sync == 2 and reply.get("dropRange"):
+        drop_id = f"drop_{reply['dropRange']}"
+
+        def dropped(answer: dict[str, Any]) -> bool:   # the drop's task has left that member's queue
+            return not any(row.get("node_name") == drop_id for row in answer.get("queue", []))
+
+        await _wait_on_every_member(ctx, f"the drop of partition {pid}", dropped, {"partsReplicationQueue": name})
     return {k: v for k, v in reply.items() if k in ("dropRange", "writeConcernError", "ok")}
+
+
+@command("killPartsMutation")
+async def cmd_kill_parts_mutation(ctx: CommandContext) -> dict[str, Any]:
+    """`{killPartsMutation: <table>, mutation: <id>}`: ClickHouse's KILL MUTATION. No more parts are planned
+    for the mutation; the rewrites already in the log still run on every member (the same bytes
+    everywhere), and what it rewrote stays. A `sync` wait on it fails with Interrupted (11601). The reply
+    lists the mutations it killed ([] when that one is unknown or killed before)."""
+    name = ctx.cmd["killPartsMutation"]
+    table = load_table(ctx.node.store.reader, ctx.db, name)
+    mutation_id = ctx.cmd["mutation"]
+    if not isinstance(mutation_id, str):
+        raise MongoError(BAD_VALUE, "killPartsMutation: 'mutation' must be a mutation id string")
+    mutations_ns = state_ns(ctx.db, table.name, "mutations")
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        doc = env.txn.get(mutations_ns, mutation_id) if env.txn.collection(mutations_ns) is not None else None
+        if doc is None or doc.get("killed"):
+            return {"killed": [], "ok": 1.0}
+        env.emit(update_entry(mutations_ns, mutation_id, {"$set": {"killed": True, "killTime": env.now}}))
+        return {"killed": [mutation_id], "ok": 1.0}
+
+    reply = await _on_primary(ctx, body)
+    return {k: v for k, v in reply.items() if k in ("killed", "writeConcernError", "ok")}
 
 
 @command("partsMutations")

@@ -69,6 +69,56 @@ def test_alter_delete_and_update_rewrite_every_members_parts(rs: ReplicaSet) -> 
     assert any(len(name.split("_")) == 5 for name in parts)   # rewritten parts carry the mutation version
 
 
+def test_sync_2_returns_once_every_member_applied_the_mutation(rs: ReplicaSet) -> None:
+    db = rs.client().s2
+    db.command({"createPartsTable": "events", **TABLE})
+    db.command({"insertBlock": "events", "rows": _rows(3, 30)})
+    _converged(rs, "s2", set(range(30)))
+    reply = rs.direct(_secondary(rs)).s2.command({"alterDelete": "events", "filter": {"n": {"$lt": 10}}, "sync": 2})
+    for member in rs.members:   # no waiting here: every member had it done before the reply
+        assert _ns(rs, member, "s2") == set(range(10, 30)), member.host
+        (row,) = rs.direct(member).s2.command({"partsMutations": "events"})["mutations"]
+        assert row["mutation_id"] == reply["mutation"] and row["is_done"] and not row["is_killed"]
+
+
+def test_a_killed_mutation_is_planned_no_further_and_a_waiter_hears_so(rs3: ReplicaSet) -> None:
+    """S2 fetches nothing, so a sync 2 mutation waits for it; killing the mutation ends the wait with
+    Interrupted; what was rewritten before the kill is rewritten on every member once S2 catches up."""
+    import threading
+
+    db = rs3.client().km
+    db.command({"createPartsTable": "events", **TABLE})
+    db.command({"insertBlock": "events", "rows": _rows(4, 12)})
+    _converged(rs3, "km", set(range(12)))
+    primary = rs3.wait_primary()
+    s2 = next(m for m in rs3.members if m is not primary)
+    rs3.fail_point(s2, "stopReplProducer", "alwaysOn")
+    outcome: list[Any] = []
+
+    def wait_all() -> None:
+        try:
+            outcome.append(rs3.direct(primary).km.command({"alterDelete": "events", "filter": {"n": 0}, "sync": 2,
+                                                           "writeConcern": {"w": 1}}))
+        except OperationFailure as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_all, daemon=True)
+    waiter.start()
+    try:
+        mutations = rs3.direct(primary).km["system.parts.events.mutations"]
+        mutation = wait_for(lambda: mutations.find_one(), 20, "the mutation recorded")["_id"]
+        wait_for(lambda: 0 not in _ns(rs3, primary, "km"), 20, "the primary to apply it")
+        assert rs3.direct(primary).km.command({"killPartsMutation": "events", "mutation": mutation})["killed"] == [mutation]
+        assert rs3.direct(primary).km.command({"killPartsMutation": "events", "mutation": mutation})["killed"] == []
+        waiter.join(30)
+        assert outcome and isinstance(outcome[0], OperationFailure) and outcome[0].code == 11601, outcome
+    finally:
+        rs3.fail_point(s2, "stopReplProducer", "off")
+    view = rs3.direct(primary).km.command({"partsMutations": "events"})["mutations"]
+    assert [(v["mutation_id"], v["is_killed"], v["is_done"]) for v in view] == [(mutation, True, False)]
+    _converged(rs3, "km", set(range(1, 12)))   # what the mutation rewrote before the kill, it did everywhere
+
+
 @pytest.mark.parametrize(("cmd", "code"), [
     ({"alterDelete": "events", "filter": {"nope": 1}}, 2),
     ({"alterUpdate": "events", "filter": {}, "set": {"user": "x"}}, 2),       # part of the sort key
