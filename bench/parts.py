@@ -17,7 +17,10 @@ Each figure is printed next to a baseline measured in the same run, as a ratio:
 * **scheduler cost** per `next_to_run` decision with 10,000 queued fetches (a pure-core figure),
   next to one `ActivePartSet.containing` lookup, the cheapest thing a decision does; and per
   decision of a catch-up: 10,000 fetches and 1,000 merges of ten of them queued, the fetch pool
-  full, each decision following the end of one fetch.
+  full, each decision following the end of one fetch;
+* **fetch source**: in the part-log simulator (`tests/sim/parts.py`, simulated time), the catch-up
+  after a heal with a random live holder (today's ClickHouse, and this product) against the seed's
+  "largest log pointer, smallest queue", on the same 100 seeds.
 
 Timings are printed, never asserted.
 """
@@ -207,12 +210,24 @@ def catch_up_scheduler_cost(fetches: int = 10_000, decisions: int = 2_000) -> No
           f"ratio {per_decision / lookup:,.1f}")
 
 
+def source_choice(seeds: int = 100) -> None:
+    """The fetch-source rule in the part-log simulator: today's ClickHouse (a random live holder) against
+    the seed document's "largest log pointer, smallest queue", on the same seeds (simulated time)."""
+    from tests.sim.parts import run_seed
+
+    catch_up = {rule: sum(run_seed(s, rule=rule).catch_up_ms for s in range(seeds)) for rule in ("random", "seed")}
+    print(f"fetch source, {seeds} simulated seeds: catch-up after the heal {catch_up['random'] / seeds / 1000:.2f} s "
+          f"(random holder) vs {catch_up['seed'] / seeds / 1000:.2f} s (least lag + queue); "
+          f"ratio {catch_up['seed'] / max(1, catch_up['random']):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     scheduler_cost()
     catch_up_scheduler_cost()
+    source_choice()
     with tempfile.TemporaryDirectory() as directory:
         rs = make_replica_set(directory, 3, test_commands=True)
         rs.start()

@@ -161,6 +161,10 @@ class ReplicationQueue:
     def _queue_of(self, entry: QueueEntry) -> dict[str, QueueEntry]:
         return self._drops if entry.type is EntryType.DROP_RANGE else self._pools[entry.pool()]
 
+    def fetches(self) -> list[QueueEntry]:
+        """The queued GET_PART tasks, in queue order."""
+        return list(self._pools["fetch"].values())
+
     def has(self, entry: QueueEntry) -> bool:
         """`entry` itself is queued (or running)."""
         return self._queue_of(entry).get(entry.node_name) is entry
@@ -265,9 +269,7 @@ class ReplicationQueue:
         bucket = self._blocked.get(part.partition_id)
         if not bucket:
             return
-        sources = [part] if part in bucket and part.min_block == part.max_block else \
-            [s for s in bucket if part.contains(s)]
-        for source in sources:
+        for source in [s for s in bucket if part.contains(s)]:   # the blocked sources: a few per partition
             for entry in list(bucket.get(source, [])):
                 self._unblock(entry)
 

@@ -53,7 +53,7 @@ from oplog.parts.blocks import RememberedBlock, forgotten_prefix
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
-from oplog.parts.queue import EntryType
+from oplog.parts.replica_rules import LOST_AFTER_TRIES, quorum_orphaned, seems_lost
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
 from replset.parts.names import state_ns
@@ -76,8 +76,6 @@ log = logging.getLogger(__name__)
 REGISTER_BATCH = 1000
 MUTATE_BATCH = 100
 LOST_CHECK_S = 1.0          # how often the primary looks for lost parts
-LOST_AFTER_TRIES = 5        # a fetch here failed this often, and no member is registered as holding the part
-LOST_MIN_AGE_S = 120.0      # ... and the part was committed at least this long ago
 DEDUP_CHECK_S = 1.0          # how often the primary looks for dedup keys out of the window, per table
 FORGET_BATCH = 1000          # dedup keys removed per transaction
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
@@ -222,48 +220,47 @@ class Leader:
     def _lost(self) -> list[LostPart]:
         """Parts no member has, as far as the primary can tell:
 
-        * a part committed over `LOST_MIN_AGE_S` ago that this member failed to fetch `LOST_AFTER_TRIES`
-          times, that no member is registered as holding, nor a part covering it (a registration a fetch
-          found false is removed first);
-        * the part of a pending quorum insert that no live member has held for `quorumLostAfterMS`: the
-          quorum failed (its holder, if it comes back, sets the part aside: the log no longer names it).
-        """
+        `oplog.parts.replica_rules.seems_lost` and `quorum_orphaned` (a registration a fetch found false is
+        removed first; a quorum part's holder, if it comes back, sets the part aside: the log no longer
+        names it)."""
         now = time.monotonic()
         if now < self._next_lost_check:
             return []
         self._next_lost_check = now + LOST_CHECK_S
         me, live = self.node.options.me, self.node.live_members() | {self.node.options.me}
+        now_ms, wall_ms = int(now * 1000), int(time.time() * 1000)
         lost: list[LostPart] = []
         for rt in self.tables.values():
-            for entry in rt.queue.entries:
+            for entry in rt.queue.fetches():
                 part = entry.new_part
-                if (entry.type is not EntryType.GET_PART or part is None or entry.currently_executing
-                        or entry.num_tries < LOST_AFTER_TRIES or rt.queue.current.containing(part) is not None
-                        or part.name in rt.lost):
-                    continue
-                if any(m != me for m in rt.holders.get(part.name, {})) or rt.registered_covering(part):
-                    continue
+                if part is None or entry.num_tries < LOST_AFTER_TRIES:
+                    continue   # the cheap test first: most fetches never failed
                 logged = rt.logged.get(part.name)
-                if logged is None or time.time() * 1000 - logged.create_ms < LOST_MIN_AGE_S * 1000:
-                    continue   # young: its source may still be publishing it (a slow disk, a pause)
+                if not seems_lost(entry, here=rt.queue.current.containing(part) is not None,
+                                  held_elsewhere=any(m != me for m in rt.holders.get(part.name, {}))
+                                  or bool(rt.registered_covering(part)),
+                                  already_lost=part.name in rt.lost,
+                                  created_ms=logged.create_ms if logged is not None else None, now_ms=wall_ms):
+                    continue
                 block_id = rt.docs.get(entry.node_name, {}).get("blockId")
                 lost.append(LostPart(rt.table.db, rt.table.name, part.name, entry.node_name,
                                      str(block_id) if block_id is not None else None,
                                      f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
+            after_ms = rt.table.settings.quorum_lost_after_ms
             for part_name, block_id in list(rt.quorum_blocks.items()):
                 if part_name in rt.lost:
                     continue
                 key = (rt.table.ns, part_name)
-                held_live = [m for m in rt.holders.get(part_name, {}) if m in live]
-                if held_live:
+                gone, since = quorum_orphaned(self._orphaned.get(key), now_ms=now_ms, after_ms=after_ms,
+                                              held_live=any(m in live for m in rt.holders.get(part_name, {})))
+                if since is None:
                     self._orphaned.pop(key, None)
-                    continue
-                since = self._orphaned.setdefault(key, now)
-                after_s = rt.table.settings.quorum_lost_after_ms / 1000
-                if now - since >= after_s:
-                    self._orphaned.pop(key, None)
+                else:
+                    self._orphaned[key] = since
+                if gone:
                     lost.append(LostPart(rt.table.db, rt.table.name, part_name, None, block_id,
-                                         f"no live member held {part_name} for {after_s:g} s: its quorum failed"))
+                                         f"no live member held {part_name} for {after_ms / 1000:g} s: "
+                                         "its quorum failed"))
         return lost
 
     async def _mark_lost(self, lost: list[LostPart]) -> None:

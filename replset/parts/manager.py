@@ -55,6 +55,7 @@ from oplog.parts.active_set import ActivePartSet
 from oplog.parts.mutations import Mutation, parts_to_do
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
+from oplog.parts.replica_rules import Copy, choose_source, task_of
 from oplog.parts.table import TableDef
 from replset.parts.alter import rewrite_part
 from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
@@ -71,7 +72,7 @@ from replset.parts.registry import (
     parse_held,
     quorum_status,
 )
-from replset.parts.runtime import LoggedPart, TableRuntime, adopt_temporary, local_parts, same_data
+from replset.parts.runtime import Holder, LoggedPart, TableRuntime, adopt_temporary, local_parts, same_data
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
@@ -92,6 +93,10 @@ _merge_names = itertools.count(1)
 def unexpected_path(directory: str, name: str) -> str:
     """Where a part that must not be read is moved: `unexpected_<name>_<unix time>`, never deleted."""
     return os.path.join(directory, f"unexpected_{name}_{int(time.time())}")
+
+
+def _copies(by_member: dict[str, Holder]) -> dict[str, Copy]:
+    return {member: Copy(member, holder.http, holder.checksums) for member, holder in by_member.items()}
 
 
 def _now_ms() -> int:
@@ -452,37 +457,26 @@ class PartsManager:
             log.warning("part log document %r of %s is malformed (%s): skipped", doc.get("_id"), rt.table.ns, exc)
 
     def _enqueue_entry(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
-        kind = doc.get("type")
-        part = str(doc.get("part", ""))
-        if kind == "GET_PART":
+        entry = task_of(doc)
+        if entry is None:
+            return
+        if entry.type is EntryType.GET_PART:
             if isinstance(token := doc.get("dedupToken"), str) and isinstance(block_id := doc.get("blockId"), str):
                 known = rt.block_ids_by_token.setdefault(token, [])
                 if block_id not in known:
                     known.append(block_id)
-            entry = QueueEntry(str(doc["_id"]), EntryType.GET_PART, PartInfo.parse(part),
-                               source_replica=str(doc.get("source", "")), quorum=int(doc.get("quorum", 0)))
-        elif kind in ("MERGE_PARTS", "MUTATE_PART"):
-            entry = QueueEntry(str(doc["_id"]), EntryType(kind), PartInfo.parse(part),
-                               source_parts=tuple(PartInfo.parse(str(s)) for s in doc.get("sources", ())))
-        elif kind == "ALTER_METADATA":
-            entry = QueueEntry(str(doc["_id"]), EntryType.ALTER_METADATA, alter_version=int(doc.get("version", 0)))
-            if rt.queue.add(entry):
-                rt.docs[entry.node_name] = doc
-            return
-        elif kind == "DROP_RANGE":
-            fake = PartInfo.parse(part)
-            entry = QueueEntry(str(doc["_id"]), EntryType.DROP_RANGE, fake)
-            for name in [n for n in rt.logged if fake.contains(PartInfo.parse(n))]:
+        elif entry.type is EntryType.DROP_RANGE:
+            assert entry.new_part is not None
+            for name in [n for n in rt.logged if entry.new_part.contains(PartInfo.parse(n))]:
                 del rt.logged[name]   # dropped: never registered or merged again
                 self.held.own.pop((rt.table.ns, name), None)
+        if entry.type in (EntryType.DROP_RANGE, EntryType.ALTER_METADATA):
             if rt.queue.add(entry):
                 rt.docs[entry.node_name] = doc
-            return
-        else:
             return
         if entry.node_name in rt.docs or not self._resolve_conflicts(rt, entry):
             return
-        rt.logged[part] = LoggedPart.of(doc)
+        rt.logged[str(doc["part"])] = LoggedPart.of(doc)
         if rt.queue.add(entry):
             rt.docs[entry.node_name] = doc
 
@@ -679,26 +673,20 @@ class PartsManager:
         chosen at random (as today's ClickHouse does: the fetches of many replicas spread over every
         holder); else a live member holding the largest part that covers it and that our own log
         produces; else the member that inserted it, while the registry names no live holder yet."""
-        me, live = self.node.options.me, self.node.live_members()
+        me = self.node.options.me
         failed = rt.failed_sources.get(part.name, set())
-        exact = [h for m, h in rt.holders.get(part.name, {}).items() if m != me and m in live and h.checksums]
-        untried = [h for h in exact if h.http not in failed]
-        if exact:   # a holder that failed this part is tried again only when every other one failed too
-            holder = self.node.rng.choice(untried or exact)
-            if not untried:
-                failed.clear()
-            return holder.http, part, holder.checksums
-        covering = [(info, h) for info, by_member in rt.registered_covering(part)
-                    if rt.queue.virtual.containing(info) is not None
-                    for m, h in by_member.items() if m != me and m in live and h.checksums]
-        if covering:
-            widest = max(covering, key=lambda c: (c[0].max_block - c[0].min_block, c[0].level))[0]
-            holder = self.node.rng.choice([h for info, h in covering if info == widest])
-            return holder.http, widest, holder.checksums
-        source, checksums = str(doc.get("source", "")), parse_checksums(doc.get("checksums", []))
-        if source and source != me and doc.get("http") and checksums:
-            return str(doc["http"]), part, checksums
-        return None
+        checksums = parse_checksums(doc.get("checksums", []))
+        inserter = Copy(str(doc.get("source", "")), str(doc.get("http", "")), checksums) if doc.get("source") else None
+        covering = [(info, _copies(by_member)) for info, by_member in rt.registered_covering(part)
+                    if rt.queue.virtual.containing(info) is not None]
+        source = choose_source(part, _copies(rt.holders.get(part.name, {})), covering, me=me,
+                               live=self.node.live_members(), failed=failed, inserter=inserter,
+                               choose=self.node.rng.choice)
+        if source is None:
+            return None
+        if source.forget_failures:
+            failed.clear()
+        return source.copy.address, source.part, source.copy.checksums
 
     def insert_delay(self, ns: str, partitions: list[str]) -> float:
         """ClickHouse's insert backpressure: seconds to wait before committing into these partitions (0 when

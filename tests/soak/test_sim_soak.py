@@ -30,3 +30,13 @@ def test_ten_thousand_seeds() -> None:
     print(f"\n{SEEDS} seeds from {START}: {len(failed)} failures in {time.monotonic() - started:.0f} s")
     assert not failed, "\n".join(f"seed {r.seed}: {r.failures[0]} -- replay: python -m tests.sim --seed {r.seed}"
                                  for r in failed[:20])
+
+
+def test_part_log_seeds() -> None:
+    """2,000 part-log simulator seeds beyond the 100 of `make test` (`python -m tests.sim.parts --seed S`)."""
+    from tests.sim.parts import run_seed
+
+    started = time.monotonic()
+    failed = [r for r in map(run_seed, range(100, 2100)) if not r.ok]
+    print(f"\n2000 part-log seeds from 100: {len(failed)} failures in {time.monotonic() - started:.0f} s")
+    assert not failed, failed[0].report
