@@ -18,6 +18,9 @@ Each figure is printed next to a baseline measured in the same run, as a ratio:
   next to one `ActivePartSet.containing` lookup, the cheapest thing a decision does; and per
   decision of a catch-up: 10,000 fetches and 1,000 merges of ten of them queued, the fetch pool
   full, each decision following the end of one fetch;
+* **memory**: the RSS of every member after 100,000 parts (`--quick`: 10,000; one-row blocks in
+  1,000 partitions) were inserted, fetched everywhere and merged, next to the RSS with the table
+  empty;
 * **fetch source**: in the part-log simulator (`tests/sim/parts.py`, simulated time), the catch-up
   after a heal with a random live holder (today's ClickHouse, and this product) against the seed's
   "largest log pointer, smallest queue", on the same 100 seeds.
@@ -159,6 +162,49 @@ def catch_up(rs: ReplicaSet, parts: int) -> None:
           f"{inserted_s:.1f} s on the primary; ratio {took / inserted_s:.2f}")
 
 
+def _rss_mb(rs: ReplicaSet) -> list[float]:
+    out = []
+    for member in rs.members:
+        assert member.process is not None
+        with open(f"/proc/{member.process.pid}/status") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        out.append(kb / 1024)
+    return out
+
+
+def memory_after_parts(rs: ReplicaSet, parts: int, partitions: int = 1000) -> None:
+    """RSS of every member once `parts` parts were inserted (inserts of one row into each of
+    `partitions` monthly partitions), fetched by every member and merged, next to the RSS with the
+    table empty."""
+    client = rs.client()
+    client.bench.command({"createPartsTable": "mem", **TABLE})
+    before = _rss_mb(rs)
+    started = time.perf_counter()
+    months = [datetime.datetime(1900 + m // 12, 1 + m % 12, 1) for m in range(partitions)]
+    for i in range(parts // partitions):
+        table = pa.table({"day": pa.array(months, pa.timestamp("ms")),
+                          "user": pa.array([f"u{i}"] * partitions), "n": pa.array([i] * partitions, pa.int64()),
+                          "value": pa.array([float(i)] * partitions)})
+        client.bench.command({"insertBlock": "mem", "arrow": arrow_bytes(table), "writeConcern": {"w": 1}})
+    inserted_s = time.perf_counter() - started
+
+    def settled() -> bool:
+        views = []
+        for member in rs.members:
+            db = rs.direct(member).bench
+            if db.command({"partsReplicationQueue": "mem"})["queue"]:
+                return False
+            views.append(sorted(r["name"] for r in db.command({"partsStatus": "mem"})["parts"] if r["active"]))
+        return all(v == views[0] for v in views)
+
+    wait_for(settled, 3600, "every member to fetch and merge every part", interval_s=2.0)
+    after = _rss_mb(rs)
+    print(f"memory: {parts:,} parts inserted ({inserted_s:.0f} s), fetched and merged on 3 members "
+          f"({time.perf_counter() - started:.0f} s in all): RSS {', '.join(f'{a:.0f}' for a in after)} MB, "
+          f"with the table empty {', '.join(f'{b:.0f}' for b in before)} MB; ratio "
+          f"{sum(after) / sum(before):.2f}")
+
+
 def _lookup_us(parts_count: int, lookups: int) -> float:
     """The baseline: one `ActivePartSet.containing` lookup among `parts_count` parts, in microseconds."""
     parts = ActivePartSet(PartInfo("202401", i, i, 0) for i in range(1, parts_count + 1))
@@ -238,6 +284,7 @@ def main() -> None:
             insert_rate(rs, 100_000, 2 if args.quick else 5, directory)
             fetch_speed(rs, 20 if args.quick else 200, directory)
             catch_up(rs, 200 if args.quick else 1000)
+            memory_after_parts(rs, 10_000 if args.quick else 100_000)
         finally:
             rs.stop()
 

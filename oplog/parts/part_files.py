@@ -23,7 +23,7 @@ import hashlib
 import io
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,18 @@ def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = No
     if columns is not None:
         data = data.select(list(columns))
     return data
+
+
+def iter_part(part_dir: str, table: TableDef, batch_rows: int) -> Iterator[pa.Table]:
+    """A part's rows in the table's current schema, `batch_rows` at a time: what a read holds in
+    memory is a batch (a Parquet row group is decoded as it is reached), not the part."""
+    written_at = part_metadata_version(part_dir) if table.changes else 0
+    for batch in pq.ParquetFile(os.path.join(part_dir, DATA_FILE)).iter_batches(batch_size=batch_rows):
+        data = pa.Table.from_batches([batch])
+        if table.changes:
+            data = _through_changes(data, table, written_at)
+        present = [name for name in data.column_names if table.column(name) is not None]
+        yield conform(table, data.select(present))
 
 
 def _through_changes(data: pa.Table, table: TableDef, written_at: int) -> pa.Table:

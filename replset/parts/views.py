@@ -117,14 +117,17 @@ def _rows(paths: list[str], table: TableDef, expression: pc.Expression | None,
           columns: list[str] | None) -> Iterator[dict[str, Any]]:
     for path in paths:
         check_time_limit()
-        try:
-            data = part_files.read_part(path, table)
-        except (OSError, pq.lib.ArrowException) as exc:   # removed under us: long after its lifetime
-            raise MongoError(96, f"part {os.path.basename(path)} could not be read: {exc}") from None
-        if expression is not None:
-            data = data.filter(expression)
-        if columns is not None:
-            data = data.select(columns)
-        for batch in data.to_batches(READ_BATCH_ROWS):
+        batches = part_files.iter_part(path, table, READ_BATCH_ROWS)
+        while True:
+            try:
+                data = next(batches, None)
+            except (OSError, pq.lib.ArrowException) as exc:   # removed under us: long after its lifetime
+                raise MongoError(96, f"part {os.path.basename(path)} could not be read: {exc}") from None
+            if data is None:
+                break
+            if expression is not None:
+                data = data.filter(expression)
+            if columns is not None:
+                data = data.select(columns)
             check_time_limit()
-            yield from batch.to_pylist()
+            yield from data.to_pylist()

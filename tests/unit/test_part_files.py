@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from base.errors import MongoError
 from oplog.parts import part_files as pf
-from oplog.parts.table import TableDef, parse_table_def, partition_id
+from oplog.parts.table import TableDef, alter_table, parse_table_def, partition_id
 
 TABLE = parse_table_def("analytics", "events", {
     "columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -61,6 +61,18 @@ def test_parts_written_before_a_column_was_added_read_with_its_default(tmp_path:
     doc["columns"].append({"name": "country", "type": "string", "default": "nl"})
     wider = TableDef.from_document("analytics", doc)
     assert pf.read_part(str(tmp_path / "all_1_1_0"), wider).column("country").to_pylist() == ["nl"]
+
+
+def test_a_part_read_in_batches_is_the_part_read_whole_through_schema_changes(tmp_path: pathlib.Path) -> None:
+    data = pf.conform(TABLE, rows(*((5, f"u{i % 7}", i) for i in range(1000))))
+    pf.write_part(str(tmp_path), "all_1_1_0", pf.sort_rows(TABLE, data), TABLE)
+    changed = alter_table(alter_table(TABLE, {"renameColumn": {"from": "n", "to": "count"}}),
+                          {"addColumn": {"name": "country", "type": "string", "default": "nl"}})
+    part = str(tmp_path / "all_1_1_0")
+    batches = list(pf.iter_part(part, changed, 128))
+    assert len(batches) == 8 and max(b.num_rows for b in batches) == 128
+    assert pa.concat_tables(batches).equals(pf.read_part(part, changed))
+    assert batches[0].column_names == ["ts", "user", "count", "country"]
 
 
 def test_bad_input_is_refused(tmp_path: pathlib.Path) -> None:
