@@ -584,9 +584,28 @@ class PartsManager:
             return None
         found = adopt_temporary(rt.directory, str(doc["blockId"]), part, parse_checksums(doc.get("checksums", [])))
         if found is not None:
-            log.info("published %s of %s: the log names this member's insert, whose commit reply was lost",
-                     part, rt.table.ns)
+            log.debug("published %s of %s, written here by an insert: the log named it before the commit's "
+                      "reply came (or instead of it)", part, rt.table.ns)
         return found
+
+    @staticmethod
+    def _replace_stale(rt: TableRuntime, name: str, made: Checksums) -> None:
+        """A directory named `name` is here already though the queue does not have the part: a copy a
+        rollback or a conflict left outside the active set (the part that covered it was set aside).
+        The same bytes as `made`: it is removed, `made` takes its place; other bytes: set aside."""
+        path = os.path.join(rt.directory, name)
+        if not os.path.isdir(path):
+            return
+        try:
+            here = part_files.read_checksums(path)
+        except (OSError, ValueError, MongoError):
+            here = {}
+        if here and same_data(here, made):
+            shutil.rmtree(path)
+        else:
+            log.warning("part %s of %s here has other bytes than its merge gives: setting it aside", name,
+                        rt.table.ns)
+            os.rename(path, unexpected_path(rt.directory, name))
 
     @staticmethod
     def _published_here(rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
@@ -624,6 +643,8 @@ class PartsManager:
                 log.warning("merging into %s of %s gave other bytes than the registered copy: fetching that",
                             name, rt.table.ns)
                 return None
+            await asyncio.to_thread(self._replace_stale, rt, name, files.checksums)
+            rt.outdated.pop(name, None)   # never removed later as an old part: it is this task's result
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
             return files.checksums
         finally:

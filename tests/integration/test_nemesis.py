@@ -19,7 +19,7 @@ The workload: several motor clients, each inserting documents with unique `_id`s
 pushing unique tokens (with `$inc` of a counter in the same update) onto documents of
 its own; beside them, a client inserting blocks into a parts table (`insertBlock` with a
 `dedupToken` per block, rows with unique keys, a failed block retried once with the same
-token). Its checker: after the parts converge, every acknowledged block's rows are on every
+token; every other block sent to a secondary, which commits it through the primary). Its checker: after the parts converge, every acknowledged block's rows are on every
 member exactly once, no row is there twice, and none appears that was never sent. Outcomes: acknowledged, applied-but-unconfirmed (write-concern error),
 unknown (timeouts, network errors: indeterminate), duplicate-key.
 
@@ -146,9 +146,12 @@ async def part_client_loop(client: AsyncIOMotorClient[dict[str, Any]], history: 
             return
         token = f"pb{seq}"
         history.sent.add(token)
+        # Every other block goes to a secondary, which writes the part and sends the commit to the primary.
+        where = ReadPreference.PRIMARY if seq % 2 == 0 else ReadPreference.SECONDARY_PREFERRED
         for _attempt in range(2):   # a failed block is sent once more, with the same token
             try:
-                reply = await db.command({"insertBlock": "blocks", "rows": part_rows(token), "dedupToken": token})
+                reply = await db.command({"insertBlock": "blocks", "rows": part_rows(token), "dedupToken": token},
+                                         read_preference=where)
                 if "writeConcernError" in reply:   # committed on a primary, not known to be on a majority
                     history.errors["writeConcernError"] += 1
                     continue
@@ -174,7 +177,25 @@ def wait_parts_converged(rs: ReplicaSet, timeout_s: float) -> None:
         views = [active_parts(m.host) for m in rs.members]
         return all(v == views[0] for v in views)
 
-    wait_for(same, timeout_s, "every member to hold the same parts", interval_s=0.5)
+    try:
+        wait_for(same, timeout_s, "every member to hold the same parts", interval_s=0.5)
+    except TimeoutError as exc:
+        raise AssertionError(f"the parts did not converge in {timeout_s:.0f} s:\n{describe_parts(rs)}") from exc
+
+
+def describe_parts(rs: ReplicaSet) -> str:
+    """Each member's active parts (those not on every member) and the head of its queue, for a failure."""
+    views = {m.host: set(active_parts(m.host)) for m in rs.members}
+    everywhere = set.intersection(*views.values())
+    lines = []
+    for m in rs.members:
+        with MongoClient(f"mongodb://{m.host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+            queue = client[DB].command({"partsReplicationQueue": "blocks"})["queue"]
+        lines.append(f"  {m.host}: {len(views[m.host])} parts, only here {sorted(views[m.host] - everywhere)[:8]}, "
+                     f"queue {len(queue)}")
+        lines += [f"    {e['node_name']} {e['type']} {e['new_part_name']} tries {e['num_tries']}: "
+                  f"{e['postpone_reason'] or e['last_exception']}" for e in queue[:6]]
+    return "\n".join(lines)
 
 
 def check_parts(history: PartHistory, keys: dict[str, Counter[str]]) -> list[str]:
