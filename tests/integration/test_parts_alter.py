@@ -156,9 +156,11 @@ def test_drop_partition_removes_it_everywhere_and_its_blocks_can_come_back(rs: R
     back = db.command({"insertBlock": "events", "rows": march})
     assert back["inserted"] == 1 and back["deduplicated"] == 0
     _converged(rs, "dp", {r["n"] for r in march + april})
-    by_value = db.command({"dropPartition": "events", "partition": {"value": datetime.datetime(2024, 4, 3)}})
+    by_value = db.command({"dropPartition": "events", "partition": {"value": datetime.datetime(2024, 4, 3)},
+                           "sync": 2})
     assert by_value["dropRange"].startswith("202404_0_")
-    _converged(rs, "dp", {r["n"] for r in march})
+    for member in rs.members:   # sync 2: dropped on every member before the reply
+        assert _ns(rs, member, "dp") == {r["n"] for r in march}, member.host
 
 
 def test_schema_changes_read_old_and_new_parts_on_every_member(rs: ReplicaSet) -> None:
