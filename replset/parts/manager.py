@@ -271,7 +271,7 @@ class PartsManager:
         now = time.monotonic()
         for part in parts:
             if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable
-                rt.outdated[part.name] = now
+                rt.mark_outdated(part.name, now)
         self.tables[table.ns] = rt
 
     async def _set_aside_unexpected(self, rt: TableRuntime) -> None:
@@ -569,7 +569,7 @@ class PartsManager:
                     rt.docs.pop(entry.node_name, None)
                     now = time.monotonic()
                     for part in replaced:
-                        rt.outdated[part.name] = now
+                        rt.mark_outdated(part.name, now)
                     if entry.type is EntryType.DROP_RANGE:
                         rt.finished_drops.add(produced.name)
                     else:
@@ -736,9 +736,11 @@ class PartsManager:
         self._next_outdated_check = now + RETRY_S
         for rt in self.tables.values():
             lifetime = rt.table.settings.old_parts_lifetime_secs
-            for name, since in list(rt.outdated.items()):
-                if now - since < lifetime:
-                    continue
+            # Insertion order is age order (`mark_outdated`): the walk stops at the first part still young,
+            # so it costs the parts that go, not every old part.
+            expired = list(itertools.takewhile(lambda item, life=lifetime: now - item[1] >= life,
+                                               rt.outdated.items()))
+            for name, _since in expired:
                 del rt.outdated[name]
                 if PartInfo.parse(name) not in rt.queue.current:
                     task = asyncio.get_running_loop().create_task(

@@ -104,6 +104,11 @@ class TableRuntime:
         return [(info, self.holders[name]) for info, name in self.registered_by_partition.get(part.partition_id, {})
                 .items() if info != part and info.contains(part)]
 
+    def mark_outdated(self, part: str, now: float) -> None:
+        """`part` was replaced here at `now`; `outdated` stays in age order (a part marked again moves last)."""
+        self.outdated.pop(part, None)
+        self.outdated[part] = now
+
     def drop_stale_keys(self, current: Callable[[str], dict[str, Any] | None]) -> None:
         """Forgets the oldest remembered dedup keys that are gone or were written again since (`current`:
         the key document as it stands)."""
