@@ -208,7 +208,10 @@ async def _on_primary(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, 
     """Runs `body` as a w:"majority" write on the primary: here, or by passing the command on."""
     ctx.cmd.setdefault("attempt", new_attempt())
     forwarded = {k: v for k, v in ctx.cmd.items() if not k.startswith("$") and k not in ("lsid", "txnNumber")}
-    forwarded["alterSync" if ctx.name == "alterPartsTable" else "sync"] = 0   # the waiting, if any, happens here
+    if ctx.name == "alterPartsTable":
+        forwarded["alterSync"] = 0   # the waiting, if any, happens here
+    elif ctx.name in ("alterDelete", "alterUpdate", "dropPartition"):
+        forwarded["sync"] = 0
 
     async def here() -> dict[str, Any]:
         wc = parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY})

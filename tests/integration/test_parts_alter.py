@@ -108,8 +108,10 @@ def test_a_killed_mutation_is_planned_no_further_and_a_waiter_hears_so(rs3: Repl
         mutations = rs3.direct(primary).km["system.parts.events.mutations"]
         mutation = wait_for(lambda: mutations.find_one(), 20, "the mutation recorded")["_id"]
         wait_for(lambda: 0 not in _ns(rs3, primary, "km"), 20, "the primary to apply it")
-        assert rs3.direct(primary).km.command({"killPartsMutation": "events", "mutation": mutation})["killed"] == [mutation]
-        assert rs3.direct(primary).km.command({"killPartsMutation": "events", "mutation": mutation})["killed"] == []
+        s1 = next(m for m in rs3.members if m is not primary and m is not s2)
+        kill = {"killPartsMutation": "events", "mutation": mutation}
+        assert rs3.direct(s1).km.command(kill)["killed"] == [mutation]   # sent on to the primary
+        assert rs3.direct(primary).km.command(kill)["killed"] == []
         waiter.join(30)
         assert outcome and isinstance(outcome[0], OperationFailure) and outcome[0].code == 11601, outcome
     finally:
