@@ -189,10 +189,7 @@ class PrimaryLink:
         host = self.node.primary_host
         if host is None or host == self.node.options.me:
             raise MongoError(NO_PRIMARY, "no primary is known to run the command")
-        reply = await self._client(host).command({**cmd, "$db": db}, timeout_s=timeout_s)
-        if not reply.get("ok"):
-            raise MongoError(int(reply.get("code", 8)), str(reply.get("errmsg", "failed on the primary")))
-        return dict(reply)
+        return await self.ask(host, db, cmd, timeout_s)
 
     async def commit(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
                      attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:

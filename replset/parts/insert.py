@@ -145,10 +145,11 @@ def _not_empty(data: pa.Table) -> pa.Table:
     return data
 
 
-def next_counter(env: WriteEnv, ns: str, counter: str) -> int:
+def next_counter(env: WriteEnv, ns: str, counter: str, **also: Any) -> int:
+    """The counter's next value, written back (with `also`'s fields, in the same entry)."""
     doc = env.txn.get(ns, counter)
     value = (int(doc["n"]) if doc is not None else 0) + 1
-    env.emit(update_entry(ns, counter, {"$set": {"n": value}}, upsert=True))
+    env.emit(update_entry(ns, counter, {"$set": {"n": value, **also}}, upsert=True))
     return value
 
 
@@ -185,9 +186,8 @@ def commit_blocks(env: WriteEnv, *, db: str, table: TableDef, blocks: list[Block
             continue
         seq = next_counter(env, counters_ns, "seq")
         number = next_counter(env, counters_ns, f"block.{block.partition_id}")
-        newest = RememberedBlock(block.block_id, next_counter(env, counters_ns, BLOCK_SEQ),
-                                 int(env.now.timestamp() * 1000))
-        env.emit(update_entry(counters_ns, BLOCK_SEQ, {"$set": {"time": env.now}}))
+        newest = RememberedBlock(block.block_id, next_counter(env, counters_ns, BLOCK_SEQ, time=env.now),
+                                 _ms(env.now))
         block.part = inserted_part(block.partition_id, number).name
         log_id = f"{block.block_id}.{number}"
         if quorum > 1:   # before the log document: a prefix never holds a quorum part without its record
@@ -219,15 +219,15 @@ def newest_block(txn: StoreTxn | Any, counters_ns: str) -> RememberedBlock:
     doc = txn.get(counters_ns, BLOCK_SEQ) if txn.collection(counters_ns) is not None else None
     if doc is None:
         return RememberedBlock("", 0, 0)
-    time = doc.get("time")
-    return RememberedBlock("", int(doc.get("n", 0)),
-                           int(time.timestamp() * 1000) if isinstance(time, datetime.datetime) else 0)
+    return RememberedBlock("", int(doc.get("n", 0)), _ms(doc.get("time")))
 
 
 def remembered(key: dict[str, Any]) -> RememberedBlock:
-    time = key.get("time")
-    return RememberedBlock(str(key["_id"]), int(key.get("number", 0)),
-                           int(time.timestamp() * 1000) if isinstance(time, datetime.datetime) else 0)
+    return RememberedBlock(str(key["_id"]), int(key.get("number", 0)), _ms(key.get("time")))
+
+
+def _ms(time: Any) -> int:
+    return int(time.timestamp() * 1000) if isinstance(time, datetime.datetime) else 0
 
 
 def dedup_hit(txn: StoreTxn | Any, db: str, table: str, block_id: str, newest: RememberedBlock,

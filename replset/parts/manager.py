@@ -67,7 +67,6 @@ from replset.parts.registry import (
     REACHED,
     Checksums,
     HeldReports,
-    checksum_docs,
     parse_checksums,
     parse_held,
     quorum_status,
@@ -589,23 +588,24 @@ class PartsManager:
         return found
 
     @staticmethod
-    def _replace_stale(rt: TableRuntime, name: str, made: Checksums) -> None:
-        """A directory named `name` is here already though the queue does not have the part: a copy a
-        rollback or a conflict left outside the active set (the part that covered it was set aside).
-        The same bytes as `made`: it is removed, `made` takes its place; other bytes: set aside."""
-        path = os.path.join(rt.directory, name)
+    def _claim_name(rt: TableRuntime, part: PartInfo, expected: Checksums) -> Checksums | None:
+        """Before a part is fetched or made here: a directory of its name may be here already - fetched
+        just now for another task (a covering part), or a copy a rolled-back history left (outside the
+        active set once the part covering it was set aside as a conflict). Its checksums when its bytes
+        are `expected`'s: nothing to do. Other bytes, and not a part of the queue's: set aside."""
+        path = os.path.join(rt.directory, part.name)
         if not os.path.isdir(path):
-            return
+            return None
         try:
             here = part_files.read_checksums(path)
         except (OSError, ValueError, MongoError):
             here = {}
-        if here and same_data(here, made):
-            shutil.rmtree(path)
-        else:
-            log.warning("part %s of %s here has other bytes than its merge gives: setting it aside", name,
-                        rt.table.ns)
-            os.rename(path, unexpected_path(rt.directory, name))
+        if here and same_data(here, expected):
+            return here
+        if part not in rt.queue.current:
+            log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
+            os.rename(path, unexpected_path(rt.directory, part.name))
+        return None
 
     @staticmethod
     def _published_here(rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
@@ -643,8 +643,9 @@ class PartsManager:
                 log.warning("merging into %s of %s gave other bytes than the registered copy: fetching that",
                             name, rt.table.ns)
                 return None
-            await asyncio.to_thread(self._replace_stale, rt, name, files.checksums)
-            rt.outdated.pop(name, None)   # never removed later as an old part: it is this task's result
+            here = await asyncio.to_thread(self._claim_name, rt, entry.new_part, files.checksums)
+            if here is not None:
+                return here
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
             return files.checksums
         finally:
@@ -656,18 +657,9 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
-        if await asyncio.to_thread(os.path.isdir, os.path.join(rt.directory, part.name)):
-            # Already here: fetched just now for another task (a covering part), or a copy of a history
-            # that a rollback undid, under the same name with other bytes: that one is set aside.
-            here = await asyncio.to_thread(self._published_here, rt, part.name,
-                                           {"checksums": checksum_docs(checksums)})
-            if here is not None:
-                return part, here
-            if part not in rt.queue.current:
-                log.warning("part %s of %s here is not the part the log names: setting it aside", part,
-                            rt.table.ns)
-                await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
-                                        unexpected_path(rt.directory, part.name))
+        here = await asyncio.to_thread(self._claim_name, rt, part, checksums)
+        if here is not None:
+            return part, here
         try:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
             await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,

@@ -70,7 +70,6 @@ class TableRuntime:
     next_dedup_check: float = 0.0                                   # monotonic s (the primary's key clean-up)
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
-
     registered_by_partition: dict[str, dict[PartInfo, str]] = field(default_factory=dict)   # `holders`' parts
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:

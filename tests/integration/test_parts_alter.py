@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from typing import Any
 
 import pytest
@@ -84,8 +85,6 @@ def test_sync_2_returns_once_every_member_applied_the_mutation(rs: ReplicaSet) -
 def test_a_killed_mutation_is_planned_no_further_and_a_waiter_hears_so(rs3: ReplicaSet) -> None:
     """S2 fetches nothing, so a sync 2 mutation waits for it; killing the mutation ends the wait with
     Interrupted; what was rewritten before the kill is rewritten on every member once S2 catches up."""
-    import threading
-
     db = rs3.client().km
     db.command({"createPartsTable": "events", **TABLE})
     db.command({"insertBlock": "events", "rows": _rows(4, 12)})

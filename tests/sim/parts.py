@@ -154,9 +154,9 @@ class PartSim:
                 member.docs[entry.node_name] = doc
 
     def source_for(self, member: Member, part: PartInfo, doc: dict[str, Any]) -> Any:
-        covering = [(PartInfo.parse(name), copies) for name, copies in self.registry.items()
-                    if PartInfo.parse(name) != part and PartInfo.parse(name).contains(part)
-                    and member.queue.virtual.containing(PartInfo.parse(name)) is not None]
+        registered = ((PartInfo.parse(name), copies) for name, copies in self.registry.items())
+        covering = [(info, copies) for info, copies in registered if info != part and info.contains(part)
+                    and member.queue.virtual.containing(info) is not None]
         live = {m.name for m in self.members if self.reachable(member.name, m.name)}
         inserter = Copy(doc["source"], doc["source"], SUMS) if doc.get("source") else None
         rank: Callable[[Copy], Any] | None = None

@@ -1,5 +1,5 @@
-"""A merge's result meets a directory of the same name left outside the active set (a rollback set aside
-the part that covered it): the same bytes are replaced, other bytes are set aside, never published over."""
+"""A part to fetch or make meets a directory of its name left outside the active set (fetched for another
+task, or left by a rolled-back history): the same bytes are kept, other bytes are set aside, never used."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from types import SimpleNamespace
 import pyarrow as pa
 
 from oplog.parts import part_files as pf
+from oplog.parts.part_info import PartInfo
 from oplog.parts.table import parse_table_def
 from replset.parts.manager import PartsManager
 
 TABLE = parse_table_def("db", "t", {"columns": [{"name": "ts", "type": "timestamp[ms]"},
                                                 {"name": "n", "type": "int64"}], "orderBy": ["n"]})
+PART = PartInfo.parse("all_1_2_1")
 
 
 def _part(directory: pathlib.Path, name: str, values: list[int]) -> pf.PartFiles:
@@ -24,13 +26,13 @@ def _part(directory: pathlib.Path, name: str, values: list[int]) -> pf.PartFiles
     return pf.write_part(str(directory), name, pf.conform(TABLE, data), TABLE)
 
 
-def test_a_stale_directory_with_the_same_bytes_is_replaced_and_other_bytes_set_aside(tmp_path: pathlib.Path) -> None:
-    rt = SimpleNamespace(directory=str(tmp_path), table=TABLE)
-    same = _part(tmp_path, "all_1_2_1", [1, 2])
-    PartsManager._replace_stale(rt, "all_1_2_1", same.checksums)   # type: ignore[arg-type]
-    assert os.listdir(tmp_path) == []
-    _part(tmp_path, "all_1_2_1", [1, 2, 3])
-    PartsManager._replace_stale(rt, "all_1_2_1", same.checksums)   # type: ignore[arg-type]
-    (aside,) = os.listdir(tmp_path)
-    assert aside.startswith("unexpected_all_1_2_1_")
-    PartsManager._replace_stale(rt, "all_5_5_0", same.checksums)   # type: ignore[arg-type]   # nothing there
+def test_a_directory_with_the_bytes_wanted_is_kept_and_other_bytes_set_aside(tmp_path: pathlib.Path) -> None:
+    rt = SimpleNamespace(directory=str(tmp_path), table=TABLE, queue=SimpleNamespace(current=set()))
+    same = _part(tmp_path, PART.name, [1, 2])
+    assert PartsManager._claim_name(rt, PART, same.checksums) == same.checksums   # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == [PART.name]
+    os.rename(tmp_path / PART.name, tmp_path / "tmp_keep")
+    _part(tmp_path, PART.name, [1, 2, 3])
+    assert PartsManager._claim_name(rt, PART, same.checksums) is None   # type: ignore[arg-type]
+    assert sorted(n.split("_1_2_1_")[0] for n in os.listdir(tmp_path)) == ["tmp_keep", "unexpected_all"]
+    assert PartsManager._claim_name(rt, PartInfo.parse("all_5_5_0"), same.checksums) is None  # type: ignore[arg-type]
