@@ -23,6 +23,7 @@ import hashlib
 import io
 import os
 import shutil
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +211,9 @@ def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableD
     return PartFiles(tmp_name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
 
 
+UNEXPECTED_PREFIX = "unexpected_"
+
+
 def publish(table_dir: str, tmp_name: str, name: str, *, sync: bool = True) -> None:
     """Renames a temporary part to its part name (`sync`: and fsyncs the table directory)."""
     final = os.path.join(table_dir, check_part_dir_name(name))
@@ -306,6 +310,20 @@ def merge_parts(table_dir: str, sources: Iterable[str], name: str, table: TableD
 def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: TableDef) -> PartFiles:
     """Writes the merge of `sources` as the temporary part `tmp_name`, for the caller to check, then publish."""
     return write_temp_part(table_dir, tmp_name, merged_rows(table_dir, sources, table), table)
+
+
+def set_aside(table_dir: str, name: str) -> str | None:
+    """Moves the part directory `name` out of the way as `unexpected_<name>_<unix time>` (ClickHouse's
+    `unexpected_` parts): never read, never deleted. Returns the new path (None: it was not there)."""
+    base = os.path.join(table_dir, f"{UNEXPECTED_PREFIX}{check_part_dir_name(name)}_{int(time.time())}")
+    path = base
+    while os.path.exists(path):   # set aside twice within a second
+        path = f"{base}_{os.urandom(3).hex()}"
+    try:
+        os.rename(os.path.join(table_dir, name), path)
+    except FileNotFoundError:
+        return None
+    return path
 
 
 def remove_named(table_dir: str, tmp_names: list[str]) -> None:

@@ -28,6 +28,14 @@ registered as holding it or a part covering it, and it was committed at least
 part of a pending quorum insert that no live member has held for the table's
 `quorumLostAfterMS`.
 
+**Old log entries** (`log_entry_obsolete`, ClickHouse's `clearOldLogs`). The
+primary removes a log document once nobody needs it to build a queue: it is
+older than `oldPartsLifetimeSecs`, its part is contained in another part the log
+produces that every live data-bearing member is registered as holding, no quorum
+on it is pending, and no dedup key names it (an insert's duplicate check reads the
+log document its key names). A member that was away rebuilds its queue from what
+is left: the covering part's entry, fetched or made from the sources it has.
+
 Pure: documents, part names and times in, decisions out; randomness is passed in.
 """
 
@@ -35,7 +43,7 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -123,3 +131,13 @@ def quorum_orphaned(since_ms: int | None, *, held_live: bool, now_ms: int, after
         return False, None
     since = now_ms if since_ms is None else since_ms
     return (True, None) if now_ms - since >= after_ms else (False, since)
+
+
+def log_entry_obsolete(*, created_ms: int, now_ms: int, lifetime_ms: int, covering_holders: Collection[str] | None,
+                       members: Collection[str], quorum_pending: bool, names_a_dedup_key: bool) -> bool:
+    """Whether a log document can go (see the module doc). `covering_holders`: the members registered as
+    holding the part the log produces that contains this one (None: no such part); `members`: the live
+    data-bearing members, the primary included."""
+    if now_ms - created_ms < lifetime_ms or quorum_pending or names_a_dedup_key or covering_holders is None:
+        return False
+    return bool(members) and all(m in covering_holders for m in members)

@@ -116,14 +116,18 @@ async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], d
 
 
 def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: str, attempt: str,
-                 quorum: int, dedup_token: str | None, directory: str | None) -> Callable[[WriteEnv], dict[str, Any]]:
+                 quorum: int, dedup_token: str | None, directory: str | None,
+                 publishing: Callable[[list[str]], None] | None = None) -> Callable[[WriteEnv], dict[str, Any]]:
     """The primary's transaction; `directory` is set when the blocks' temporary parts are on this member
-    (published inside the transaction, before it commits)."""
+    (published inside the transaction, before it commits, `publishing` told their names first)."""
     def body(env: WriteEnv) -> dict[str, Any]:
         fresh = commit_blocks(env, db=db, table=load_table(env.txn, db, name), blocks=blocks, source=source,
                               http=http, attempt=attempt, quorum=quorum, dedup_token=dedup_token)
         if directory is not None:
-            publish_blocks(directory, [b for b in fresh if b.tmp_name])
+            mine = [b for b in fresh if b.tmp_name]
+            if publishing is not None:
+                publishing([b.part for b in mine])
+            publish_blocks(directory, mine)
         return {"blocks": [{"blockId": b.block_id, "part": b.part, "deduplicated": b.deduplicated}
                            for b in blocks], "ok": 1.0}
     return body
@@ -208,10 +212,13 @@ class PrimaryLink:
                            attempt: str, quorum: int, dedup_token: str | None, timeout_s: float) -> dict[str, Any]:
         node = self.node
         me, http = node.options.me, node.options.http_address
+        ns = f"{db}.{name}"
         if node.is_primary:
+            # Off the loop: a commit of many blocks checks, numbers and renames each one.
             reply = await commit_here(node, wc, primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
-                dedup_token=dedup_token, directory=directory))
+                dedup_token=dedup_token, directory=directory,
+                publishing=lambda parts: node.parts.inserting(ns, parts)), off_loop=True)
             _raise_if_may_roll_back(reply.get("writeConcernError"))
             return reply
         body: dict[str, Any] = {
@@ -230,7 +237,9 @@ class PrimaryLink:
             if done is None:
                 raise MongoError(8, f"_partsCommit answered without block {block.block_id}")
             block.part, block.deduplicated = str(done["part"]), bool(done["deduplicated"])
-        await asyncio.to_thread(publish_blocks, directory, [b for b in blocks if not b.deduplicated])
+        fresh = [b for b in blocks if not b.deduplicated]
+        node.parts.inserting(ns, [b.part for b in fresh])
+        await asyncio.to_thread(publish_blocks, directory, fresh)
         return {"ok": 1.0} | ({"writeConcernError": wce} if isinstance(wce, dict) else {})
 
 

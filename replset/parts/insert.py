@@ -255,12 +255,30 @@ def publish_blocks(directory: str, blocks: list[Block]) -> None:
     """Publishes each block's temporary part under its committed name. A part the part-log runner
     published already (it saw the log name this member before the commit's reply came) is left be."""
     for block in blocks:
-        tmp = os.path.join(directory, block.tmp_name)
-        if not os.path.exists(tmp) and os.path.isdir(os.path.join(directory, block.part)):
-            continue
-        part_files.publish(directory, block.tmp_name, block.part, sync=False)
+        tmp, final = os.path.join(directory, block.tmp_name), os.path.join(directory, block.part)
+        if os.path.isdir(tmp) and os.path.isdir(final):
+            if _holds(final, block.files.checksums):   # the runner published another try's copy of it
+                continue
+            # The commit just took this block number: a directory of that name with other bytes is a part
+            # of a history a rollback undid (a rebuild no longer reads it: `PartsManager._park_unlogged`).
+            part_files.set_aside(directory, block.part)
+        try:
+            part_files.publish(directory, block.tmp_name, block.part, sync=False)
+        except (MongoError, FileNotFoundError):
+            # The runner's publish (`runtime.adopt_temporary`) may have renamed this very temporary part
+            # first, even between a look here and the rename: then the part is ours, and published.
+            if os.path.exists(tmp) or not os.path.isdir(final):
+                raise
     if blocks:
         fsync_path(directory)
+
+
+def _holds(part_dir: str, checksums: dict[str, tuple[int, str]]) -> bool:
+    try:
+        here = part_files.read_checksums(part_dir)
+    except (OSError, ValueError, MongoError):
+        return False
+    return all(here.get(file) == sums for file, sums in checksums.items())
 
 
 def discard_temporary(directory: str, blocks: list[Block]) -> None:

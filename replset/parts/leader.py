@@ -34,6 +34,13 @@ manager's loop:
   quorum failed. Either way the log document that produced the part (an
   inserted part's dedup key) goes, so a retry of that insert is not swallowed.
 
+* **Old log entries.** Every `cleanupDelayPeriodSecs`, the log documents that
+  no queue needs any more (`oplog.parts.replica_rules.log_entry_obsolete`: a
+  part merged or rewritten into one every live member holds, out of the dedup
+  window) are removed, a batch per transaction, with the reached quorum record
+  of an inserted part - so the log, and every member's memory of it, follow the
+  parts that exist, not every part ever inserted.
+
 A member that is not primary does none of this: what it was about to register is
 dropped (the reporters report it again to whoever is primary).
 """
@@ -53,11 +60,12 @@ from oplog.parts.blocks import RememberedBlock, forgotten_prefix
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
-from oplog.parts.replica_rules import LOST_AFTER_TRIES, quorum_orphaned, seems_lost
+from oplog.parts.replica_rules import LOST_AFTER_TRIES, log_entry_obsolete, quorum_orphaned, seems_lost
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
 from replset.parts.names import state_ns
 from replset.parts.registry import (
+    PENDING,
     Checksums,
     LostPart,
     Registration,
@@ -79,6 +87,7 @@ LOST_CHECK_S = 1.0          # how often the primary looks for lost parts
 DEDUP_CHECK_S = 1.0          # how often the primary looks for dedup keys out of the window, per table
 FORGET_BATCH = 1000          # dedup keys removed per transaction
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
+LOG_CLEANUP_BATCH = 1000     # log documents removed per transaction
 
 
 def merge_log_doc(rt: TableRuntime, sources: list[PartInfo], seq: int, now: datetime.datetime) -> dict[str, Any]:
@@ -169,6 +178,10 @@ class Leader:
         rewrites = self._mutations()
         if rewrites:
             self._start(self._log_mutations(*rewrites), on_done)
+            return
+        old = self._old_log_entries()
+        if old:
+            self._start(self._clear_old_log(*old), on_done)
 
     def _start(self, work: Any, on_done: Any) -> None:
         async def run() -> None:
@@ -385,3 +398,70 @@ class Leader:
         docs = await self.node.submit_write(body, durable=False)
         for doc in docs:
             log.info("merging %s of %s into %s", ", ".join(doc["sources"]), rt.table.ns, doc["part"])
+
+    # -- old log entries -----------------------------------------------------------------------------
+
+    def _old_log_entries(self) -> tuple[TableRuntime, list[tuple[str, str | None]]] | None:
+        """A table's log documents that can go (`log_entry_obsolete`), as (log id, block id), oldest
+        first; looked for every `cleanupDelayPeriodSecs` per table. The walk stops at the first document
+        younger than `oldPartsLifetimeSecs`: it costs the old entries, which the clean-up keeps few."""
+        now, wall_ms = time.monotonic(), int(time.time() * 1000)
+        members = self.node.live_members() | {self.node.options.me}
+        reader = self.node.store.reader
+        for rt in self.tables.values():
+            if now < rt.next_log_cleanup:
+                continue
+            settings = rt.table.settings
+            rt.next_log_cleanup = now + settings.cleanup_delay_period_secs
+            lifetime_ms = settings.old_parts_lifetime_secs * 1000
+            blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
+            doomed: list[tuple[str, str | None]] = []
+            for log_id, name in rt.log_parts.items():
+                logged = rt.logged.get(name)
+                if logged is None or logged.log_id != log_id:
+                    continue
+                if wall_ms - logged.create_ms < lifetime_ms:
+                    break
+                part = PartInfo.parse(name)
+                covering = rt.queue.current.containing(part)
+                holders = (rt.holders.get(covering.name, {}) if covering is not None and covering != part
+                           and covering.name in rt.logged and covering.name not in rt.lost else None)
+                key = (reader.get(blocks_ns, logged.block_id)
+                       if holders is not None and logged.block_id is not None else None)
+                if log_entry_obsolete(created_ms=logged.create_ms, now_ms=wall_ms, lifetime_ms=lifetime_ms,
+                                      covering_holders=holders, members=members,
+                                      quorum_pending=name in rt.quorum_blocks,
+                                      names_a_dedup_key=key is not None and key.get("log") == log_id):
+                    doomed.append((log_id, logged.block_id))
+                    if len(doomed) >= LOG_CLEANUP_BATCH:
+                        rt.next_log_cleanup = now   # more may follow this batch
+                        break
+            if doomed:
+                return rt, doomed
+        return None
+
+    async def _clear_old_log(self, rt: TableRuntime, doomed: list[tuple[str, str | None]]) -> None:
+        db, name = rt.table.db, rt.table.name
+        log_ns, blocks_ns, quorum_ns = (state_ns(db, name, what) for what in ("log", "blocks", "quorum"))
+
+        def body(env: WriteEnv) -> int:
+            if env.txn.collection(log_ns) is None:
+                return 0
+            has_blocks, has_quorum = env.txn.collection(blocks_ns) is not None, env.txn.collection(quorum_ns) is not None
+            removed = 0
+            for log_id, block_id in doomed:
+                if env.txn.get(log_ns, log_id) is None:
+                    continue
+                if block_id is not None and has_blocks:
+                    key = env.txn.get(blocks_ns, block_id)
+                    if key is not None and key.get("log") == log_id:   # written again since the look
+                        continue
+                env.emit(delete_entry(log_ns, log_id))
+                removed += 1
+                record = env.txn.get(quorum_ns, block_id) if block_id is not None and has_quorum else None
+                if record is not None and record.get("log") == log_id and record.get("status") != PENDING:
+                    env.emit(delete_entry(quorum_ns, block_id))
+            return removed
+
+        removed = await self.node.submit_write(body, durable=False)
+        log.debug("removed %d old part-log entries of %s", removed, rt.table.ns)

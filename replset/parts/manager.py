@@ -89,11 +89,6 @@ RETRY_S = 1.0          # the runner looks again at least this often (backed-off 
 _merge_names = itertools.count(1)
 
 
-def unexpected_path(directory: str, name: str) -> str:
-    """Where a part that must not be read is moved: `unexpected_<name>_<unix time>`, never deleted."""
-    return os.path.join(directory, f"unexpected_{name}_{int(time.time())}")
-
-
 def _copies(by_member: dict[str, Holder]) -> dict[str, Copy]:
     return {member: Copy(member, holder.http, holder.checksums) for member, holder in by_member.items()}
 
@@ -120,9 +115,11 @@ class PartsManager:
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
+        self._next_inserted_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
         self._was_primary = False   # as of the runner's last look (a rebuild resets it: see `_load_all`)
         self._in_doubt: list[tuple[float, str, list[str]]] = []   # (until, directory, tmp parts): unsettled commits
+        self._inserted: dict[tuple[str, str], float] = {}   # (ns, part) -> until: published by an insert here
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -192,10 +189,22 @@ class PartsManager:
         to name them (a GET_PART whose source is this member publishes one, see `_execute`)."""
         self._in_doubt.append((time.monotonic() + keep_s, directory, tmp_names))
 
+    def inserting(self, ns: str, parts: list[str]) -> None:
+        """An insert here is about to publish these parts (its commit went through, or is going through):
+        a rebuild that does not find them in the log yet keeps them for `IN_DOUBT_KEEP_S`, unread (see
+        `_set_aside_unexpected`). Called from the insert's thread too."""
+        until = time.monotonic() + IN_DOUBT_KEEP_S
+        for part in parts:
+            self._inserted[(ns, part)] = until
+
     async def _expire_in_doubt(self) -> None:
-        if not self._in_doubt or self._in_doubt[0][0] > time.monotonic():
-            return
         now = time.monotonic()
+        if self._inserted and now >= self._next_inserted_check:
+            self._next_inserted_check = now + RETRY_S
+            for key in [k for k, until in list(self._inserted.items()) if until <= now]:
+                del self._inserted[key]
+        if not self._in_doubt or self._in_doubt[0][0] > now:
+            return
         expired = [item for item in self._in_doubt if item[0] <= now]
         self._in_doubt = [item for item in self._in_doubt if item[0] > now]
         for _, directory, tmp_names in expired:
@@ -230,8 +239,7 @@ class PartsManager:
                     rt.quorum_was_reached(str(doc["part"]))
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
-            if not self._started_up:
-                await self._set_aside_unexpected(rt)
+            await self._set_aside_unexpected(rt)
             await self._set_aside_mismatched(rt)
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
@@ -274,9 +282,11 @@ class PartsManager:
         self.tables[table.ns] = rt
 
     async def _set_aside_unexpected(self, rt: TableRuntime) -> None:
-        """Start-up: a part directory that no part of the log contains (an insert whose commit never
-        happened, a part of a history that was rolled back) is renamed `unexpected_<name>`: never read,
-        never deleted (ClickHouse's `unexpected_` parts)."""
+        """Every rebuild: a part directory that no part of the log contains (an insert whose commit never
+        happened, a part of a history a rollback undid) is never read, and renamed `unexpected_<name>`:
+        never deleted (ClickHouse's `unexpected_` parts). But a part an insert here published lately may
+        be one whose log entry has not reached this member yet: it stays on disk, unread, until its
+        GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed (`_remove_outdated`)."""
         produced = ActivePartSet()
         for name in rt.logged:
             try:
@@ -284,16 +294,25 @@ class PartsManager:
             except (MongoError, PartsIntersect):
                 continue
         here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
+        now = time.monotonic()
         for part in here:
             if produced.containing(part) is not None:
                 continue
-            log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
-                        part.name, rt.table.ns, part.name)
-            await asyncio.to_thread(os.rename, os.path.join(rt.directory, part.name),
-                                    unexpected_path(rt.directory, part.name))
             rt.queue.part_removed(part)
             rt.queue.virtual.remove(part)
+            if any(drop.contains(part) for drop in rt.drop_ranges):
+                rt.mark_outdated(part.name, now)   # dropped: goes after oldPartsLifetimeSecs, like merged-away parts
+                continue
             rt.outdated.pop(part.name, None)
+            until = self._inserted.get((rt.table.ns, part.name), 0.0)
+            if until > now:
+                log.info("part %s of %s, inserted here, is not in the log yet: not read until it is",
+                         part.name, rt.table.ns)
+                rt.parked[part.name] = until
+                continue
+            log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
+                        part.name, rt.table.ns, part.name)
+            await asyncio.to_thread(part_files.set_aside, rt.directory, part.name)
 
     async def _set_aside_mismatched(self, rt: TableRuntime) -> None:
         """Every rebuild: a part here whose bytes are not the ones the log recorded for its name (or, for
@@ -373,6 +392,8 @@ class PartsManager:
                     self._rescan = True
             elif what == "log" and op == "i":
                 self._enqueue(rt, entry["o"])
+            elif what == "log" and op == "d":
+                rt.log_entry_removed(str(entry["o"].get("_id")))
             elif what == "replicas":
                 self._on_registry_entry(rt, op, entry)
             elif what == "quorum":
@@ -459,13 +480,9 @@ class PartsManager:
         entry = task_of(doc)
         if entry is None:
             return
-        if entry.type is EntryType.GET_PART:
-            if isinstance(token := doc.get("dedupToken"), str) and isinstance(block_id := doc.get("blockId"), str):
-                known = rt.block_ids_by_token.setdefault(token, [])
-                if block_id not in known:
-                    known.append(block_id)
-        elif entry.type is EntryType.DROP_RANGE:
+        if entry.type is EntryType.DROP_RANGE:
             assert entry.new_part is not None
+            rt.drop_ranges.append(entry.new_part)
             for name in [n for n in rt.logged if entry.new_part.contains(PartInfo.parse(n))]:
                 del rt.logged[name]   # dropped: never registered or merged again
                 self.held.own.pop((rt.table.ns, name), None)
@@ -475,7 +492,7 @@ class PartsManager:
             return
         if entry.node_name in rt.docs or not self._resolve_conflicts(rt, entry):
             return
-        rt.logged[str(doc["part"])] = LoggedPart.of(doc)
+        rt.log_produces(str(doc["part"]), LoggedPart.of(doc))
         if rt.queue.add(entry):
             rt.docs[entry.node_name] = doc
 
@@ -502,8 +519,7 @@ class PartsManager:
         rt.queue.virtual.remove(part)
         rt.outdated.pop(part.name, None)
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-            os.rename, os.path.join(rt.directory, part.name),
-            unexpected_path(rt.directory, part.name)))
+            part_files.set_aside, rt.directory, part.name))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -604,7 +620,7 @@ class PartsManager:
             return here
         if part not in rt.queue.current:
             log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
-            os.rename(path, unexpected_path(rt.directory, part.name))
+            part_files.set_aside(rt.directory, part.name)
         return None
 
     @staticmethod
@@ -727,6 +743,10 @@ class PartsManager:
             return
         self._next_outdated_check = now + RETRY_S
         for rt in self.tables.values():
+            for name in [n for n, until in rt.parked.items() if until <= now]:
+                del rt.parked[name]
+                if PartInfo.parse(name) not in rt.queue.current and name not in rt.logged:
+                    self._set_aside(rt, PartInfo.parse(name))   # its log entry never came: rolled back
             lifetime = rt.table.settings.old_parts_lifetime_secs
             # Insertion order is age order (`mark_outdated`): the walk stops at the first part still young,
             # so it costs the parts that go, not every old part.

@@ -27,19 +27,25 @@ from replset.parts.registry import Checksums, parse_checksums
 @dataclass(frozen=True, slots=True)
 class LoggedPart:
     """A part the part log produces: its size and commit time (for merge selection), the parts a merge
-    made it from, and the checksums the log recorded (inserted parts)."""
+    made it from, the checksums the log recorded (inserted parts), and the log document that says so
+    (with an inserted part's block id and dedup token)."""
 
     bytes: int
     create_ms: int
     sources: tuple[str, ...] = ()
     checksums: Checksums = field(default_factory=dict)
+    log_id: str = ""
+    block_id: str | None = None
+    dedup_token: str | None = None
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> LoggedPart:
         created = doc.get("createTime")
         create_ms = int(created.timestamp() * 1000) if isinstance(created, datetime.datetime) else 0
+        block_id, token = doc.get("blockId"), doc.get("dedupToken")
         return cls(int(doc.get("bytes", 0)), create_ms, tuple(str(s) for s in doc.get("sources", ())),
-                   parse_checksums(doc.get("checksums", [])))
+                   parse_checksums(doc.get("checksums", [])), str(doc.get("_id", "")),
+                   block_id if isinstance(block_id, str) else None, token if isinstance(token, str) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +61,16 @@ class TableRuntime:
     queue: ReplicationQueue
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)   # queued log documents by _id
     logged: dict[str, LoggedPart] = field(default_factory=dict)     # parts the log produces, by name
+    log_parts: dict[str, str] = field(default_factory=dict)         # log document _id -> its part, in log order
     holders: dict[str, dict[str, Holder]] = field(default_factory=dict)   # part -> member -> copy (the registry)
     quorum_blocks: dict[str, str] = field(default_factory=dict)     # part -> block id of its pending quorum
     quorum_reached: dict[str, str] = field(default_factory=dict)    # partition -> its newest part with a quorum
     quorum_parts: dict[str, str] = field(default_factory=dict)      # block id -> part: `quorum_blocks` inverted
     outdated: dict[str, float] = field(default_factory=dict)        # merged-away parts here -> since (monotonic s)
+    parked: dict[str, float] = field(default_factory=dict)          # inserted here, not in the log yet -> until
     mutations: dict[str, Mutation] = field(default_factory=dict)    # by id
     finished_drops: set[str] = field(default_factory=set)           # drop ranges carried out here
+    drop_ranges: list[PartInfo] = field(default_factory=list)       # the log's DROP_RANGE parts
     failed_sources: dict[str, set[str]] = field(default_factory=dict)   # part -> HTTP addresses that failed it
     lost: dict[str, str] = field(default_factory=dict)              # parts no member has -> why (final)
     missing_answers: dict[tuple[str, str], int] = field(default_factory=dict)   # (part, http) -> 404s seen
@@ -70,7 +79,31 @@ class TableRuntime:
     next_dedup_check: float = 0.0                                   # monotonic s (the primary's key clean-up)
     next_merge_select: float = 0.0                                  # monotonic s (the primary's selector)
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
+    next_log_cleanup: float = 0.0                                   # monotonic s (the primary's log clean-up)
     registered_by_partition: dict[str, dict[PartInfo, str]] = field(default_factory=dict)   # `holders`' parts
+
+    def log_produces(self, part: str, logged: LoggedPart) -> None:
+        self.logged[part] = logged
+        self.log_parts[logged.log_id] = part
+        if logged.dedup_token is not None and logged.block_id is not None:
+            known = self.block_ids_by_token.setdefault(logged.dedup_token, [])
+            if logged.block_id not in known:
+                known.append(logged.block_id)
+
+    def log_entry_removed(self, log_id: str) -> None:
+        """The log document `log_id` is gone (cleaned up, dropped, lost): its part is no longer one the log
+        produces. A task queued for it here runs on (`docs` keeps its own copy)."""
+        part = self.log_parts.pop(log_id, None)
+        logged = self.logged.get(part) if part is not None else None
+        if part is None or logged is None or logged.log_id != log_id:
+            return
+        del self.logged[part]
+        if logged.dedup_token is not None:
+            known = self.block_ids_by_token.get(logged.dedup_token, [])
+            if logged.block_id in known:
+                known.remove(logged.block_id)
+            if not known:
+                self.block_ids_by_token.pop(logged.dedup_token, None)
 
     def add_holder(self, part: str, member: str, http: str, checksums: Checksums) -> None:
         if part not in self.holders:

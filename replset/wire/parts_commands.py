@@ -146,7 +146,8 @@ async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
     body = primary_body(ctx.db, name, blocks, source=str(ctx.cmd.get("source", "")), http=str(ctx.cmd.get("http", "")),
                         attempt=str(ctx.cmd.get("attempt", "")), quorum=int(ctx.cmd.get("quorum", 0)),
                         dedup_token=None if token is None else str(token), directory=None)
-    return await commit_here(ctx.node, parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY}), body)
+    return await commit_here(ctx.node, parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY}), body,
+                             off_loop=len(blocks) > 1)   # a check and numbers per block
 
 
 @command("insertStatus")

@@ -254,3 +254,42 @@ def test_the_queue_view_says_why_tasks_wait_while_the_fetch_pool_is_full(rs3: Re
         proxy.heal()
         wait_for(lambda: len(select(rs3, s2, db)) == 60, 60, "S2 to fetch everything once the links heal")
         rs3.fail_point(s2, "peerRoutes", "off")
+
+
+def test_a_rolled_back_insert_is_never_read_and_its_block_number_is_taken_again(rs3: ReplicaSet) -> None:
+    """A deposed primary's w:1 insert (and any merge of it) is undone by its rollback: the rebuilt queue
+    reads none of its rows, and the next block of the new history - same block number, other rows,
+    inserted through this very member - replaces the stale directory of that name."""
+    rs = rs3
+    rs.client().rb.command({"createPartsTable": "events", **TABLE})
+    rs.client().rb.command({"insertBlock": "events", "rows": _rows(5)})
+    old = rs.wait_primary()
+    others = [m for m in rs.members if m is not old]
+    for member in rs.members:
+        wait_for(lambda m=member: len(part_dirs(m, "rb.events")) == 1, 20, f"the first part on {member.host}")
+    for member in others:
+        rs.fail_point(member, "stopReplProducer", "alwaysOn")
+    lost = rs.direct(old).rb.command({"insertBlock": "events", "rows": _rows(5, start=100),
+                                      "writeConcern": {"w": 1}})
+    stale = lost["blocks"][0]["part"]
+    assert sorted(r["n"] for r in select(rs, old, "rb")) == [*range(5), *range(100, 105)]
+
+    rs.direct(old).admin.command("replSetStepDown", 60, force=True)
+    new = wait_for(lambda: (p := rs.primary()) is not None and p is not old and p, 30, "a new primary")
+    wait_for(lambda: int(rs.direct(old).admin.command("replSetGetRBID")["rbid"]) == 1, 30, "the rollback")
+    wait_for(lambda: rs.status(old)["myState"] == 2, 30, "the old primary to be SECONDARY again")
+    wait_for(lambda: sorted(r["n"] for r in select(rs, old, "rb")) == list(range(5)), 20,
+             "the rolled-back rows gone from reads")
+    for member in others:
+        rs.fail_point(member, "stopReplProducer", "off")
+
+    # The new history's next block takes the same number; it is inserted through the old primary.
+    again = rs.direct(old).rb.command({"insertBlock": "events", "rows": _rows(5, start=200)})
+    assert again["blocks"][0]["part"] == stale
+    want = [*range(5), *range(200, 205)]
+    for member in rs.members:
+        wait_for(lambda m=member: sorted(r["n"] for r in select(rs, m, "rb")) == want, 30,
+                 f"the new history's rows on {member.host}")
+    assert new is not old
+    directory = os.path.join(old.dbpath, "parts", "rb.events")
+    assert any(d.startswith(f"unexpected_{stale}") for d in os.listdir(directory))

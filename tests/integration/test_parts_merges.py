@@ -126,3 +126,40 @@ def test_a_member_initial_synced_from_a_set_with_parts_fetches_them(rs3: Replica
     for part in _active(new, "isy.events"):
         assert _digest(new, "isy.events", part) == _digest(primary, "isy.events", part)
     assert len(list(rs3.direct(new).isy.cursor_command("selectParts", "events"))) == 7 * 50
+
+
+def test_the_log_keeps_only_what_a_queue_still_needs(rs3: ReplicaSet) -> None:
+    """ClickHouse's clearOldLogs: once every member holds a merged part and the dedup window moved on, the
+    log entries of the parts it replaced go - and a restarted member rebuilds the same parts from what is
+    left, setting nothing aside. A block still in the window is deduplicated though its part was merged."""
+    client = rs3.client()
+    client.lg.command({"createPartsTable": "events", **TABLE, "settings": {
+        "oldPartsLifetimeSecs": 1, "cleanupDelayPeriodSecs": 1, "replicatedDeduplicationWindow": 2}})
+    for block in range(10):
+        client.lg.command({"insertBlock": "events", "rows": _rows(block)})
+    primary = rs3.wait_primary()
+    db = rs3.direct(primary).lg
+    log_coll, keys = _log(rs3, "lg", "events"), db.get_collection("system.parts.events.blocks")
+
+    def only_needed_entries() -> list[str] | None:
+        active = set(_active(primary, "lg.events"))
+        keyed = {k["log"] for k in keys.find()}
+        docs = list(log_coll.find({}, {"part": 1}))
+        extra = [d["_id"] for d in docs if d["part"] not in active and d["_id"] not in keyed]
+        merged = any(PartInfo.parse(p).level > 0 for p in active)
+        return sorted(active) if merged and not extra and len(keyed) <= 2 else None
+
+    active = wait_for(only_needed_entries, 60, "the log to keep only the entries of active parts and dedup keys")
+    assert len(list(log_coll.find())) < 10, "no log entry was removed"
+    # The newest block is still a dedup key: inserting it again is a duplicate, though its part was merged.
+    again = client.lg.command({"insertBlock": "events", "rows": _rows(9)})
+    assert [b["deduplicated"] for b in again["blocks"]] == [True]
+    # A secondary restarted now builds its queue from the shortened log: the same parts, nothing set aside.
+    secondary = next(m for m in rs3.members if m is not primary)
+    secondary.stop()
+    secondary.start()
+    rs3.wait_state(secondary, 2, 60)
+    wait_for(lambda: _active(secondary, "lg.events") == sorted(active), 30, "the restarted member's parts")
+    assert not [d for d in os.listdir(os.path.join(secondary.dbpath, "parts", "lg.events"))
+                if d.startswith("unexpected_")]
+    assert len(list(rs3.direct(secondary).lg.cursor_command("selectParts", "events"))) == 10 * 50

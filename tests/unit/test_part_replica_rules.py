@@ -1,5 +1,5 @@
 """A replica's part-log decisions (oplog/parts/replica_rules.py): log documents as tasks, the fetch
-source, lost parts."""
+source, lost parts, old log entries."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from oplog.parts.replica_rules import (
     LOST_MIN_AGE_MS,
     Copy,
     choose_source,
+    log_entry_obsolete,
     quorum_orphaned,
     seems_lost,
     task_of,
@@ -98,3 +99,28 @@ def test_a_quorum_part_no_live_member_holds_is_lost_after_the_delay() -> None:
     assert quorum_orphaned(100, held_live=False, now_ms=140, after_ms=50) == (False, 100)
     assert quorum_orphaned(100, held_live=True, now_ms=140, after_ms=50) == (False, None)
     assert quorum_orphaned(100, held_live=False, now_ms=150, after_ms=50) == (True, None)
+
+
+LIFETIME_MS = 480_000
+
+
+@pytest.mark.parametrize("age_ms, holders, pending, keyed, obsolete", [
+    (LIFETIME_MS, {"a", "b", "c"}, False, False, True),
+    (LIFETIME_MS + 1, {"a", "b", "c", "d"}, False, False, True),   # a member not live: holds nobody back
+    (LIFETIME_MS - 1, {"a", "b", "c"}, False, False, False),       # young: readers and lagging queues
+    (LIFETIME_MS, {"a", "b"}, False, False, False),                # a live member lacks the covering part
+    (LIFETIME_MS, None, False, False, False),                      # nothing covers it: still a part
+    (LIFETIME_MS, {"a", "b", "c"}, True, False, False),            # its quorum is pending
+    (LIFETIME_MS, {"a", "b", "c"}, False, True, False),            # its dedup key reads it
+])
+def test_a_log_entry_goes_once_every_live_member_holds_a_part_covering_it(
+        age_ms: int, holders: set[str] | None, pending: bool, keyed: bool, obsolete: bool) -> None:
+    assert log_entry_obsolete(created_ms=1_000, now_ms=1_000 + age_ms, lifetime_ms=LIFETIME_MS,
+                              covering_holders=holders, members={"a", "b", "c"}, quorum_pending=pending,
+                              names_a_dedup_key=keyed) is obsolete
+
+
+def test_no_live_member_means_no_clean_up() -> None:
+    assert not log_entry_obsolete(created_ms=0, now_ms=LIFETIME_MS, lifetime_ms=LIFETIME_MS,
+                                  covering_holders=set(), members=set(), quorum_pending=False,
+                                  names_a_dedup_key=False)
