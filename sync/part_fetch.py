@@ -17,6 +17,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Mapping
+from typing import Any, BinaryIO
 
 import aiohttp
 
@@ -24,7 +25,7 @@ from base.errors import MongoError
 from oplog.durable_files import fsync_path
 from oplog.parts import part_files
 
-CHUNK = 1 << 20
+CHUNK = 4 << 20
 PROGRESS_TIMEOUT_S = 30.0
 _fetch_names = itertools.count(1)
 
@@ -35,6 +36,11 @@ class FetchFailed(Exception):
 
 class PartMissing(FetchFailed):
     """The source answered that it does not have the part (HTTP 404): its registration is stale."""
+
+
+def _hash_and_write(f: BinaryIO, sha: Any, chunk: bytes) -> None:
+    sha.update(chunk)
+    f.write(chunk)
 
 
 async def _download(session: aiohttp.ClientSession, url: str, path: str, expected: tuple[int, str],
@@ -49,12 +55,22 @@ async def _download(session: aiohttp.ClientSession, url: str, path: str, expecte
             if response.status != 200:
                 raise FetchFailed(f"{url}: HTTP {response.status} {(await response.text())[:200]}")
             with open(path, "wb") as f:
-                async for chunk in response.content.iter_chunked(CHUNK):
-                    received += len(chunk)
-                    if received > size:
-                        raise FetchFailed(f"{url}: more than the {size} bytes the part log recorded")
-                    sha.update(chunk)
-                    await asyncio.to_thread(f.write, chunk)
+                # Each chunk is hashed and written off the loop while the next one arrives (one at a time,
+                # in order): the network, the hash and the disk overlap.
+                writing: asyncio.Future[None] | None = None
+                try:
+                    async for chunk in response.content.iter_chunked(CHUNK):
+                        received += len(chunk)
+                        if received > size:
+                            raise FetchFailed(f"{url}: more than the {size} bytes the part log recorded")
+                        if writing is not None:
+                            await writing
+                        writing = asyncio.ensure_future(asyncio.to_thread(_hash_and_write, f, sha, chunk))
+                    if writing is not None:
+                        await writing
+                finally:
+                    if writing is not None and not writing.done():
+                        await asyncio.wait([writing])   # the file stays open until its last write ends
                 await asyncio.to_thread(lambda: (f.flush(), os.fsync(f.fileno())))
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise FetchFailed(f"{url}: {exc or type(exc).__name__}") from None

@@ -9,9 +9,11 @@ A part is written into `tmp_insert_<name>` (an insert), `tmp_merge_<name>` (a
 merge or mutation) or `tmp-fetch_<name>` (a fetch), each file fsynced, then
 renamed to `<name>` and the parent directory fsynced: a crash leaves either no
 part or a whole one, plus temporary directories that start-up removes. The
-same rows always make the same bytes (sorted, one row group, fixed
-compression), so replicas that merge the same parts get byte-identical parts
-and compare them by checksum.
+same rows always make the same bytes (sorted, row groups of `ROW_GROUP_ROWS`,
+fixed compression), so replicas that merge the same parts get byte-identical
+parts and compare them by checksum. A merge streams (`iter_merged`, a k-way
+merge): it holds a batch of each source and a row group, not the sources, and
+writes the bytes a merge in memory would.
 
 A shell: file I/O and pyarrow. The decisions (names, covering, what to merge)
 are the pure modules beside it.
@@ -295,21 +297,114 @@ def _through_changes(data: pa.Table, table: TableDef, written_at: int) -> pa.Tab
     return data
 
 
-def merged_rows(table_dir: str, sources: Iterable[str], table: TableDef) -> pa.Table:
-    """The rows of the parts `sources` (by name, under `table_dir`) as one sorted table: the same on
-    every replica, so the merged part's bytes are too."""
-    tables = [read_part(os.path.join(table_dir, check_part_dir_name(s)), table) for s in sources]
-    return sort_rows(table, pa.concat_tables(tables)) if tables else arrow_schema(table).empty_table()
+MERGE_BATCH_ROWS = 65_536   # rows read from each source part at a time by a merge
 
 
-def merge_parts(table_dir: str, sources: Iterable[str], name: str, table: TableDef) -> PartFiles:
-    """Writes the merge of the parts `sources` (by name, under `table_dir`) as part `name`."""
-    return write_part(table_dir, name, merged_rows(table_dir, sources, table), table, prefix=TMP_MERGE)
+def _sort_keys(table: TableDef, names: list[str]) -> list[tuple[str, str, str]]:
+    return [(name, "ascending", "at_end") for name in
+            [*table.order_by, *(name for name in names if name not in table.order_by)]]
+
+
+def iter_merged(table_dir: str, sources: Iterable[str], table: TableDef,
+                batch_rows: int = MERGE_BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of the parts `sources` in the order `sort_rows` gives their concatenation (ties in
+    source order), a chunk at a time: a k-way merge holding a batch of each source, not the sources.
+
+    Each round sorts what the sources' batches hold and emits the rows up to the last row of the
+    source whose last row is the smallest (the lowest-numbered among equals) - no row still unread
+    can come before them. What a round does not emit stays, in each source's order, for the next."""
+    readers = [iter_part(os.path.join(table_dir, check_part_dir_name(s)), table, batch_rows) for s in sources]
+    schema = arrow_schema(table)
+    held = [schema.empty_table() for _ in readers]
+    more = [True for _ in readers]
+
+    def refill(i: int) -> None:
+        while more[i] and held[i].num_rows == 0:
+            batch = next(readers[i], None)
+            if batch is None:
+                more[i] = False
+            else:
+                held[i] = batch
+
+    for i in range(len(readers)):
+        refill(i)
+    while any(t.num_rows for t in held):
+        keys = _sort_keys(table, held[0].column_names)
+        filled = [i for i, t in enumerate(held) if t.num_rows]
+        offsets, total = {}, 0
+        for i in filled:
+            offsets[i], total = total, total + held[i].num_rows
+        rows = pa.concat_tables([held[i] for i in filled])
+        order = pc.sort_indices(rows, sort_keys=keys)
+        waiting = [i for i in filled if more[i]]   # sources with rows still unread
+        if not waiting:
+            yield rows.take(order)
+            return
+        lasts = pa.concat_tables([held[i].slice(held[i].num_rows - 1) for i in waiting])
+        bound = waiting[pc.sort_indices(lasts, sort_keys=keys)[0].as_py()]
+        cut = pc.index(order, offsets[bound] + held[bound].num_rows - 1).as_py() + 1
+        yield rows.take(order.slice(0, cut))
+        # The rest, back in concatenation order: each source's rows stay together and in order.
+        rest = order.slice(cut)
+        rest = rest.take(pc.sort_indices(rest))
+        start = 0
+        for i in filled:
+            end = offsets[i] + held[i].num_rows
+            count = pc.sum(pc.and_(pc.greater_equal(rest, offsets[i]), pc.less(rest, end))).as_py() or 0
+            held[i] = rows.take(rest.slice(start, count))
+            start += count
+            refill(i)
+
+
+def write_temp_part_streaming(table_dir: str, tmp_name: str, chunks: Iterable[pa.Table], table: TableDef) -> PartFiles:
+    """`write_temp_part` for rows that arrive in sorted chunks: written a row group at a time (the
+    row groups `write_temp_part` would make of their concatenation, so the bytes are the same)."""
+    if not tmp_name.startswith(TEMPORARY_PREFIXES):
+        raise ValueError(f"{tmp_name!r} is not a temporary name")
+    check_part_dir_name(tmp_name)
+    os.makedirs(table_dir, exist_ok=True)
+    tmp = os.path.join(table_dir, tmp_name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    rows = 0
+
+    def write(f: Any) -> None:
+        nonlocal rows
+        writer: pq.ParquetWriter | None = None
+        pending: list[pa.Table] = []
+        pending_rows = 0
+
+        def flush(group: pa.Table) -> None:
+            nonlocal writer
+            if writer is None:
+                writer = pq.ParquetWriter(f, group.schema, compression=COMPRESSION, write_statistics=True)
+            writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_ROWS)
+
+        for chunk in chunks:
+            pending.append(chunk)
+            pending_rows += chunk.num_rows
+            rows += chunk.num_rows
+            while pending_rows >= ROW_GROUP_ROWS:
+                joined = pa.concat_tables(pending)
+                flush(joined.slice(0, ROW_GROUP_ROWS))
+                pending, pending_rows = [joined.slice(ROW_GROUP_ROWS)], pending_rows - ROW_GROUP_ROWS
+        if pending_rows or writer is None:
+            flush(pa.concat_tables(pending) if pending else arrow_schema(table).empty_table())
+        assert writer is not None
+        writer.close()
+
+    _write_file(os.path.join(tmp, DATA_FILE), write)
+    _write_file(os.path.join(tmp, COLUMNS_FILE), lambda f: f.write(columns_text(table).encode()))
+    checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
+    write_checksums(tmp, checksums)
+    fsync_path(tmp)
+    return PartFiles(tmp_name, rows, sum(size for size, _ in checksums.values()), checksums)
 
 
 def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: TableDef) -> PartFiles:
-    """Writes the merge of `sources` as the temporary part `tmp_name`, for the caller to check, then publish."""
-    return write_temp_part(table_dir, tmp_name, merged_rows(table_dir, sources, table), table)
+    """Writes the merge of `sources` as the temporary part `tmp_name`, for the caller to check, then
+    publish; streamed (`iter_merged`): what it holds is a batch per source and a row group."""
+    return write_temp_part_streaming(table_dir, tmp_name, iter_merged(table_dir, sources, table), table)
 
 
 def set_aside(table_dir: str, name: str) -> str | None:

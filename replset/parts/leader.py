@@ -401,9 +401,10 @@ class Leader:
 
     # -- old log entries -----------------------------------------------------------------------------
 
-    def _old_log_entries(self) -> tuple[TableRuntime, list[tuple[str, str | None]]] | None:
-        """A table's log documents that can go (`log_entry_obsolete`), as (log id, block id), oldest
-        first; looked for every `cleanupDelayPeriodSecs` per table. The walk stops at the first document
+    def _old_log_entries(self) -> tuple[TableRuntime, list[tuple[str, str | None, bool]]] | None:
+        """A table's log documents that can go (`log_entry_obsolete`), as (log id, block id, whether its
+        quorum record goes too: not the newest reached quorum of its partition, which sequentially
+        consistent reads check), oldest first; looked for every `cleanupDelayPeriodSecs` per table. The walk stops at the first document
         younger than `oldPartsLifetimeSecs`: it costs the old entries, which the clean-up keeps few."""
         now, wall_ms = time.monotonic(), int(time.time() * 1000)
         members = self.node.live_members() | {self.node.options.me}
@@ -415,7 +416,8 @@ class Leader:
             rt.next_log_cleanup = now + settings.cleanup_delay_period_secs
             lifetime_ms = settings.old_parts_lifetime_secs * 1000
             blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
-            doomed: list[tuple[str, str | None]] = []
+            doomed: list[tuple[str, str | None, bool]] = []
+            newest_quorums = set(rt.quorum_reached.values())
             for log_id, name in rt.log_parts.items():
                 logged = rt.logged.get(name)
                 if logged is None or logged.log_id != log_id:
@@ -432,7 +434,7 @@ class Leader:
                                       covering_holders=holders, members=members,
                                       quorum_pending=name in rt.quorum_blocks,
                                       names_a_dedup_key=key is not None and key.get("log") == log_id):
-                    doomed.append((log_id, logged.block_id))
+                    doomed.append((log_id, logged.block_id, name not in newest_quorums))
                     if len(doomed) >= LOG_CLEANUP_BATCH:
                         rt.next_log_cleanup = now   # more may follow this batch
                         break
@@ -440,7 +442,7 @@ class Leader:
                 return rt, doomed
         return None
 
-    async def _clear_old_log(self, rt: TableRuntime, doomed: list[tuple[str, str | None]]) -> None:
+    async def _clear_old_log(self, rt: TableRuntime, doomed: list[tuple[str, str | None, bool]]) -> None:
         db, name = rt.table.db, rt.table.name
         log_ns, blocks_ns, quorum_ns = (state_ns(db, name, what) for what in ("log", "blocks", "quorum"))
 
@@ -449,7 +451,7 @@ class Leader:
                 return 0
             has_blocks, has_quorum = env.txn.collection(blocks_ns) is not None, env.txn.collection(quorum_ns) is not None
             removed = 0
-            for log_id, block_id in doomed:
+            for log_id, block_id, with_quorum in doomed:
                 if env.txn.get(log_ns, log_id) is None:
                     continue
                 if block_id is not None and has_blocks:
@@ -458,7 +460,8 @@ class Leader:
                         continue
                 env.emit(delete_entry(log_ns, log_id))
                 removed += 1
-                record = env.txn.get(quorum_ns, block_id) if block_id is not None and has_quorum else None
+                record = (env.txn.get(quorum_ns, block_id) if block_id is not None and has_quorum and with_quorum
+                          else None)
                 if record is not None and record.get("log") == log_id and record.get("status") != PENDING:
                     env.emit(delete_entry(quorum_ns, block_id))
             return removed

@@ -49,6 +49,7 @@ import aiohttp
 import bson
 
 from base.errors import MongoError
+from base.member import MemberState
 from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
@@ -286,7 +287,8 @@ class PartsManager:
         happened, a part of a history a rollback undid) is never read, and renamed `unexpected_<name>`:
         never deleted (ClickHouse's `unexpected_` parts). But a part an insert here published lately may
         be one whose log entry has not reached this member yet: it stays on disk, unread, until its
-        GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed (`_remove_outdated`)."""
+        GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed (`_remove_outdated`). So
+        does every such part while an initial sync clones the log (its end rebuilds again)."""
         produced = ActivePartSet()
         for name in rt.logged:
             try:
@@ -295,6 +297,7 @@ class PartsManager:
                 continue
         here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
         now = time.monotonic()
+        cloning = self.node.state is MemberState.STARTUP2
         for part in here:
             if produced.containing(part) is not None:
                 continue
@@ -304,9 +307,9 @@ class PartsManager:
                 rt.mark_outdated(part.name, now)   # dropped: goes after oldPartsLifetimeSecs, like merged-away parts
                 continue
             rt.outdated.pop(part.name, None)
-            until = self._inserted.get((rt.table.ns, part.name), 0.0)
+            until = now + IN_DOUBT_KEEP_S if cloning else self._inserted.get((rt.table.ns, part.name), 0.0)
             if until > now:
-                log.info("part %s of %s, inserted here, is not in the log yet: not read until it is",
+                log.info("part %s of %s is not in the log (yet): not read until it is",
                          part.name, rt.table.ns)
                 rt.parked[part.name] = until
                 continue
@@ -344,7 +347,9 @@ class PartsManager:
         document naming this member as the source. Such a part is published if its files are the ones
         the log recorded. The others wait `IN_DOUBT_KEEP_S` for the log to arrive (this member may be
         behind), as the parts of a commit whose reply was lost do."""
-        names = await asyncio.to_thread(os.listdir, directory) if os.path.isdir(directory) else []
+        if not await asyncio.to_thread(os.path.isdir, directory):
+            return   # no part of the table reached this member yet
+        names = await asyncio.to_thread(os.listdir, directory)
         me, reader = self.node.options.me, self.node.store.reader
         block_ids = {name[len(part_files.TMP_INSERT):].rsplit("_", 2)[0] for name in names
                      if name.startswith(part_files.TMP_INSERT)}

@@ -181,6 +181,8 @@ class WireServer:
                 if reply is None:
                     continue
                 writer.write(reply)
+                # An idle connection must not hold its last request and reply (an insert's rows, a batch).
+                request = reply = None
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER and not await self._drain(conn, writer):
                     return
 

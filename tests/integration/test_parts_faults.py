@@ -293,3 +293,15 @@ def test_a_rolled_back_insert_is_never_read_and_its_block_number_is_taken_again(
     assert new is not old
     directory = os.path.join(old.dbpath, "parts", "rb.events")
     assert any(d.startswith(f"unexpected_{stale}") for d in os.listdir(directory))
+
+
+def test_a_member_restarted_before_any_part_of_a_table_reached_it_catches_up(rs3: ReplicaSet) -> None:
+    rs3.client().nd.command({"createPartsTable": "events", **TABLE})
+    member = next(m for m in rs3.members if m is not rs3.wait_primary())
+    definitions = rs3.direct(member).nd.get_collection("system.parts")
+    wait_for(lambda: definitions.find_one({"_id": "events"}) is not None, 20, "the definition on the member")
+    assert not os.path.exists(os.path.join(member.dbpath, "parts", "nd.events"))   # no part reached it yet
+    member.stop()
+    rs3.client().nd.command({"insertBlock": "events", "rows": _rows(5), "writeConcern": {"w": 2}})
+    member.start()
+    wait_for(lambda: len(select(rs3, member, "nd")) == 5, 30, "the restarted member to fetch the part")

@@ -2,13 +2,16 @@
 and fetch-source choice for every member, in one process, driven by one seed.
 
 What runs is the product's pure part-log core - `oplog.parts.queue.ReplicationQueue` (which task runs
-next and why the others wait), `oplog.parts.replica_rules` (log documents as tasks, the fetch source),
+next and why the others wait), `oplog.parts.replica_rules` (log documents as tasks, the fetch source,
+which old log entries the primary removes),
 `oplog.parts.merges.plan_merges` (the primary's merge selection) and `ActivePartSet` - around a
 simulated clock, network and disks: the part log is a list of documents the primary appends to and
 each member pulls with its own lag; fetches take the time the part's bytes need over the source's
 upload bandwidth, shared by its concurrent uploads; members crash (their queue is rebuilt from the
 log prefix they hold and the parts on their disk, as at a restart) and are cut off (fetches from and
-to them fail, the log stops reaching them).
+to them fail, the log stops reaching them). The primary removes old log entries as the product's
+does (`log_entry_obsolete`): the removal is itself a log entry, so a member pulls an entry and later its
+removal (its queued task runs on), and a restarted member rebuilds from what its prefix leaves.
 
 A seed's **safety phase** inserts blocks on random members under faults; then everything heals and
 the **liveness phase** requires, within a bound, every member's active parts to be exactly the part
@@ -38,13 +41,15 @@ from oplog.parts.active_set import ActivePartSet
 from oplog.parts.merges import plan_merges
 from oplog.parts.part_info import PartInfo, inserted_part, merged_part
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
-from oplog.parts.replica_rules import Copy, choose_source, task_of
+from oplog.parts.replica_rules import Copy, choose_source, log_entry_obsolete, task_of
 
 STEP_MS = 20
 BLOCK_BYTES = 1_000_000
 UPLOAD_BYTES_PER_MS = 20_000          # 20 MB/s per member, shared by its concurrent uploads
 MERGE_BYTES_PER_MS = 50_000
 MERGE_EVERY_MS = 1_000
+CLEANUP_EVERY_MS = 1_000
+DEDUP_WINDOW = 5                       # the newest blocks whose log entries their dedup keys keep
 OLD_PARTS_LIFETIME_MS = 2_000          # short (the product's is 480 s): lagging members need covering parts
 LIVENESS_BOUND_MS = 300_000
 SUMS = {"data.parquet": (1, "x")}      # every copy of a part has the same bytes here
@@ -84,12 +89,14 @@ class PartSim:
         self.members = [Member(f"m{i}", lag_ms=self.rng.choice((0, 20, 100, 500)) if i else 0)
                         for i in range(members)]
         self.log: list[tuple[int, dict[str, Any]]] = []     # (time appended, document)
+        self.removed: set[str] = set()                       # log documents the primary removed
         self.registry: dict[str, dict[str, Copy]] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
         self.cut: set[str] = set()
         self.blocks = 0
         self.now = 0
         self.events: list[str] = []
+        self.restarts: list[tuple[int, Member]] = []      # crashed members coming back before the heal
 
     # -- the world ------------------------------------------------------------------------------
 
@@ -134,11 +141,31 @@ class PartSim:
         plans = plan_merges(primary.queue.current, primary.queue.virtual, self.sizes, self.now)
         for sources in plans:
             new = merged_part(sources)
-            if any(d.get("part") == new.name for _, d in self.log):
+            if any(d.get("part") == new.name for _, d in self.log if d["type"] != "REMOVED"):
                 continue
             self.sizes[new.name] = (sum(self.sizes.get(p.name, (0, 0))[0] for p in sources), self.now)
             self.log.append((self.now, {"_id": f"merge_{new.name}", "type": "MERGE_PARTS", "part": new.name,
                                         "sources": [p.name for p in sources]}))
+
+    def clear_old_log(self) -> None:
+        """The primary's clean-up: the product's rule, with the live members it can reach."""
+        primary = self.primary
+        if not primary.up:
+            return
+        live = {m.name for m in self.members if self.reachable(primary.name, m.name)}
+        keyed = {f"b{n}.{n}" for n in range(self.blocks - DEDUP_WINDOW + 1, self.blocks + 1)}
+        for at, doc in list(self.log):
+            if doc["type"] == "REMOVED" or doc["_id"] in self.removed:
+                continue
+            part = PartInfo.parse(doc["part"])
+            covering = primary.queue.current.containing(part)
+            holders = set(self.registry.get(covering.name, {})) if covering is not None and covering != part \
+                else None
+            if log_entry_obsolete(created_ms=at, now_ms=self.now, lifetime_ms=OLD_PARTS_LIFETIME_MS,
+                                  covering_holders=holders, members=live, quorum_pending=False,
+                                  names_a_dedup_key=doc["_id"] in keyed):
+                self.removed.add(doc["_id"])
+                self.log.append((self.now, {"_id": doc["_id"], "type": "REMOVED"}))
 
     # -- every member ---------------------------------------------------------------------------
 
@@ -233,7 +260,11 @@ class PartSim:
     def restart(self, member: Member) -> None:
         parts = list(member.queue.current)
         member.queue, member.docs, member.failed, member.up = ReplicationQueue(parts), {}, {}, True
-        for _, doc in self.log[:member.applied]:
+        prefix = [doc for _, doc in self.log[:member.applied]]
+        gone = {doc["_id"] for doc in prefix if doc["type"] == "REMOVED"}
+        for doc in prefix:
+            if doc["_id"] in gone:
+                continue
             entry = task_of(doc)
             if entry is not None and member.queue.add(entry):
                 member.docs[entry.node_name] = doc
@@ -244,6 +275,8 @@ class PartSim:
         if kind == "crash" and victim.up and victim is not self.primary:
             self.crash(victim)
             self.events.append(f"{self.now} crash {victim.name}")
+            if self.rng.random() < 0.5:   # back before the heal: a rebuild from the log it holds, mid-run
+                self.restarts.append((self.now + self.rng.randrange(200, 5_000), victim))
         elif kind == "cut" and victim.name not in self.cut:
             self.cut.add(victim.name)
             self.events.append(f"{self.now} cut {victim.name}")
@@ -267,12 +300,15 @@ class PartSim:
         if self.now % MERGE_EVERY_MS == 0:
             self.select_merges()
             self.pull(self.primary)
+        if self.now % CLEANUP_EVERY_MS == 0:
+            self.clear_old_log()
         self.now += STEP_MS
 
     def expected(self) -> list[PartInfo]:
         parts = ActivePartSet()
         for _, doc in self.log:
-            parts.add(PartInfo.parse(doc["part"]))
+            if doc["type"] != "REMOVED":
+                parts.add(PartInfo.parse(doc["part"]))
         return list(parts)
 
     def converged(self) -> bool:
@@ -282,7 +318,7 @@ class PartSim:
 
     def run(self, *, inserts: int = 60, safety_ms: int = 20_000) -> Result:
         gaps = sorted(self.rng.randrange(safety_ms) for _ in range(inserts))
-        faults = sorted(self.rng.randrange(safety_ms) for _ in range(self.rng.randrange(0, 6)))
+        faults = sorted(self.rng.randrange(safety_ms) for _ in range(self.rng.randrange(0, 9)))
         while self.now < safety_ms:
             while gaps and gaps[0] <= self.now:
                 gaps.pop(0)
@@ -290,6 +326,11 @@ class PartSim:
             while faults and faults[0] <= self.now:
                 faults.pop(0)
                 self.fault()
+            for at, member in [r for r in self.restarts if r[0] <= self.now]:
+                self.restarts.remove((at, member))
+                if not member.up:
+                    self.restart(member)
+                    self.events.append(f"{self.now} restart {member.name}")
             self.step()
         self.heal()
         healed = self.now

@@ -1,6 +1,7 @@
-"""The part-log simulator (tests/sim/parts.py) on seeds 0..99, and two known bugs put back into the
+"""The part-log simulator (tests/sim/parts.py) on seeds 0..99, and known bugs put back into the
 product's part-log core, each failing seeds: a queue that never looks again at a merge waiting for a
-source, and a fetch that never takes a covering part."""
+source, and a fetch that never takes a covering part. The primary's log clean-up runs on every seed
+(members restart mid-run and rebuild from what it left)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,11 @@ def test_a_fetch_that_never_takes_a_covering_part_fails_seeds(monkeypatch: pytes
 
     monkeypatch.setattr(parts, "choose_source", no_covering)
     assert any(not parts.run_seed(seed).ok for seed in range(20))
+
+
+def test_the_log_clean_up_removes_entries_on_the_seeds() -> None:
+    sims = [parts.PartSim(seed, members=3 + seed % 3) for seed in range(10)]
+    for sim in sims:
+        assert sim.run().ok
+    assert all(sim.removed for sim in sims)
+

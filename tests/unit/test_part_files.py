@@ -49,7 +49,9 @@ def test_the_same_rows_make_the_same_bytes_and_merges_are_byte_identical(tmp_pat
     for d in (a, b):
         pf.write_part(str(d), "all_1_1_0", pf.conform(TABLE, rows((5, "z", 1), (5, "a", 2))), TABLE)
         pf.write_part(str(d), "all_2_2_0", pf.conform(TABLE, rows((5, "m", 3))), TABLE)
-    merged = [pf.merge_parts(str(d), ["all_1_1_0", "all_2_2_0"], "all_1_2_1", TABLE) for d in (a, b)]
+    merged = [pf.merge_to_temp(str(d), ["all_1_1_0", "all_2_2_0"], "tmp_merge_all_1_2_1", TABLE) for d in (a, b)]
+    for d in (a, b):
+        pf.publish(str(d), "tmp_merge_all_1_2_1", "all_1_2_1")
     assert merged[0].checksums == merged[1].checksums and merged[0].rows == 3
     assert pf.read_part(str(a / "all_1_2_1"), TABLE).column("user").to_pylist() == ["a", "m", "z"]
     assert pf.rows_bytes(pf.conform(TABLE, rows((5, "q", 1)))) == pf.rows_bytes(pf.conform(TABLE, rows((5, "q", 1))))
@@ -125,3 +127,44 @@ def test_rows_split_into_the_partitions_partition_id_names(keys: list[int | None
     data = pa.table({"ts": pa.array(days, pa.timestamp("ms")), "i": pa.array(range(len(days)), pa.int64())})
     for pid, rows in pf.split_by_partition(by_month, data).items():
         assert {partition_id(by_month.partition, days[i]) for i in rows.column("i").to_pylist()} == {pid}
+
+
+def merged_rows(directory: str, names: list[str]) -> pa.Table:
+    """A merge in memory, the reference: the sources' rows concatenated, then sorted."""
+    return pf.sort_rows(TABLE, pa.concat_tables([pf.read_part(os.path.join(directory, n), TABLE) for n in names]))
+
+
+_row = st.tuples(st.integers(1, 3), st.sampled_from(["al", "bo", "cy", ""]), st.one_of(st.none(), st.integers(-3, 3)))
+
+
+@given(parts=st.lists(st.lists(_row, max_size=12), min_size=1, max_size=5), batch_rows=st.integers(1, 5))
+def test_a_streamed_merge_gives_the_rows_and_bytes_of_a_merge_in_memory(
+        tmp_path_factory: pytest.TempPathFactory, parts: list[list[tuple[int, str, int | None]]],
+        batch_rows: int) -> None:
+    directory = str(tmp_path_factory.mktemp("merge"))
+    names = []
+    for i, items in enumerate(parts, start=1):
+        data = pf.sort_rows(TABLE, pf.conform(TABLE, pa.Table.from_pylist(
+            [{"ts": datetime.datetime(2024, month, 1), "user": user, "n": n} for month, user, n in items],
+            schema=pf.arrow_schema(TABLE))))
+        names.append(pf.write_part(directory, f"all_{i}_{i}_0", data, TABLE).name)
+    whole = merged_rows(directory, names)
+    chunks = list(pf.iter_merged(directory, names, TABLE, batch_rows=batch_rows))
+    streamed = pa.concat_tables(chunks) if chunks else pf.arrow_schema(TABLE).empty_table()
+    assert streamed.to_pylist() == whole.to_pylist()
+    in_memory = pf.write_temp_part(directory, "tmp_merge_a", whole, TABLE)
+    by_stream = pf.write_temp_part_streaming(directory, "tmp_merge_b", iter(chunks), TABLE)
+    assert by_stream.checksums == in_memory.checksums and by_stream.rows == in_memory.rows
+
+
+def test_a_streamed_merge_cuts_row_groups_where_a_merge_in_memory_does(tmp_path: pathlib.Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pf, "ROW_GROUP_ROWS", 4)
+    directory = str(tmp_path)
+    for i in range(1, 4):
+        pf.write_part(directory, f"all_{i}_{i}_0", pf.conform(TABLE, rows(*[(5, f"u{(j * i) % 7}", j)
+                                                                             for j in range(5)])), TABLE)
+    names = ["all_1_1_0", "all_2_2_0", "all_3_3_0"]
+    in_memory = pf.write_temp_part(directory, "tmp_merge_a", merged_rows(directory, names), TABLE)
+    by_stream = pf.merge_to_temp(directory, names, "tmp_merge_b", TABLE)
+    assert by_stream.checksums == in_memory.checksums and by_stream.rows == 15
