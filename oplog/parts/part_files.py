@@ -197,20 +197,7 @@ def write_checksums(part_dir: str, checksums: Mapping[str, tuple[int, str]]) -> 
 def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableDef) -> PartFiles:
     """Writes `data` (conformed and sorted) as a whole part in the directory `tmp_name` (a temporary
     name: `publish` gives it its part name), every file and the directory fsynced."""
-    if not tmp_name.startswith(TEMPORARY_PREFIXES):
-        raise ValueError(f"{tmp_name!r} is not a temporary name")
-    check_part_dir_name(tmp_name)
-    os.makedirs(table_dir, exist_ok=True)
-    tmp = os.path.join(table_dir, tmp_name)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    _write_file(os.path.join(tmp, DATA_FILE), lambda f: pq.write_table(
-        data, f, compression=COMPRESSION, row_group_size=ROW_GROUP_ROWS, write_statistics=True))
-    _write_file(os.path.join(tmp, COLUMNS_FILE), lambda f: f.write(columns_text(table).encode()))
-    checksums = {file: _sha256(os.path.join(tmp, file)) for file in (DATA_FILE, COLUMNS_FILE)}
-    write_checksums(tmp, checksums)
-    fsync_path(tmp)
-    return PartFiles(tmp_name, data.num_rows, sum(size for size, _ in checksums.values()), checksums)
+    return write_temp_part_streaming(table_dir, tmp_name, [data], table)
 
 
 UNEXPECTED_PREFIX = "unexpected_"
@@ -357,8 +344,9 @@ def iter_merged(table_dir: str, sources: Iterable[str], table: TableDef,
 
 
 def write_temp_part_streaming(table_dir: str, tmp_name: str, chunks: Iterable[pa.Table], table: TableDef) -> PartFiles:
-    """`write_temp_part` for rows that arrive in sorted chunks: written a row group at a time (the
-    row groups `write_temp_part` would make of their concatenation, so the bytes are the same)."""
+    """Writes rows that arrive in sorted chunks as a whole part in the directory `tmp_name` (a temporary
+    name: `publish` gives it its part name), a row group of `ROW_GROUP_ROWS` at a time (so the bytes
+    do not depend on how the rows were chunked), every file and the directory fsynced."""
     if not tmp_name.startswith(TEMPORARY_PREFIXES):
         raise ValueError(f"{tmp_name!r} is not a temporary name")
     check_part_dir_name(tmp_name)
