@@ -11,7 +11,7 @@ DIR ?= ./data
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,392 @@
+"""The "replset" data source for PySpark: parts tables loaded exactly once, and read a part per task.
+
+    import replset.spark
+    replset.spark.register(spark)
+    (df.write.format("replset").option("uri", URI).option("table", "analytics.events")
+       .option("insertQuorum", 2).mode("append").save())
+    events = spark.read.format("replset").option("uri", URI).option("table", "analytics.events").load()
+
+Theory of operation
+-------------------
+Spark 4's Python Data Source API (`pyspark.sql.datasource`). Everything here
+runs in Spark's Python workers; the member is reached as any client reaches it
+(pymongo, and the HTTP port for part files).
+
+**Writes** (`DataSourceArrowWriter`). The writer is made once per `save()` and
+pickled to every task attempt, so the write id it draws (or the `writeId`
+option) is the same for a task and all its retries. A task cuts its rows into
+blocks of `blockRows` (100,000) and sends each with `insertBlock` and the dedup
+token `<write id>:<Spark partition>:<block index>` - never the attempt number,
+which a stage retry reuses. A retried or duplicated task, or the same job run
+again with the same `writeId`, sends the same blocks: the part log deduplicates
+them (`deduplicated` in the reply), so every row lands once. Each block is
+committed at `w: "majority"` (and `insertQuorum`, if given) before the next is
+sent.
+
+* `commit` logs the inserted and deduplicated block counts of every task.
+* `abort` removes nothing: each block sent was a committed insert. Running the
+  job again with the same `writeId` finishes it without duplicates.
+* `mode("overwrite")` drops every partition of the table (`dropPartition`), once,
+  when the writer is made; then the job appends. Only `append` and `overwrite`
+  are Spark's modes for Python sources.
+
+**Reads** (`DataSourceReader`). One Spark partition per active part of the
+member asked (the primary unless `readPreference` says otherwise), small parts
+grouped up to `partitionBytes` (128 MB). A task fetches its parts' files over
+the HTTP port from a member the registry lists as holding them, checks every
+byte against the registry's checksums, and reads them in the table's current
+schema as Arrow batches. Filters on the partition key prune parts
+(`pushFilters`: equality and `IN`, and ranges on a `toYYYYMM` key when Spark
+passes them - it passes no filter on a `timestamp_ntz` column today; Spark
+checks every filter again on the rows, so pruning never needs to be exact);
+`columns` (a comma-separated list) prunes columns. Parts replaced by a merge
+stay readable for the table's `oldPartsLifetimeSecs`: a scan longer than that
+may find a part gone and fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pyarrow as pa
+from pymongo import MongoClient, ReadPreference
+from pymongo.read_preferences import read_pref_mode_from_name
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from oplog.parts import part_files
+from oplog.parts.table import TableDef, partition_id
+from sync.part_fetch import fetch_part
+
+log = logging.getLogger(__name__)
+
+BLOCK_ROWS = 100_000
+PARTITION_BYTES = 128 << 20
+READ_BATCH_ROWS = 65_536
+
+# A column's Arrow type -> (Spark type, the Arrow type Spark reads it as).
+_SPARK_TYPES: dict[str, tuple[DataType, pa.DataType]] = {
+    "bool": (BooleanType(), pa.bool_()), "int8": (ByteType(), pa.int8()), "int16": (ShortType(), pa.int16()),
+    "int32": (IntegerType(), pa.int32()), "int64": (LongType(), pa.int64()), "uint8": (ShortType(), pa.int16()),
+    "uint16": (IntegerType(), pa.int32()), "uint32": (LongType(), pa.int64()),
+    "uint64": (DecimalType(20, 0), pa.decimal128(20, 0)), "float32": (FloatType(), pa.float32()),
+    "float64": (DoubleType(), pa.float64()), "string": (StringType(), pa.string()),
+    "large_string": (StringType(), pa.string()), "binary": (BinaryType(), pa.binary()),
+    "date32": (DateType(), pa.date32()),
+    **{f"timestamp[{unit}]": (TimestampNTZType(), pa.timestamp("us")) for unit in ("s", "ms", "us", "ns")},
+    **{f"timestamp[{unit}, tz=UTC]": (TimestampType(), pa.timestamp("us", tz="UTC")) for unit in ("ms", "us")},
+}
+
+
+def register(spark: Any) -> None:
+    """Registers the "replset" data source with `spark`, and turns on filter pushdown for Python data
+    sources (`spark.sql.python.filterPushdown.enabled`), which the part pruning needs."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(ReplsetDataSource)
+
+
+def _client(options: dict[str, str]) -> MongoClient[dict[str, Any]]:
+    uri = options.get("uri")
+    if not uri:
+        raise ValueError("the replset data source needs the 'uri' option")
+    return MongoClient(uri, serverSelectionTimeoutMS=30_000)
+
+
+def _table_name(options: dict[str, str]) -> tuple[str, str]:
+    full = options.get("table", "")
+    db, _, name = full.partition(".")
+    if not db or not name:
+        raise ValueError("the 'table' option names a parts table as '<db>.<table>'")
+    return db, name
+
+
+def load_definition(client: MongoClient[dict[str, Any]], db: str, name: str) -> dict[str, Any]:
+    doc = client[db].get_collection("system.parts", read_preference=ReadPreference.PRIMARY_PREFERRED).find_one(
+        {"_id": name})
+    if doc is None:
+        raise ValueError(f"parts table {db}.{name} not found")
+    return dict(doc)
+
+
+def spark_schema(table: TableDef, columns: Sequence[str] | None = None) -> StructType:
+    chosen = [c for c in table.columns if columns is None or c.name in columns]
+    return StructType([StructField(c.name, _SPARK_TYPES[c.type][0], nullable=True) for c in chosen])
+
+
+def _columns_option(options: dict[str, str]) -> list[str] | None:
+    raw = options.get("columns")
+    return [c.strip() for c in raw.split(",") if c.strip()] if raw else None
+
+
+class ReplsetDataSource(DataSource):
+    """`format("replset")`: a parts table (`table`: "<db>.<table>")."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "replset"
+
+    def _definition(self) -> tuple[TableDef, dict[str, Any]]:
+        db, name = _table_name(self.options)
+        with _client(self.options) as client:
+            doc = load_definition(client, db, name)
+        return TableDef.from_document(db, doc), doc
+
+    def schema(self) -> StructType:
+        table, _ = self._definition()
+        return spark_schema(table, _columns_option(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _, doc = self._definition()
+        return PartsReader(dict(self.options), doc, [f.name for f in schema.fields])
+
+    def writer(self, schema: StructType, overwrite: bool) -> PartsWriter:
+        return PartsWriter(dict(self.options), overwrite)
+
+
+# -- writes ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class BlocksSent(WriterCommitMessage):
+    partition: int
+    inserted: int
+    deduplicated: int
+
+
+class PartsWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
+        self.options = options
+        self.write_id = options.get("writeid") or uuid.uuid4().hex
+        self.block_rows = int(options.get("blockrows", BLOCK_ROWS))
+        if self.block_rows <= 0:
+            raise ValueError("'blockRows' must be a positive number of rows")
+        raw_quorum = options.get("insertquorum")
+        self.quorum: int | str | None = None
+        if raw_quorum is not None:
+            self.quorum = raw_quorum if raw_quorum == "majority" else int(raw_quorum)
+        self.db, self.table = _table_name(options)
+        if overwrite:
+            self._truncate()
+
+    def _truncate(self) -> None:
+        """`mode("overwrite")`: every partition of the table dropped, once, before any task writes."""
+        with _client(self.options) as client:
+            db = client[self.db]
+            parts = db.command({"partsStatus": self.table})["parts"]
+            for pid in sorted({p["partition_id"] for p in parts if p.get("active")}):
+                db.command({"dropPartition": self.table, "partition": pid, "sync": 2})
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BlocksSent:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        inserted = deduplicated = 0
+        with _client(self.options) as client:
+            db = client[self.db]
+            for index, block in enumerate(_blocks(iterator, self.block_rows)):
+                reply = db.command(self._insert(block, f"{self.write_id}:{partition}:{index}"))
+                inserted += int(reply.get("inserted", 0))
+                deduplicated += int(reply.get("deduplicated", 0))
+                if "writeConcernError" in reply:
+                    raise RuntimeError(f"block {index} of Spark partition {partition}: {reply['writeConcernError']}")
+        return BlocksSent(partition, inserted, deduplicated)
+
+    def _insert(self, block: pa.Table, token: str) -> dict[str, Any]:
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, block.schema) as stream:
+            stream.write_table(block)
+        command: dict[str, Any] = {"insertBlock": self.table, "arrow": sink.getvalue(), "dedupToken": token,
+                                   "writeConcern": {"w": "majority"}}
+        if self.quorum is not None:
+            command["insertQuorum"] = self.quorum
+        return command
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = [m for m in messages if isinstance(m, BlocksSent)]
+        log.info("replset write %s into %s.%s: %d blocks inserted, %d deduplicated, from %d Spark partitions",
+                 self.write_id, self.db, self.table, sum(m.inserted for m in sent),
+                 sum(m.deduplicated for m in sent), len(sent))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning("replset write %s into %s.%s failed: the blocks sent are committed; run the job again with "
+                    "option writeId=%s to finish it without duplicates", self.write_id, self.db, self.table,
+                    self.write_id)
+
+
+def _blocks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """The task's rows cut into tables of `rows` rows (the last one shorter), in the order they came."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        while batch.num_rows:
+            take = min(rows - count, batch.num_rows)
+            pending.append(batch.slice(0, take))
+            batch, count = batch.slice(take), count + take
+            if count == rows:
+                yield pa.Table.from_batches(pending)
+                pending, count = [], 0
+    if count:
+        yield pa.Table.from_batches(pending)
+
+
+# -- reads -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PartsSlice(InputPartition):
+    """The parts one Spark task reads: (part name, HTTP address of a holder, its checksums) each."""
+
+    parts: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+
+
+class PartsReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], definition: dict[str, Any], columns: list[str]) -> None:
+        self.options = options
+        self.definition = definition
+        self.columns = columns
+        self.db, self.table = _table_name(options)
+        self.keep: list[Filter] = []   # pushed filters that prune partitions
+
+    def _table(self) -> TableDef:
+        return TableDef.from_document(self.db, self.definition)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:   # Spark's name
+        key = self._table().partition
+        for f in filters:
+            if key.column is not None and getattr(f, "attribute", None) == (key.column,) and isinstance(
+                    f, (EqualTo, In, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                self.keep.append(f)
+            yield f   # Spark checks every filter on the rows: pruning need not be exact
+
+    def partitions(self) -> list[InputPartition]:
+        table = self._table()
+        with _client(self.options) as client:
+            mode = self.options.get("readpreference", "primary")
+            db = client.get_database(self.db, read_preference=read_pref_mode_from_name(mode)
+                                     if mode != "primary" else ReadPreference.PRIMARY)
+            status = db.command({"partsStatus": self.table})["parts"]
+            holders: dict[str, list[dict[str, Any]]] = {}
+            for doc in db.get_collection(f"system.parts.{self.table}.replicas").find():
+                holders.setdefault(doc["part"], []).append(doc)
+        active = sorted((p for p in status if p.get("active") and _may_hold(table, p["partition_id"], self.keep)),
+                        key=lambda p: p["name"])
+        slices: list[InputPartition] = []
+        current: list[tuple[str, str, list[dict[str, Any]]]] = []
+        size = 0
+        limit = int(self.options.get("partitionbytes", PARTITION_BYTES))
+        for part in active:
+            copies = holders.get(part["name"], [])
+            if not copies:
+                raise RuntimeError(f"no member is registered as holding part {part['name']} of {self.db}.{self.table}")
+            copy = copies[0]
+            part_bytes = int(part.get("bytes_on_disk") or 0)
+            if current and size + part_bytes > limit:
+                slices.append(PartsSlice(current))
+                current, size = [], 0
+            current.append((part["name"], str(copy["http"]), list(copy["checksums"])))
+            size += part_bytes
+        if current:
+            slices.append(PartsSlice(current))
+        return slices
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PartsSlice)
+        table = self._table()
+        wanted = {c.name: _SPARK_TYPES[c.type][1] for c in table.columns if c.name in self.columns}
+        ns = f"{self.db}.{self.table}"
+        for name, http, checksums in partition.parts:
+            with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
+                sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in checksums}
+                asyncio.run(_fetch(http, ns, name, sums, directory))   # every byte checked, as a member's
+                schema = pa.schema([pa.field(n, t) for n, t in wanted.items()])
+                for data in part_files.iter_part(os.path.join(directory, name), table, READ_BATCH_ROWS):
+                    yield from data.select(list(wanted)).cast(schema).to_batches()
+
+
+async def _fetch(http: str, ns: str, part: str, sums: dict[str, tuple[int, str]], directory: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        await fetch_part(session, http, ns, part, sums, directory)
+
+
+def _may_hold(table: TableDef, pid: str, filters: list[Filter]) -> bool:
+    """Whether partition `pid` may hold rows that pass every pushed filter on the partition key."""
+    key = table.partition
+    for f in filters:
+        if isinstance(f, EqualTo):
+            values = [f.value]
+        elif isinstance(f, In):
+            values = list(f.value)
+        elif key.by_month and pid.isdigit():
+            if not _month_range_may_hold(pid, f):
+                return False
+            continue
+        else:
+            continue
+        if key.by_month:
+            months = {_month(v) for v in values if isinstance(v, (datetime.date, datetime.datetime))}
+            if len(months) == len(values) and not any(abs(_month_index(pid) - m) <= 1 for m in months):
+                return False   # a month either side: time zones never move a row further
+        elif pid not in {partition_id(key, v) for v in values}:
+            return False
+    return True
+
+
+def _month(value: datetime.date) -> int:
+    return value.year * 12 + value.month - 1
+
+
+def _month_index(pid: str) -> int:
+    return int(pid[:4]) * 12 + int(pid[4:6]) - 1
+
+
+def _month_range_may_hold(pid: str, f: Filter) -> bool:
+    value = getattr(f, "value", None)
+    if not isinstance(value, (datetime.date, datetime.datetime)):
+        return True
+    month, bound = _month_index(pid), _month(value)
+    if isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+        return month >= bound - 1
+    if isinstance(f, (LessThan, LessThanOrEqual)):
+        return month <= bound + 1
+    return True

@@ -1,0 +1,127 @@
+"""The "replset" Spark data source (replset/spark.py) on a real set and a real local Spark: a task that
+fails after committing some blocks and is retried leaves every row once; the same job again with the
+same write id adds nothing; reads return exactly the rows written, one Spark partition per part, and
+a filter on the partition key reads fewer parts; overwrite replaces the table's rows."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+import replset.spark  # noqa: E402
+from tests.support.replica_set import ReplicaSet  # noqa: E402
+
+TABLE = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                     {"name": "n", "type": "int64"}],
+         "partitionBy": "toYYYYMM(ts)", "orderBy": ["user", "ts"]}
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2,4]").appName("replset-tests")   # 4 tries per task
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+               .getOrCreate())
+    replset.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _events(spark: SparkSession, n: int, partitions: int, months: int = 3) -> Any:
+    rows = [(datetime.datetime(2024, 1 + i % months, 1 + i % 28, i % 24), f"u{i % 17}", i) for i in range(n)]
+    return spark.createDataFrame(rows, "ts timestamp_ntz, user string, n long").repartition(partitions)
+
+
+def _writer(df: Any, rs: ReplicaSet, table: str, **options: Any) -> Any:
+    writer = df.write.format("replset").option("uri", rs.uri).option("table", table)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer
+
+
+def _read(spark: SparkSession, rs: ReplicaSet, table: str) -> Any:
+    return spark.read.format("replset").option("uri", rs.uri).option("table", table).load()
+
+
+def test_a_task_retried_after_committing_some_blocks_leaves_every_row_once(spark: SparkSession,
+                                                                           rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "retried", **TABLE})
+    df = _events(spark, 10_000, 4)
+
+    def fail_first_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        sent = 0
+        for batch in batches:
+            yield batch
+            sent += batch.num_rows
+            if context.attemptNumber() == 0 and context.partitionId() == 0 and sent >= 1_500:
+                raise RuntimeError("injected: the first attempt dies after some of its blocks were committed")
+
+    flaky = df.mapInArrow(fail_first_attempt, df.schema)
+    _writer(flaky, rs, "sp.retried", blockRows=500, insertQuorum=2).mode("append").save()
+    assert _read(spark, rs, "sp.retried").count() == 10_000
+    assert sorted(r["n"] for r in rs.direct(rs.wait_primary()).sp.cursor_command(
+        "selectParts", "retried", columns=["n"])) == list(range(10_000))
+
+
+def test_the_same_job_again_with_the_same_write_id_adds_nothing(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "twice", **TABLE})
+    df = _events(spark, 3_000, 3)
+    for _ in range(2):
+        _writer(df, rs, "sp.twice", writeId="job-7", blockRows=400).mode("append").save()
+    assert _read(spark, rs, "sp.twice").count() == 3_000
+    # A new write id is a new job: the rows again.
+    _writer(df, rs, "sp.twice", blockRows=400).mode("append").save()
+    assert _read(spark, rs, "sp.twice").count() == 6_000
+
+
+def test_reads_return_the_rows_written(spark: SparkSession,
+                                                                                      rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "reads", **TABLE})
+    df = _events(spark, 6_000, 2, months=6)
+    _writer(df, rs, "sp.reads").mode("append").save()
+    table = _read(spark, rs, "sp.reads")
+    assert sorted(tuple(r) for r in table.collect()) == sorted(tuple(r) for r in df.collect())
+    march = table.filter(table.ts >= datetime.datetime(2024, 3, 1)).filter(table.ts < datetime.datetime(2024, 4, 1))
+    assert march.count() == 1_000
+    columns = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.reads")
+               .option("columns", "user,n").load())
+    assert columns.columns == ["user", "n"] and columns.count() == 6_000
+
+
+def test_a_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "buckets", "columns": [
+        {"name": "bucket", "type": "int64"}, {"name": "n", "type": "int64"}], "partitionBy": "bucket",
+        "orderBy": ["n"]})
+    df = spark.createDataFrame([(i % 5, i) for i in range(1_000)], "bucket long, n long").repartition(1)
+    _writer(df, rs, "sp.buckets").mode("append").save()
+    # One Spark partition per part (small parts grouped): a grouping limit of one byte shows the parts.
+    per_part = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.buckets")
+                .option("partitionBytes", 1).load())
+    assert per_part.rdd.getNumPartitions() == 5
+    pruned = per_part.filter(per_part.bucket.isin(1, 3))
+    assert pruned.rdd.getNumPartitions() == 2
+    assert sorted(r["n"] for r in pruned.collect()) == [i for i in range(1_000) if i % 5 in (1, 3)]
+def test_overwrite_replaces_the_rows(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "over", **TABLE})
+    _writer(_events(spark, 2_000, 2), rs, "sp.over").mode("append").save()
+    _writer(_events(spark, 500, 2), rs, "sp.over").mode("overwrite").save()
+    assert _read(spark, rs, "sp.over").count() == 500
