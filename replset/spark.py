@@ -19,7 +19,10 @@ blocks of `blockRows` (100,000) and sends each with `insertBlock` and the dedup
 token `<write id>:<Spark partition>:<block index>` - never the attempt number,
 which a stage retry reuses. A retried or duplicated task, or the same job run
 again with the same `writeId`, sends the same blocks: the part log deduplicates
-them (`deduplicated` in the reply), so every row lands once. Each block is
+them (`deduplicated` in the reply), so every row lands once - while those
+blocks are in the table's dedup window (`replicatedDeduplicationWindow`, 1,000
+blocks by default: a job of more blocks needs a wider window, or bigger
+blocks, for a late retry to stay exactly-once). Each block is
 committed at `w: "majority"` (and `insertQuorum`, if given) before the next is
 sent.
 
@@ -60,7 +63,6 @@ from typing import Any
 import aiohttp
 import pyarrow as pa
 from pymongo import MongoClient, ReadPreference
-from pymongo.read_preferences import read_pref_mode_from_name
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -125,11 +127,11 @@ def register(spark: Any) -> None:
     spark.dataSource.register(ReplsetDataSource)
 
 
-def _client(options: dict[str, str]) -> MongoClient[dict[str, Any]]:
+def _client(options: dict[str, str], **kwargs: Any) -> MongoClient[dict[str, Any]]:
     uri = options.get("uri")
     if not uri:
         raise ValueError("the replset data source needs the 'uri' option")
-    return MongoClient(uri, serverSelectionTimeoutMS=30_000)
+    return MongoClient(uri, serverSelectionTimeoutMS=30_000, **kwargs)
 
 
 def _table_name(options: dict[str, str]) -> tuple[str, str]:
@@ -301,10 +303,8 @@ class PartsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         table = self._table()
-        with _client(self.options) as client:
-            mode = self.options.get("readpreference", "primary")
-            db = client.get_database(self.db, read_preference=read_pref_mode_from_name(mode)
-                                     if mode != "primary" else ReadPreference.PRIMARY)
+        with _client(self.options, readPreference=self.options.get("readpreference", "primary")) as client:
+            db = client[self.db]
             status = db.command({"partsStatus": self.table})["parts"]
             holders: dict[str, list[dict[str, Any]]] = {}
             for doc in db.get_collection(f"system.parts.{self.table}.replicas").find():

@@ -19,6 +19,7 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
 
 import replset.spark  # noqa: E402
+from tests.support.members import wait_for  # noqa: E402
 from tests.support.replica_set import ReplicaSet  # noqa: E402
 
 TABLE = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
@@ -105,6 +106,10 @@ def test_reads_return_the_rows_written(spark: SparkSession,
     columns = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.reads")
                .option("columns", "user,n").load())
     assert columns.columns == ["user", "n"] and columns.count() == 6_000
+    # From a secondary's parts (it may still be fetching the last ones).
+    on_secondary = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.reads")
+                    .option("readPreference", "secondary"))
+    wait_for(lambda: on_secondary.load().count() == 6_000, 60, "a secondary's parts to hold every row")
 
 
 def test_a_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs: ReplicaSet) -> None:
