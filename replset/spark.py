@@ -1,4 +1,5 @@
-"""The "replset" data source for PySpark: parts tables loaded exactly once, and read a part per task.
+"""The "replset" data source for PySpark: parts tables loaded exactly once and read a part per task;
+rows written into collections by `_id`.
 
     import replset.spark
     replset.spark.register(spark)
@@ -33,6 +34,9 @@ sent.
   when the writer is made; then the job appends. Only `append` and `overwrite`
   are Spark's modes for Python sources.
 
+**Writes into a collection** (`collection` instead of `table`): see
+`CollectionWriter`. Reading a collection is not supported yet.
+
 **Reads** (`DataSourceReader`). One Spark partition per active part of the
 member asked (the primary unless `readPreference` says otherwise), small parts
 grouped up to `partitionBytes` (128 MB). A task fetches its parts' files over
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import decimal
 import io
 import logging
 import os
@@ -62,7 +67,9 @@ from typing import Any
 
 import aiohttp
 import pyarrow as pa
-from pymongo import MongoClient, ReadPreference
+from bson.decimal128 import Decimal128
+from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -174,6 +181,8 @@ class ReplsetDataSource(DataSource):
         return TableDef.from_document(db, doc), doc
 
     def schema(self) -> StructType:
+        if "collection" in self.options:
+            raise ValueError("reading a collection through Spark is not supported yet (writing one is)")
         table, _ = self._definition()
         return spark_schema(table, _columns_option(self.options))
 
@@ -181,7 +190,9 @@ class ReplsetDataSource(DataSource):
         _, doc = self._definition()
         return PartsReader(dict(self.options), doc, [f.name for f in schema.fields])
 
-    def writer(self, schema: StructType, overwrite: bool) -> PartsWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if "collection" in self.options:
+            return CollectionWriter(dict(self.options), overwrite)
         return PartsWriter(dict(self.options), overwrite)
 
 
@@ -219,8 +230,6 @@ class PartsWriter(DataSourceArrowWriter):
                 db.command({"dropPartition": self.table, "partition": pid, "sync": 2})
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BlocksSent:
-        from pyspark import TaskContext
-
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
         inserted = deduplicated = 0
@@ -254,6 +263,78 @@ class PartsWriter(DataSourceArrowWriter):
         log.warning("replset write %s into %s.%s failed: the blocks sent are committed; run the job again with "
                     "option writeId=%s to finish it without duplicates", self.write_id, self.db, self.table,
                     self.write_id)
+
+
+@dataclass
+class DocumentsWritten(WriterCommitMessage):
+    partition: int
+    upserted: int
+    replaced: int
+
+
+class CollectionWriter(DataSourceArrowWriter):
+    """Rows into a collection (`collection`: "<db>.<coll>"): each row is a document, replaced or inserted
+    by `_id` (`ReplaceOne(upsert=True)`, unordered batches of `batchSize`, the `writeConcern` option's
+    `w`, "majority" by default), so a retried task writes the same documents again. A row without an
+    `_id` gets `<write id>-<Spark partition>-<row index in the task>`. `mode("overwrite")` drops the
+    collection first."""
+
+    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
+        self.options = options
+        self.write_id = options.get("writeid") or uuid.uuid4().hex
+        db, _, coll = options.get("collection", "").partition(".")
+        if not db or not coll:
+            raise ValueError("the 'collection' option names a collection as '<db>.<collection>'")
+        self.db, self.coll = db, coll
+        self.batch_size = int(options.get("batchsize", 1000))
+        raw_w = options.get("writeconcern", "majority")
+        self.w: int | str = int(raw_w) if raw_w.isdigit() else raw_w
+        if overwrite:
+            with _client(options) as client:
+                client[db].drop_collection(coll)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DocumentsWritten:
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        upserted = replaced = 0
+        row = 0
+        with _client(self.options) as client:
+            coll = client[self.db].get_collection(self.coll, write_concern=WriteConcern(w=self.w))
+            pending: list[Any] = []
+            for batch in iterator:
+                for doc in batch.to_pylist():
+                    doc = {k: _bson_value(v) for k, v in doc.items()}
+                    if doc.get("_id") is None:
+                        doc["_id"] = f"{self.write_id}-{partition}-{row}"
+                    row += 1
+                    pending.append(ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
+                    if len(pending) >= self.batch_size:
+                        result = coll.bulk_write(pending, ordered=False)
+                        upserted, replaced = upserted + result.upserted_count, replaced + result.matched_count
+                        pending = []
+            if pending:
+                result = coll.bulk_write(pending, ordered=False)
+                upserted, replaced = upserted + result.upserted_count, replaced + result.matched_count
+        return DocumentsWritten(partition, upserted, replaced)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        written = [m for m in messages if isinstance(m, DocumentsWritten)]
+        log.info("replset write %s into %s.%s: %d documents inserted, %d replaced, from %d Spark partitions",
+                 self.write_id, self.db, self.coll, sum(m.upserted for m in written),
+                 sum(m.replaced for m in written), len(written))
+
+
+def _bson_value(value: Any) -> Any:
+    """A value as Spark's Arrow rows give it, in a form BSON can hold."""
+    if isinstance(value, decimal.Decimal):
+        return Decimal128(value)
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return datetime.datetime(value.year, value.month, value.day)
+    if isinstance(value, dict):
+        return {k: _bson_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bson_value(v) for v in value]
+    return value
 
 
 def _blocks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:

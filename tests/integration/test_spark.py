@@ -49,6 +49,24 @@ def _events(spark: SparkSession, n: int, partitions: int, months: int = 3) -> An
     return spark.createDataFrame(rows, "ts timestamp_ntz, user string, n long").repartition(partitions)
 
 
+def _first_attempt_dies(after_rows: int, marker: str) -> Any:
+    """A `mapInArrow` function that passes rows on, but whose first attempt of Spark partition 0 dies once
+    `after_rows` rows went through (the writer after it has sent them), leaving the file `marker`:
+    Spark runs the task again."""
+    def pass_on(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        sent = 0
+        for batch in batches:
+            yield batch
+            sent += batch.num_rows
+            if context.attemptNumber() == 0 and context.partitionId() == 0 and sent >= after_rows:
+                open(marker, "w").close()
+                raise RuntimeError("injected: the first attempt dies after its rows were sent")
+    return pass_on
+
+
 def _writer(df: Any, rs: ReplicaSet, table: str, **options: Any) -> Any:
     writer = df.write.format("replset").option("uri", rs.uri).option("table", table)
     for key, value in options.items():
@@ -60,24 +78,15 @@ def _read(spark: SparkSession, rs: ReplicaSet, table: str) -> Any:
     return spark.read.format("replset").option("uri", rs.uri).option("table", table).load()
 
 
-def test_a_task_retried_after_committing_some_blocks_leaves_every_row_once(spark: SparkSession,
-                                                                           rs: ReplicaSet) -> None:
+def test_a_task_retried_after_committing_some_blocks_leaves_every_row_once(spark: SparkSession, rs: ReplicaSet,
+                                                                           tmp_path: Any) -> None:
     rs.client().sp.command({"createPartsTable": "retried", **TABLE})
     df = _events(spark, 10_000, 4)
 
-    def fail_first_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        sent = 0
-        for batch in batches:
-            yield batch
-            sent += batch.num_rows
-            if context.attemptNumber() == 0 and context.partitionId() == 0 and sent >= 1_500:
-                raise RuntimeError("injected: the first attempt dies after some of its blocks were committed")
-
-    flaky = df.mapInArrow(fail_first_attempt, df.schema)
+    marker = str(tmp_path / "died")
+    flaky = df.mapInArrow(_first_attempt_dies(1_500, marker), df.schema)
     _writer(flaky, rs, "sp.retried", blockRows=500, insertQuorum=2).mode("append").save()
+    assert os.path.exists(marker)   # the first attempt did die after sending blocks
     assert _read(spark, rs, "sp.retried").count() == 10_000
     assert sorted(r["n"] for r in rs.direct(rs.wait_primary()).sp.cursor_command(
         "selectParts", "retried", columns=["n"])) == list(range(10_000))
@@ -130,3 +139,24 @@ def test_overwrite_replaces_the_rows(spark: SparkSession, rs: ReplicaSet) -> Non
     _writer(_events(spark, 2_000, 2), rs, "sp.over").mode("append").save()
     _writer(_events(spark, 500, 2), rs, "sp.over").mode("overwrite").save()
     assert _read(spark, rs, "sp.over").count() == 500
+
+
+def test_a_collection_written_by_a_retried_task_holds_every_document_once(spark: SparkSession, rs: ReplicaSet,
+                                                                          tmp_path: Any) -> None:
+    df = spark.createDataFrame([(i, f"user{i}", datetime.date(2024, 1, 1 + i % 28)) for i in range(2_000)],
+                               "n long, name string, day date").repartition(2)
+
+    marker = str(tmp_path / "died")
+    flaky = df.mapInArrow(_first_attempt_dies(300, marker), df.schema)
+    (flaky.write.format("replset").option("uri", rs.uri).option("collection", "sp.users")
+     .option("writeId", "users-1").option("batchSize", 100).mode("append").save())
+    assert os.path.exists(marker)
+    docs = list(rs.client().sp.users.find({}, {"_id": 1, "n": 1, "day": 1}))
+    assert sorted(d["n"] for d in docs) == list(range(2_000))   # once each: the retry replaced, not added
+    assert all(d["_id"].startswith("users-1-") for d in docs)
+    assert {d["day"] for d in docs if d["n"] == 3} == {datetime.datetime(2024, 1, 4)}
+    # Rows that carry an _id keep it; overwrite drops what was there.
+    with_ids = spark.createDataFrame([(f"k{i}", i) for i in range(50)], "_id string, n long")
+    (with_ids.write.format("replset").option("uri", rs.uri).option("collection", "sp.users")
+     .mode("overwrite").save())
+    assert sorted(d["_id"] for d in rs.client().sp.users.find()) == sorted(f"k{i}" for i in range(50))
