@@ -34,8 +34,12 @@ sent.
   when the writer is made; then the job appends. Only `append` and `overwrite`
   are Spark's modes for Python sources.
 
-**Writes into a collection** (`collection` instead of `table`): see
-`CollectionWriter`. Reading a collection is not supported yet.
+**Collections** (`collection` instead of `table`): writes by `_id`, see
+`CollectionWriter`. Reads are split in `_id` ranges of about
+`partitionDocuments` (100,000) documents by the member's `splitVector`, one
+Spark partition per range; the schema is the user's (`spark.read.schema(...)`)
+or inferred from the first `sampleSize` (1,000) documents. A value that does not
+fit its column's type reads as null; ObjectIds read as their hex strings.
 
 **Reads** (`DataSourceReader`). One Spark partition per active part of the
 member asked (the primary unless `readPreference` says otherwise), small parts
@@ -57,6 +61,7 @@ import asyncio
 import datetime
 import decimal
 import io
+import itertools
 import logging
 import os
 import tempfile
@@ -182,11 +187,13 @@ class ReplsetDataSource(DataSource):
 
     def schema(self) -> StructType:
         if "collection" in self.options:
-            raise ValueError("reading a collection through Spark is not supported yet (writing one is)")
+            return infer_collection_schema(dict(self.options))
         table, _ = self._definition()
         return spark_schema(table, _columns_option(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if "collection" in self.options:
+            return CollectionReader(dict(self.options), schema)
         _, doc = self._definition()
         return PartsReader(dict(self.options), doc, [f.name for f in schema.fields])
 
@@ -471,3 +478,115 @@ def _month_range_may_hold(pid: str, f: Filter) -> bool:
     if isinstance(f, (LessThan, LessThanOrEqual)):
         return month <= bound + 1
     return True
+
+
+# -- collections -----------------------------------------------------------------------------------
+
+PARTITION_DOCUMENTS = 100_000
+SAMPLE_SIZE = 1_000
+
+
+def _collection_name(options: dict[str, str]) -> tuple[str, str]:
+    db, _, coll = options.get("collection", "").partition(".")
+    if not db or not coll:
+        raise ValueError("the 'collection' option names a collection as '<db>.<collection>'")
+    return db, coll
+
+
+def _plain(value: Any) -> Any:
+    """A BSON value as Arrow can hold it: ObjectId and other BSON-only types as strings."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, datetime.datetime)):
+        return value
+    if isinstance(value, Decimal128):
+        return value.to_decimal()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _column(values: list[Any], arrow_type: pa.DataType | None = None) -> pa.Array:
+    """The values as one Arrow column (of `arrow_type` when given); a value that does not fit is null,
+    and a column whose values share no type is strings."""
+    try:
+        return pa.array(values, type=arrow_type)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    if arrow_type is None:
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+    out = []
+    for value in values:
+        try:
+            out.append(pa.array([value], type=arrow_type)[0].as_py())
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            out.append(None)
+    return pa.array(out, type=arrow_type)
+
+
+def infer_collection_schema(options: dict[str, str]) -> StructType:
+    """The fields of the first `sampleSize` documents, `_id` first; their types as Arrow infers them."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    db, coll = _collection_name(options)
+    with _client(options, tz_aware=True) as client:
+        sample = [{k: _plain(v) for k, v in doc.items()}
+                  for doc in client[db][coll].find().limit(int(options.get("samplesize", SAMPLE_SIZE)))]
+    names: list[str] = []
+    for doc in sample:
+        names.extend(k for k in doc if k not in names)
+    if "_id" in names:
+        names.remove("_id")
+        names.insert(0, "_id")
+    fields = [pa.field(name, _column([d.get(name) for d in sample]).type) for name in names]
+    fields = [f if not pa.types.is_null(f.type) else pa.field(f.name, pa.string()) for f in fields]
+    return from_arrow_schema(pa.schema(fields))
+
+
+@dataclass
+class IdRange(InputPartition):
+    """Documents with `lower <= _id < upper` (None: no bound)."""
+
+    lower: Any = None
+    upper: Any = None
+
+
+class CollectionReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self.db, self.coll = _collection_name(options)
+
+    def partitions(self) -> list[InputPartition]:
+        with _client(self.options) as client:
+            reply = client[self.db].command({
+                "splitVector": f"{self.db}.{self.coll}", "keyPattern": {"_id": 1},
+                "maxChunkObjects": int(self.options.get("partitiondocuments", PARTITION_DOCUMENTS))})
+        bounds = [None, *(key["_id"] for key in reply["splitKeys"]), None]
+        return [IdRange(lower, upper) for lower, upper in itertools.pairwise(bounds)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        assert isinstance(partition, IdRange)
+        types = {f.name: to_arrow_type(f.dataType, timezone="UTC") for f in self.schema.fields}
+        query: dict[str, Any] = {}
+        if partition.lower is not None:
+            query["$gte"] = partition.lower
+        if partition.upper is not None:
+            query["$lt"] = partition.upper
+        with _client(self.options, tz_aware=True) as client:
+            cursor = client[self.db][self.coll].find({"_id": query} if query else {}, batch_size=READ_BATCH_ROWS)
+            batch: list[dict[str, Any]] = []
+            for doc in cursor:
+                batch.append(doc)
+                if len(batch) >= READ_BATCH_ROWS:
+                    yield self._record_batch(batch, types)
+                    batch = []
+            if batch:
+                yield self._record_batch(batch, types)
+
+    @staticmethod
+    def _record_batch(docs: list[dict[str, Any]], types: dict[str, pa.DataType]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([_column([_plain(d.get(name)) for d in docs], arrow_type)
+                                           for name, arrow_type in types.items()], names=list(types))

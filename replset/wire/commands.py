@@ -67,7 +67,7 @@ def command(*names: str, kind: str = "any") -> Callable[[Handler], Handler]:
 
 def load_commands() -> dict[str, CommandSpec]:
     """Every command, registered by importing the modules that define them."""
-    from replset.wire import admin, crud, parts_commands, parts_reads, repl_commands  # noqa: F401
+    from replset.wire import admin, crud, parts_commands, parts_reads, repl_commands, split_vector  # noqa: F401
 
     return COMMANDS
 

@@ -160,3 +160,23 @@ def test_a_collection_written_by_a_retried_task_holds_every_document_once(spark:
     (with_ids.write.format("replset").option("uri", rs.uri).option("collection", "sp.users")
      .mode("overwrite").save())
     assert sorted(d["_id"] for d in rs.client().sp.users.find()) == sorted(f"k{i}" for i in range(50))
+
+
+def test_a_collection_is_read_in_id_ranges_every_document_once(spark: SparkSession, rs: ReplicaSet) -> None:
+    from bson import ObjectId
+
+    docs = [{"_id": ObjectId(), "n": i, "name": f"u{i}", "when": datetime.datetime(2024, 1, 1 + i % 28),
+             **({"extra": i} if i % 2 else {})} for i in range(1_000)]
+    rs.client().sp.people.insert_many(docs)
+    people = (spark.read.format("replset").option("uri", rs.uri).option("collection", "sp.people")
+              .option("partitionDocuments", 300).load())
+    assert people.columns[0] == "_id" and set(people.columns) == {"_id", "n", "name", "when", "extra"}
+    assert people.rdd.getNumPartitions() == 4   # splitVector: cuts after 300, 600 and 900 documents
+    rows = people.collect()
+    assert sorted(r["n"] for r in rows) == list(range(1_000))
+    assert sorted(r["_id"] for r in rows) == sorted(str(d["_id"]) for d in docs)
+    assert {r["n"]: r["extra"] for r in rows}[7] == 7 and {r["n"]: r["extra"] for r in rows}[8] is None
+    # A round trip through Spark keeps every document once.
+    people.write.format("replset").option("uri", rs.uri).option("collection", "sp.people_copy").mode(
+        "append").save()
+    assert rs.client().sp.people_copy.count_documents({}) == 1_000
