@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.loop_latency
 	$(BIN)/python -m bench.part_log_pull
 	$(BIN)/python -m bench.parts
+	$(BIN)/python -m bench.spark
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
