@@ -25,7 +25,7 @@ blocks are in the table's dedup window (`replicatedDeduplicationWindow`, 1,000
 blocks by default: a job of more blocks needs a wider window, or bigger
 blocks, for a late retry to stay exactly-once). Each block is
 committed at `w: "majority"` (and `insertQuorum`, if given) before the next is
-sent.
+sent; a quorum still pending or failed fails the task, so Spark runs it again.
 
 * `commit` logs the inserted and deduplicated block counts of every task.
 * `abort` removes nothing: each block sent was a committed insert. Running the
@@ -248,6 +248,11 @@ class PartsWriter(DataSourceArrowWriter):
                 deduplicated += int(reply.get("deduplicated", 0))
                 if "writeConcernError" in reply:
                     raise RuntimeError(f"block {index} of Spark partition {partition}: {reply['writeConcernError']}")
+                if self.quorum is not None and reply.get("quorumStatus", "reached") != "reached":
+                    # Spark runs the task again: its blocks are deduplicated and their quorum asked again
+                    # (a failed quorum's dedup key is gone, so that block is inserted anew).
+                    raise RuntimeError(f"block {index} of Spark partition {partition}: insertQuorum "
+                                       f"{self.quorum} is {reply['quorumStatus']}")
         return BlocksSent(partition, inserted, deduplicated)
 
     def _insert(self, block: pa.Table, token: str) -> dict[str, Any]:
