@@ -1,7 +1,8 @@
 """The "replset" Spark data source (replset/spark.py) on a real set and a real local Spark: a task that
 fails after committing some blocks and is retried leaves every row once; the same job again with the
 same write id adds nothing; reads return exactly the rows written, one Spark partition per part, and
-a filter on the partition key reads fewer parts; overwrite replaces the table's rows."""
+a filter on the partition key reads fewer parts; overwrite replaces the table's rows; a speculative copy
+of a task adds nothing."""
 
 from __future__ import annotations
 
@@ -101,6 +102,39 @@ def test_the_same_job_again_with_the_same_write_id_adds_nothing(spark: SparkSess
     # A new write id is a new job: the rows again.
     _writer(df, rs, "sp.twice", blockRows=400).mode("append").save()
     assert _read(spark, rs, "sp.twice").count() == 6_000
+
+
+def test_a_speculative_copy_of_a_task_adds_nothing(spark: SparkSession, rs: ReplicaSet) -> None:
+    """Two attempts of one task at once, as speculative execution runs them: the writer Spark ships to
+    every attempt (pickled as Spark pickles it), one attempt sending through the primary and the other
+    straight to a secondary. Spark itself will not place a speculative copy on the host that runs the
+    original, and every executor of one machine is on one host, so the two attempts are started here."""
+    import concurrent.futures
+
+    from pyspark import cloudpickle
+
+    rs.client().sp.command({"createPartsTable": "speculated", **TABLE})
+    rows = _events(spark, 4_000, 1).toArrow()
+    source = replset.spark.ReplsetDataSource({"uri": rs.uri, "table": "sp.speculated", "blockrows": "250",
+                                               "insertquorum": "2"})
+    shipped = cloudpickle.dumps(source.writer(rows.schema, False))
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    direct_uri = f"mongodb://{secondary.host}/?directConnection=true"
+
+    def attempt(uri: str) -> Any:
+        writer = cloudpickle.loads(shipped)
+        writer.options = {**writer.options, "uri": uri}
+        return writer.write(iter(rows.to_batches(max_chunksize=1_000)))
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        sent = list(pool.map(attempt, [rs.uri, direct_uri]))
+    blocks = [s.inserted + s.deduplicated for s in sent]
+    assert blocks[0] == blocks[1] >= 16              # each attempt sent every block (16 or more: one per partition)
+    assert sum(s.inserted for s in sent) == blocks[0]   # and each landed once
+    assert _read(spark, rs, "sp.speculated").count() == 4_000
+    assert sorted(r["n"] for r in rs.direct(primary).sp.cursor_command(
+        "selectParts", "speculated", columns=["n"])) == list(range(4_000))
 
 
 def test_reads_return_the_rows_written(spark: SparkSession,
