@@ -46,6 +46,10 @@ class Cursor:
     # `replset.query_pool.TimeLimit`); None for one served on the event loop.
     time_limit: Any = None
     busy: bool = False  # a batch is being taken on a worker thread
+    # The read concern every batch honours (`base.read_concern.ReadConcern`; None: local) and the
+    # member's history epoch when the read began (see `replset.wire.read_waits`).
+    read_concern: Any = None
+    history_epoch: int = 0
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""

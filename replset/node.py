@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import bson
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 
 from base.config import ReplSetConfig, parse_config
 from base.errors import MongoError
@@ -102,6 +103,7 @@ class Node:
         self.log = LogWriter(NULL_OPTIME)
         self.last_committed_optime = NULL_OPTIME  # applied: committed, visible, not necessarily fsynced
         self.last_durable_optime = NULL_OPTIME  # fsynced (the journal flusher's last barrier)
+        self._gossiped_cluster_time = Timestamp(0, 0)
         self._history_epoch = 0  # bumped when the oplog is cut back or dropped (rollback, initial sync)
         self.last_committed_wall = datetime.datetime.fromtimestamp(0, datetime.UTC)
         self.topology_process_id = ObjectId()
@@ -386,6 +388,23 @@ class Node:
     @property
     def majority_commit_point(self) -> OpTime:
         return self.repl.commit_point
+
+    @property
+    def history_epoch(self) -> int:
+        """Moves whenever a rollback or a resync replaces entries this member had."""
+        return self._history_epoch
+
+    def gossip_cluster_time(self, ts: Timestamp) -> None:
+        """A cluster time a client or member sent (`$clusterTime`): replies carry the newest seen."""
+        if (ts.time, ts.inc) > (self._gossiped_cluster_time.time, self._gossiped_cluster_time.inc):
+            self._gossiped_cluster_time = ts
+
+    @property
+    def cluster_time(self) -> Timestamp:
+        """The newest cluster time this member knows: its applied optime or a newer one gossiped."""
+        own = self.last_committed_optime.ts
+        gossiped = self._gossiped_cluster_time
+        return gossiped if (gossiped.time, gossiped.inc) > (own.time, own.inc) else own
 
     # -- writes ---------------------------------------------------------------------
     async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True,

@@ -106,6 +106,11 @@ class Replication:
         return self.core.commit_point
 
     @property
+    def stepped(self) -> Pulse:
+        """Fired after every step of the core: the commit point, positions or state may have moved."""
+        return self._stepped
+
+    @property
     def election_date(self) -> datetime.datetime | None:
         return self.core.election_date
 

@@ -14,6 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bson.binary import Binary
+from bson.int64 import Int64
+from bson.timestamp import Timestamp
+
 from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
@@ -88,6 +92,27 @@ def check_role(node: Node, kind: str, secondary_ok: bool) -> None:
             raise MongoError(13436, "node is not in primary or recovering state")
 
 
+_ZERO_SIGNATURE = {"hash": Binary(bytes(20)), "keyId": Int64(0)}
+
+
+def _gossip_in(ctx: CommandContext) -> None:
+    """A `$clusterTime` a driver or member sends moves this member's cluster time on."""
+    gossiped = ctx.cmd.get("$clusterTime")
+    if isinstance(gossiped, dict) and isinstance(gossiped.get("clusterTime"), Timestamp):
+        ctx.node.gossip_cluster_time(gossiped["clusterTime"])
+
+
+def _stamp_times(node: Node, reply: dict[str, Any]) -> None:
+    """Every reply of a member of a set carries `$clusterTime` (signed with a zero key: there is no key
+    to sign with while auth is off, as on mongod) and `operationTime` (the time the operation saw, if
+    its handler named none: this member's applied optime). Drivers gossip the first and causally
+    consistent sessions read after the second."""
+    if node.config is None:
+        return
+    reply.setdefault("operationTime", node.last_committed_optime.ts)
+    reply["$clusterTime"] = {"clusterTime": node.cluster_time, "signature": _ZERO_SIGNATURE}
+
+
 class Dispatcher:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -132,6 +157,7 @@ class Dispatcher:
         spec = COMMANDS.get(ctx.name)
         if spec is None:
             return MongoError(59, f"no such command: '{ctx.name}'").to_document()
+        _gossip_in(ctx)
         try:
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
             check_command(ctx.name, ctx.cmd)
@@ -146,6 +172,7 @@ class Dispatcher:
             wce = reply.get("writeConcernError")
             if wce is not None:
                 self._label(ctx, reply, wce["code"])
+        _stamp_times(ctx.node, reply)
         return reply
 
     def _log_internal_error(self, name: str, exc: Exception) -> None:

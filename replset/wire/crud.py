@@ -43,6 +43,12 @@ from replset.wire.oplog_reader import (
     raw_oplog_source,
     start_key_is_whole_filter,
 )
+from replset.wire.read_waits import (
+    before_read,
+    read_concern_of,
+    settle_batch,
+    stamp_operation_time,
+)
 from replset.wire.write_batches import (
     CANDIDATE_RETRIES,
     Perform,
@@ -273,6 +279,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     tailable = bool(cmd.get("tailable"))
     if tailable and ns != OPLOG_NS:
         raise MongoError(2, "tailable cursor requested on non capped collection")
+    concern = read_concern_of(ctx)
+    limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
+    epoch = await before_read(ctx, concern, limit_left)
     off_loop = not runs_on_loop(ns, query, tailable)
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
@@ -288,9 +297,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
                                    tail_state=tail_state, off_loop=off_loop)
         docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
-                    await_data=bool(cmd.get("awaitData")))
+                    await_data=bool(cmd.get("awaitData")), read_concern=concern, history_epoch=epoch)
     if off_loop:
-        cursor.time_limit = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
+        cursor.time_limit = limit_left
     if tailable:
         cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
@@ -355,12 +364,31 @@ async def _run_batch(ctx: CommandContext, cursor: Cursor, batch_size: int) -> tu
 async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
                        single_batch: bool) -> dict[str, Any]:
     batch, more = await _run_batch(ctx, cursor, batch_size)
+    if cursor.read_concern is not None:
+        try:
+            await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor))
+        except BaseException:
+            await _release(ctx, cursor)
+            raise
     if more and not single_batch:
         cursor.id = ctx.node.cursors.new_id()
         ctx.node.cursors.register(cursor, now_ms())
     elif more:
         await _release(ctx, cursor)
-    return cursor_reply(cursor.id, cursor.ns, batch, first=True)
+    return _answered_at(ctx, cursor, cursor_reply(cursor.id, cursor.ns, batch, first=True))
+
+
+def _wait_limit(ctx: CommandContext, cursor: Cursor) -> TimeLimit:
+    """What a batch's read-concern wait may spend: the cursor's `maxTimeMS` left, or the command's own."""
+    if cursor.time_limit is not None:
+        return cursor.time_limit
+    return TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+
+
+def _answered_at(ctx: CommandContext, cursor: Cursor, reply: dict[str, Any]) -> dict[str, Any]:
+    if cursor.read_concern is None:
+        return reply
+    return stamp_operation_time(reply, ctx.node, cursor.read_concern)
 
 
 async def _release(ctx: CommandContext, cursor: Cursor) -> None:
@@ -396,9 +424,11 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             raise
         if cursor.killed:  # a rollback or resync replaced the data under it meanwhile
             raise MongoError(237, f"cursor id {cursor.id} was killed: {cursor.killed}")
+        await _settle_more(ctx, cursor)
         if not more:
             registry.kill(cursor.id)
-        return _with_repl_data(ctx, ns, cursor_reply(cursor.id if more else 0, ns, batch, first=False))
+        return _answered_at(ctx, cursor, _with_repl_data(
+            ctx, ns, cursor_reply(cursor.id if more else 0, ns, batch, first=False)))
     batch = cursor.next_batch(batch_size)
     if not batch and cursor.tailable and cursor.await_data:
         max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
@@ -413,9 +443,23 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             done = True
         else:
             cursor.pending.append(nxt)
+    await _settle_more(ctx, cursor)
     if done:
         registry.kill(cursor.id)
-    return _with_repl_data(ctx, ns, cursor_reply(0 if done else cursor.id, ns, batch, first=False))
+    return _answered_at(ctx, cursor, _with_repl_data(
+        ctx, ns, cursor_reply(0 if done else cursor.id, ns, batch, first=False)))
+
+
+async def _settle_more(ctx: CommandContext, cursor: Cursor) -> None:
+    """A getMore's batch under the cursor's read concern; a cursor whose wait failed is dead."""
+    if cursor.read_concern is None or not cursor.read_concern.majority:
+        return
+    try:
+        await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor))
+    except BaseException:
+        if ctx.node.cursors.take(cursor.id) is not None:
+            await _release(ctx, cursor)
+        raise
 
 
 @command("killCursors")
@@ -449,6 +493,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(73, "collection-less aggregate is not supported")
     ns = f"{ctx.db}.{target}"
     limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+    concern = read_concern_of(ctx)
+    epoch = await before_read(ctx, concern, limit)
     now = utcnow()
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
@@ -468,7 +514,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         # The whole pipeline runs on the query pool (its stages may group or sort every document).
         results = await ctx.node.queries.run(lambda: run_pipeline(source, pipeline, now=now), limit)
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
-    cursor = Cursor(id=0, ns=ns, source=iter(results))
+    cursor = Cursor(id=0, ns=ns, source=iter(results), read_concern=concern, history_epoch=epoch)
     return await first_batch(ctx, cursor, batch_size, False)
 
 
@@ -477,18 +523,21 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     query = _document_arg(ctx.cmd, "query") or {}
     skip, limit = _int_arg(ctx.cmd, "skip"), abs(_int_arg(ctx.cmd, "limit"))
+    concern = read_concern_of(ctx)
+    time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+    epoch = await before_read(ctx, concern, time_limit)
     if not query and ns != OPLOG_NS:
         store = ctx.node.store
         n = await ctx.node.queries.run(lambda: store.thread_reader().count(ns))
     else:
         matcher = compile_filter(query)
         source = collection_source(ctx, ns, query, off_loop=True)
-        n = await ctx.node.queries.run(lambda: sum(1 for d in source if matcher.matches(d)),
-                                       TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS")))
+        n = await ctx.node.queries.run(lambda: sum(1 for d in source if matcher.matches(d)), time_limit)
+    await settle_batch(ctx.node, concern, epoch, time_limit)
     n = max(0, n - skip)
     if limit:
         n = min(n, limit)
-    return {"n": n, "ok": 1.0}
+    return stamp_operation_time({"n": n, "ok": 1.0}, ctx.node, concern)
 
 
 @command("distinct", kind="read")
@@ -501,6 +550,9 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(14, "'key' must be a string")
     query = _document_arg(ctx.cmd, "query") or {}
     matcher = compile_filter(query)
+    concern = read_concern_of(ctx)
+    time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
+    epoch = await before_read(ctx, concern, time_limit)
     source = collection_source(ctx, ns, query, off_loop=True)
 
     def distinct_values() -> list[Any]:
@@ -513,6 +565,7 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
                     seen.setdefault(canonical_key(item), item)
         return [d["v"] for d in sort_documents([{"v": v} for v in seen.values()], {"v": 1})]
 
-    values = await ctx.node.queries.run(distinct_values, TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS")))
-    return {"values": values, "ok": 1.0}
+    values = await ctx.node.queries.run(distinct_values, time_limit)
+    await settle_batch(ctx.node, concern, epoch, time_limit)
+    return stamp_operation_time({"values": values, "ok": 1.0}, ctx.node, concern)
 

@@ -62,7 +62,7 @@ def test_legacy_op_query_handshake(member: Member) -> None:
         assert reply["ismaster"] is True and reply["helloOk"] is True and reply["setName"] == "rs0"
         # The same connection then speaks OP_MSG.
         reply = roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4))
-        assert reply == {"ok": 1.0}
+        assert reply["ok"] == 1.0 and set(reply) == {"ok", "$clusterTime", "operationTime"}
 
 
 def test_malformed_bytes_get_an_error_or_close_only_that_connection(member: Member) -> None:
@@ -70,12 +70,12 @@ def test_malformed_bytes_get_an_error_or_close_only_that_connection(member: Memb
         # A framed message with a broken document gets InvalidBSON, and the connection goes on.
         reply = roundtrip(bad, HEADER.pack(40, 1, 0, 2013) + b"\x00\x00\x00\x00\x00" + b"\xff" * 19)
         assert (reply["ok"], reply["code"]) == (0.0, 22)
-        assert roundtrip(bad, encode_op_msg_request({"ping": 1, "$db": "admin"}, 2)) == {"ok": 1.0}
+        assert roundtrip(bad, encode_op_msg_request({"ping": 1, "$db": "admin"}, 2))["ok"] == 1.0
     with socket.create_connection(("127.0.0.1", member.port), timeout=5) as bad:
         bad.sendall(struct.pack("<i", 100_000_000))
         assert bad.recv(100) == b""
     with socket.create_connection(("127.0.0.1", member.port), timeout=5) as good:
-        assert roundtrip(good, encode_op_msg_request({"ping": 1, "$db": "admin"}, 1)) == {"ok": 1.0}
+        assert roundtrip(good, encode_op_msg_request({"ping": 1, "$db": "admin"}, 1))["ok"] == 1.0
 
 
 def test_unknown_command_and_missing_db_keep_the_connection(member: Member) -> None:
@@ -86,7 +86,7 @@ def test_unknown_command_and_missing_db_keep_the_connection(member: Member) -> N
         assert reply["ok"] == 0.0
         reply = roundtrip(sock, encode_op_msg_request({"insert": "c", "documents": "x", "$db": "t"}, 3))
         assert reply["ok"] == 0.0 and reply["code"] == 14  # TypeMismatch, as mongod's IDL answers
-        assert roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4)) == {"ok": 1.0}
+        assert roundtrip(sock, encode_op_msg_request({"ping": 1, "$db": "admin"}, 4))["ok"] == 1.0
 
 
 def test_more_to_come_gets_no_reply(member: Member) -> None:

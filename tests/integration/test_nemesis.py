@@ -51,7 +51,7 @@ from pymongo import MongoClient, ReadPreference
 from pymongo.errors import DuplicateKeyError, PyMongoError, WriteConcernError
 
 from tests.support.members import wait_for
-from tests.support.nemesis import Nemesis
+from tests.support.nemesis import Nemesis, nemesis_run
 from tests.support.proxy import FaultProxy
 from tests.support.replica_set import FAST_SETTINGS, ReplicaSet, make_replica_set
 
@@ -425,59 +425,33 @@ TOTALS: list[RunResult] = []
 
 async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: float) -> RunResult:
     rs = make_replica_set(str(tmp_path), members)
-    proxy = FaultProxy()
-    nemesis = Nemesis(rs, proxy, seed, log=print)
     history = History()
     parts = PartHistory()
-    clients: list[AsyncIOMotorClient[dict[str, Any]]] = []
-    stop_nemesis, stop_writes = threading.Event(), asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        proxy.start()
-        await asyncio.to_thread(rs.start)
-        await asyncio.to_thread(nemesis.connect)  # routes before initiate: all peer traffic goes through the proxy
-        await asyncio.to_thread(rs.initiate, SETTINGS)
+    async with nemesis_run(rs, seed, SETTINGS) as run:
         rng = random.Random(seed)
         await asyncio.to_thread(lambda: rs.client()[DB].command(
             {"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}, {"name": "n", "type": "int64"}],
              "orderBy": ["k"]}))
         part_client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
-        clients.append(part_client)
-        tasks.append(asyncio.get_running_loop().create_task(part_client_loop(part_client, parts, stop_writes)))
+        run.clients.append(part_client)
+        run.spawn(part_client_loop(part_client, parts, run.stop_workload))
         for i in range(CLIENTS):
             client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
-            clients.append(client)
-            tasks.append(asyncio.get_running_loop().create_task(
-                client_loop(i, client, history, stop_writes, random.Random(rng.random()))))
+            run.clients.append(client)
+            run.spawn(client_loop(i, client, history, run.stop_workload, random.Random(rng.random())))
         await _until(lambda: len(history.with_outcome("ok")) >= WARM_UP_ACKS, WARM_UP_TIMEOUT_S,
                      "writes to be acknowledged before any fault")
-        await asyncio.to_thread(nemesis.run, duration_s, stop_nemesis)
-        await asyncio.to_thread(nemesis.heal_all)
+        await run.faults(duration_s)
         await asyncio.sleep(AFTER_HEAL_S)  # writes go on against the healed set
-        stop_writes.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), WORKLOAD_STOP_TIMEOUT_S)
+        run.stop_workload.set()
+        await asyncio.wait_for(asyncio.gather(*run.tasks), WORKLOAD_STOP_TIMEOUT_S)
         data = await asyncio.to_thread(read_quiet_set, rs, CONVERGE_TIMEOUT_S)
         rollback = {m.host: read_rollback_files(m.dbpath) for m in rs.members}
         await asyncio.to_thread(wait_parts_converged, rs, CONVERGE_TIMEOUT_S)
         keys = {m.host: await asyncio.to_thread(part_keys, m.host) for m in rs.members}
-        result = RunResult(members, seed, nemesis, history, check(history, data, rollback), parts,
+        result = RunResult(members, seed, run.nemesis, history, check(history, data, rollback), parts,
                            check_parts(parts, keys))
-    except BaseException:
-        print(nemesis.describe())
-        raise
-    finally:
-        stop_nemesis.set()
-        stop_writes.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for client in clients:
-            client.close()
-        try:
-            await asyncio.to_thread(nemesis.heal_all)
-        finally:
-            proxy.stop()
-            await asyncio.to_thread(rs.stop)
+    nemesis, proxy = run.nemesis, run.proxy
     TOTALS.append(result)
     print(result.summary_line())
     if result.verdict.problems:

@@ -31,12 +31,14 @@ member (again after each restart: fail points live in the process).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.members import Member, wait_for
@@ -229,3 +231,58 @@ class Nemesis:
 
     def summary(self) -> dict[str, Any]:
         return {"seed": self.seed, "faults": sum(self.counts.values()), "by_kind": dict(self.counts)}
+
+
+# -- one run of a workload under the nemesis ---------------------------------------------------------------
+
+
+@dataclass
+class NemesisRun:
+    """A set under a nemesis, with the workload's tasks and clients, all stopped by `nemesis_run`."""
+
+    rs: ReplicaSet
+    proxy: FaultProxy
+    nemesis: Nemesis
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    clients: list[Any] = field(default_factory=list)
+    stop_nemesis: threading.Event = field(default_factory=threading.Event)
+    stop_workload: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.get_running_loop().create_task(work))
+
+    async def faults(self, duration_s: float) -> None:
+        """The nemesis for `duration_s`, then everything healed."""
+        await asyncio.to_thread(self.nemesis.run, duration_s, self.stop_nemesis)
+        await asyncio.to_thread(self.nemesis.heal_all)
+
+
+@contextlib.asynccontextmanager
+async def nemesis_run(rs: ReplicaSet, seed: int, settings: dict[str, Any]) -> AsyncIterator[NemesisRun]:
+    """Starts `rs` with every member's peer traffic through a fault proxy (routes set before initiate)
+    and initiates it; afterwards stops the workload's tasks and clients, heals, stops the proxy and the
+    set. The nemesis's timeline is printed when the body fails."""
+    proxy = FaultProxy()
+    run = NemesisRun(rs, proxy, Nemesis(rs, proxy, seed, log=print))
+    try:
+        proxy.start()
+        await asyncio.to_thread(rs.start)
+        await asyncio.to_thread(run.nemesis.connect)
+        await asyncio.to_thread(rs.initiate, settings)
+        yield run
+    except BaseException:
+        print(run.nemesis.describe())
+        raise
+    finally:
+        run.stop_nemesis.set()
+        run.stop_workload.set()
+        for task in run.tasks:
+            task.cancel()
+        await asyncio.gather(*run.tasks, return_exceptions=True)
+        for client in run.clients:
+            client.close()
+        try:
+            await asyncio.to_thread(run.nemesis.heal_all)
+        finally:
+            proxy.stop()
+            await asyncio.to_thread(rs.stop)

@@ -1,0 +1,151 @@
+"""Read concerns carried out: the waits before a read and after each of its batches.
+
+Theory of operation. SQLite keeps one version of each document, so a `majority` read cannot open a
+snapshot at the commit point. It reads the member's current data instead and answers only once the
+commit point has reached every entry that data could reflect (MongoDB's speculative majority read):
+
+1. `before_read` notes the member's history epoch (it moves when a rollback or a resync replaces
+   entries) and waits for `afterClusterTime` / `afterOpTime`: applied past it, or for `majority`
+   the commit point past it. A primary asked for a time it has not reached writes a no-op, as mongod
+   does, so the wait ends.
+2. The batch is read.
+3. `settle_batch` takes the newest optime this member has taken (`log.last`, at or past anything a
+   reader could have seen) and waits until the commit point reaches it. If the epoch moved meanwhile,
+   the data read may be rolled back: the read fails with InterruptedDueToReplStateChange (11602),
+   which drivers retry. `linearizable` then writes a no-op and waits for it to be majority
+   committed, so a deposed or cut-off primary fails the read instead of answering stale data.
+
+Every wait is woken by the replication core's steps (no polling) and bounded by the operation's
+`maxTimeMS` (MaxTimeMSExpired, 50); without one it waits as long as the client does, as mongod's
+`afterClusterTime` waits do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bson.timestamp import Timestamp
+
+from base.errors import MongoError
+from base.optime import OpTime
+from base.read_concern import LINEARIZABLE, ReadConcern, parse_read_concern, refusal, ts_reached
+from oplog.entry import noop_entry
+from oplog.writes import WriteEnv
+from replset.query_pool import TimeLimit, time_limit_error
+from replset.write_concern import MAJORITY, WriteConcern
+
+if TYPE_CHECKING:
+    from replset.node import Node
+    from replset.wire.commands import CommandContext
+
+NOT_PRIMARY = 10107
+INTERRUPTED_REPL_STATE_CHANGE = 11602
+WRITE_CONCERN_TIMEOUT = 64
+WAKE_AT_LEAST_EVERY_S = 1.0  # a wait without a deadline still looks again this often
+
+
+def read_concern_of(ctx: CommandContext) -> ReadConcern:
+    return parse_read_concern(ctx.cmd.get("readConcern"))
+
+
+async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimit) -> int:
+    """Refusals and `afterClusterTime` / `afterOpTime` waits; returns the history epoch the read
+    starts in (pass it to `settle_batch`)."""
+    node = ctx.node
+    error = refusal(concern, in_transaction="txnNumber" in ctx.cmd and "autocommit" in ctx.cmd)
+    if error is not None:
+        raise error
+    if concern.level == LINEARIZABLE and not node.is_primary:
+        raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
+    epoch = node.history_epoch
+    if concern.waits:
+        def point() -> OpTime:
+            return node.majority_commit_point if concern.majority else node.last_committed_optime
+
+        def reached() -> bool:
+            if concern.after_optime is not None:
+                return point() >= concern.after_optime
+            assert concern.after_cluster_time is not None
+            return ts_reached(point(), concern.after_cluster_time)
+
+        if not reached() and node.is_primary and concern.after_cluster_time is not None and \
+                not ts_reached(node.last_committed_optime, concern.after_cluster_time):
+            await _write_noop(node, "advance to afterClusterTime")
+        await wait_until(node, reached, limit)
+    return epoch
+
+
+async def settle_batch(node: Node, concern: ReadConcern, epoch: int, limit: TimeLimit) -> None:
+    """After a batch was read: waits until what it read is majority committed (`majority`,
+    `linearizable`) and, for `linearizable`, that this member is still the primary of a majority."""
+    if not concern.majority:
+        return
+    target = node.log.last
+
+    def reached() -> bool:
+        nonlocal target
+        if node.history_epoch != epoch:
+            return True
+        target = min(target, node.log.last)  # a batch rolled back gave its optimes back
+        return node.majority_commit_point >= target
+
+    await wait_until(node, reached, limit)
+    if node.history_epoch != epoch:
+        raise MongoError(INTERRUPTED_REPL_STATE_CHANGE, "a rollback or resync replaced data while a "
+                                                        "majority read waited for it to be committed")
+    if concern.level == LINEARIZABLE:
+        await _confirm_primary(node, limit)
+
+
+async def _confirm_primary(node: Node, limit: TimeLimit) -> None:
+    if not node.is_primary:
+        raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
+    started = time.monotonic()
+    optime = await _write_noop(node, "linearizable read")
+    wtimeout_ms = 0 if limit.left_s is None else max(1, int((limit.left_s - (time.monotonic() - started)) * 1000))
+    error = await node.wait_for_write_concern(WriteConcern(w=MAJORITY, wtimeout_ms=wtimeout_ms), optime)
+    if limit.left_s is not None:
+        limit.left_s -= time.monotonic() - started
+    if error is not None:
+        if error.code == WRITE_CONCERN_TIMEOUT:
+            raise time_limit_error()
+        raise MongoError(error.code, f"linearizable read: {error.errmsg}")
+
+
+async def _write_noop(node: Node, msg: str) -> OpTime:
+    def write(env: WriteEnv) -> OpTime:
+        env.emit(noop_entry(msg))
+        assert env.last_entry is not None
+        return OpTime.from_document(env.last_entry)
+
+    return await node.submit_write(write, durable=False)
+
+
+async def wait_until(node: Node, reached: Callable[[], bool], limit: TimeLimit) -> None:
+    """Waits, woken by each step of the replication core, until `reached()`; spends `limit`."""
+    if reached():
+        return
+    started = time.monotonic()
+    deadline = None if limit.left_s is None else started + limit.left_s
+    try:
+        while not reached():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise time_limit_error()
+            wait_s = WAKE_AT_LEAST_EVERY_S if deadline is None else min(WAKE_AT_LEAST_EVERY_S, deadline - now)
+            await node.repl.stepped.wait(wait_s)
+    finally:
+        if limit.left_s is not None:
+            limit.left_s -= time.monotonic() - started
+
+
+def operation_time(node: Node, concern: ReadConcern) -> Timestamp:
+    """The time a read answered at: the commit point for majority reads, the applied optime else."""
+    return (node.majority_commit_point if concern.majority else node.last_committed_optime).ts
+
+
+def stamp_operation_time(reply: dict[str, Any], node: Node, concern: ReadConcern) -> dict[str, Any]:
+    reply["operationTime"] = operation_time(node, concern)
+    return reply
