@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.part_log_pull
 	$(BIN)/python -m bench.parts
 	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.read_concern
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
