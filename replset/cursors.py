@@ -50,6 +50,7 @@ class Cursor:
     # member's history epoch when the read began (see `replset.wire.read_waits`).
     read_concern: Any = None
     history_epoch: int = 0
+    change_stream: Any = None  # a change stream's state (`replset.wire.change_streams.ChangeStream`)
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""

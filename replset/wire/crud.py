@@ -32,7 +32,7 @@ from oplog.writes import (
 from replset.cursors import Cursor, cursor_reply
 from replset.node import utcnow
 from replset.query_pool import TimeLimit, time_checked
-from replset.wire import sessions, system_namespaces
+from replset.wire import change_streams, sessions, system_namespaces
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
     OPLOG_NS,
@@ -415,6 +415,11 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     if report is not None and ns == OPLOG_NS:
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
     batch_size = _int_arg(ctx.cmd, "batchSize", 0)
+    if cursor.change_stream is not None:
+        try:
+            return await change_streams.get_more(ctx, cursor, batch_size or 101, _int_arg(ctx.cmd, "maxTimeMS"))
+        except MongoError as err:
+            raise change_streams.resumable(err) from None
     if cursor.time_limit is not None:
         try:
             batch, more = await _run_batch(ctx, cursor, batch_size)
@@ -489,6 +494,11 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
                             "argument")
     if ctx.cmd.get("explain"):
         raise MongoError(115, "explain is not supported")
+    if change_streams.is_change_stream(pipeline):
+        try:
+            return await change_streams.open_stream(ctx, target, pipeline, cursor_opts or {})
+        except MongoError as err:
+            raise change_streams.resumable(err) from None
     if target == 1 or not isinstance(target, str):
         raise MongoError(73, "collection-less aggregate is not supported")
     ns = f"{ctx.db}.{target}"

@@ -1,0 +1,173 @@
+"""Change events: what a change stream shows for an oplog entry, and resume tokens.
+
+An entry records a write's result (see `oplog.entry`), which is what a change event describes:
+
+* `i` -> `insert` with `fullDocument`;
+* `u` in operator form (`$set` / `$unset` of the changed paths) -> `update` with `updateDescription`
+  (`updatedFields`, `removedFields`, `truncatedArrays`: always empty, a changed array is logged whole);
+  a whole new document -> `replace` with `fullDocument`;
+* `d` -> `delete`;
+* commands: `drop` -> `drop`, `renameCollection` -> `rename` (with `to`), `dropDatabase` ->
+  `dropDatabase`. A stream on the collection (database) that went away then ends with `invalidate`.
+* No-ops, index builds, collection creation and the member's own state (`local`, `admin`, `config`,
+  `system.*` collections, the part log's state) show nothing.
+
+A resume token is `{_data: <hex>}`: the entry's timestamp as 16 hex digits, then the event's index in
+that entry as 4 (an entry may give two events: a `drop` and the `invalidate` after it), then `1` for
+an `invalidate` event. Event tokens sort as their strings, in oplog order, like mongod's KeyString tokens;
+a token with only a timestamp (`postBatchResumeToken` when no event came) resumes after every event of
+that entry. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bson.timestamp import Timestamp
+
+from base.errors import MongoError
+
+INTERNAL_DBS = frozenset({"admin", "config", "local"})
+BAD_TOKEN = 50811  # ChangeStreamFatalError's neighbour: "KeyString format error" for a token we cannot read
+INVALIDATE = "invalidate"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamScope:
+    """What a stream watches: one collection, one database, or every user database (`db` None)."""
+
+    db: str | None = None
+    coll: str | None = None
+
+    def watches(self, db: str, coll: str | None) -> bool:
+        if db in INTERNAL_DBS:
+            return False
+        if coll is not None and (coll.startswith("system.")):
+            return False
+        if self.db is not None and db != self.db:
+            return False
+        return self.coll is None or coll is None or coll == self.coll
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class ResumePoint:
+    """Where a stream stands: after event `index` of the entry at `ts_key` (`index` -1: before any event
+    of that entry; `whole`: after all of them)."""
+
+    ts_key: int
+    index: int = 0
+    invalidate: bool = False
+    whole: bool = False
+
+    def token(self) -> dict[str, str]:
+        if self.whole:
+            return {"_data": f"{self.ts_key:016x}"}
+        return {"_data": f"{self.ts_key:016x}{self.index:04x}{int(self.invalidate)}"}
+
+    @property
+    def ts(self) -> Timestamp:
+        return Timestamp(self.ts_key >> 32, self.ts_key & 0xFFFFFFFF)
+
+    def is_after(self, ts_key: int, index: int) -> bool:
+        """Whether event `index` of entry `ts_key` comes after this point (so a resumed stream shows it)."""
+        if ts_key != self.ts_key:
+            return ts_key > self.ts_key
+        return not self.whole and index > self.index
+
+
+def parse_token(token: Any) -> ResumePoint:
+    data = token.get("_data") if isinstance(token, Mapping) else None
+    if not isinstance(data, str) or len(data) not in (16, 21):
+        raise MongoError(BAD_TOKEN, f"invalid resume token: {token!r}")
+    try:
+        ts_key = int(data[:16], 16)
+        if len(data) == 16:
+            return ResumePoint(ts_key, whole=True)
+        return ResumePoint(ts_key, int(data[16:20], 16), invalidate=data[20] == "1")
+    except ValueError:
+        raise MongoError(BAD_TOKEN, f"invalid resume token: {token!r}") from None
+
+
+def ts_key_of(ts: Timestamp) -> int:
+    return (ts.time << 32) | ts.inc
+
+
+def _ns(ns: str) -> tuple[str, str | None]:
+    db, _, coll = ns.partition(".")
+    return db, coll or None
+
+
+def events_of(entry: Mapping[str, Any], scope: StreamScope) -> list[dict[str, Any]]:
+    """The change events `entry` gives a stream on `scope`, in order, each with its `_id` token (the
+    caller adds `fullDocument` lookups and drops events a resume point has passed)."""
+    op = entry.get("op")
+    ns = str(entry.get("ns", ""))
+    ts = entry["ts"]
+    key = ts_key_of(ts)
+    base = {"clusterTime": ts, "wallTime": entry.get("wall")}
+
+    def event(index: int, body: dict[str, Any], *, invalidate: bool = False) -> dict[str, Any]:
+        token = ResumePoint(key, index, invalidate=invalidate).token()
+        return {"_id": token, **body, **base}
+
+    if op in ("i", "u", "d"):
+        db, coll = _ns(ns)
+        if coll is None or not scope.watches(db, coll):
+            return []
+        target = {"db": db, "coll": coll}
+        o = entry.get("o") or {}
+        if op == "i":
+            return [event(0, {"operationType": "insert", "ns": target, "documentKey": {"_id": o.get("_id")},
+                              "fullDocument": dict(o)})]
+        if op == "d":
+            return [event(0, {"operationType": "delete", "ns": target, "documentKey": {"_id": o.get("_id")}})]
+        doc_key = {"_id": (entry.get("o2") or {}).get("_id")}
+        if any(str(k).startswith("$") for k in o):
+            return [event(0, {"operationType": "update", "ns": target, "documentKey": doc_key,
+                              "updateDescription": {"updatedFields": dict(o.get("$set") or {}),
+                                                    "removedFields": list(o.get("$unset") or {}),
+                                                    "truncatedArrays": []}})]
+        return [event(0, {"operationType": "replace", "ns": target, "documentKey": doc_key,
+                          "fullDocument": dict(o)})]
+    if op == "c":
+        return _command_events(entry, scope, event)
+    return []
+
+
+def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) -> list[dict[str, Any]]:
+    db = str(entry.get("ns", "")).partition(".")[0]
+    o = entry.get("o") or {}
+    name = next(iter(o), "")
+    if name == "drop":
+        coll = str(o["drop"])
+        if not scope.watches(db, coll):
+            return []
+        out = [event(0, {"operationType": "drop", "ns": {"db": db, "coll": coll}})]
+        if scope.coll is not None:
+            out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
+        return out
+    if name == "renameCollection":
+        source_db, source_coll = _ns(str(o["renameCollection"]))
+        target_db, target_coll = _ns(str(o["to"]))
+        if not (scope.watches(source_db, source_coll) or scope.watches(target_db, target_coll)):
+            return []
+        out = [event(0, {"operationType": "rename", "ns": {"db": source_db, "coll": source_coll},
+                         "to": {"db": target_db, "coll": target_coll}})]
+        if scope.coll is not None and scope.watches(source_db, source_coll):
+            out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
+        return out
+    if name == "dropDatabase":
+        if db in INTERNAL_DBS or (scope.db is not None and scope.db != db):
+            return []
+        if scope.coll is not None:   # the watched collection went with its database
+            return [event(0, {"operationType": "drop", "ns": {"db": db, "coll": scope.coll}}),
+                    event(1, {"operationType": INVALIDATE}, invalidate=True)]
+        out = [event(0, {"operationType": "dropDatabase", "ns": {"db": db}})]
+        if scope.db is not None:
+            out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
+        return out
+    return []

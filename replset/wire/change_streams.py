@@ -1,0 +1,241 @@
+"""Change streams: `aggregate` with `$changeStream` first, on a collection, a database (`aggregate: 1`)
+or the whole deployment (`admin`, `allChangesForCluster: true`); pymongo's and motor's `watch()`.
+
+Theory of operation. A stream is a cursor over the oplog that shows only majority-committed entries:
+each batch reads the entries after the stream's position up to the commit point, turns them into
+change events (`oplog.change_events`, pure), drops the ones its resume point has passed, adds
+`fullDocument` (`updateLookup` / `whenAvailable` / `required`: the document as it is now), runs the
+pipeline's other stages over them, and answers with `postBatchResumeToken`. A getMore with nothing
+to show waits, woken by every step of the replication core (the commit point moving), up to its
+`maxTimeMS` (1 s by default), then answers an empty batch with the new high-water token.
+
+Resuming: `resumeAfter` / `startAfter` take a token from any member (tokens name oplog timestamps,
+the same on every member), `startAtOperationTime` a cluster time. A point older than the oldest oplog
+entry is ChangeStreamHistoryLost (286); an event token whose entry no longer exists (it was rolled
+back) is ChangeStreamFatalError (280). Errors a change of primary explains carry the
+`ResumableChangeStreamError` label, so drivers resume on another member.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import bson
+from bson.int64 import Int64
+from bson.timestamp import Timestamp
+
+from base.errors import MongoError
+from oplog.aggregate import iter_pipeline, validate_pipeline
+from oplog.change_events import INVALIDATE, ResumePoint, StreamScope, events_of, parse_token, ts_key_of
+from oplog.codec_options import DOC_OPTIONS
+from replset.cursors import Cursor
+from replset.node import utcnow
+
+if TYPE_CHECKING:
+    from replset.wire.commands import CommandContext
+
+HISTORY_LOST = 286
+FATAL = 280
+INVALID_RESUME_TOKEN = 260
+UNKNOWN_FIELD = 40415
+DEFAULT_AWAIT_MS = 1000
+SCAN_CHUNK = 1000
+MAX_SCAN = 10_000   # oplog entries one batch reads at most (the rest wait for the next getMore)
+OPTIONS = {"fullDocument", "fullDocumentBeforeChange", "resumeAfter", "startAfter", "startAtOperationTime",
+           "allChangesForCluster", "showExpandedEvents"}
+FULL_DOCUMENT = ("default", "updateLookup", "whenAvailable", "required")
+RESUMABLE_CODES = frozenset({6, 7, 43, 89, 91, 189, 237, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150,
+                             13388, 234, 133})
+
+
+@dataclass(slots=True)
+class ChangeStream:
+    scope: StreamScope
+    resume: ResumePoint               # events at or before this were shown (or skipped)
+    scanned_key: int                  # every entry up to this key was read
+    full_document: str
+    stages: list[Any]
+    history_epoch: int
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    invalidated: bool = False
+
+
+def is_change_stream(pipeline: list[Any]) -> bool:
+    return bool(pipeline) and isinstance(pipeline[0], dict) and "$changeStream" in pipeline[0]
+
+
+def resumable(err: MongoError) -> MongoError:
+    """`err` with the label drivers resume on, when a change of member explains it."""
+    if err.code in RESUMABLE_CODES:
+        err.extra.setdefault("errorLabels", ["ResumableChangeStreamError"])
+    return err
+
+
+async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
+                      cursor_opts: dict[str, Any]) -> dict[str, Any]:
+    spec = pipeline[0]["$changeStream"]
+    if not isinstance(spec, dict):
+        raise MongoError(14, "the $changeStream stage takes an object")
+    unknown = set(spec) - OPTIONS
+    if unknown:
+        raise MongoError(UNKNOWN_FIELD, f"BSON field '$changeStream.{sorted(unknown)[0]}' is an unknown field.")
+    stages = pipeline[1:]
+    if any(isinstance(s, dict) and "$changeStream" in s for s in stages):
+        raise MongoError(40602, "$changeStream is only valid as the first stage in a pipeline")
+    validate_pipeline(stages)
+    full_document = spec.get("fullDocument", "default")
+    if full_document not in FULL_DOCUMENT:
+        raise MongoError(2, f"unknown fullDocument mode {full_document!r}")
+    scope, cursor_ns = _scope(ctx, target, bool(spec.get("allChangesForCluster")))
+    node = ctx.node
+    start = _start_point(ctx, spec)
+    stream = ChangeStream(scope, start, start.ts_key if start.whole else start.ts_key - 1, full_document, stages,
+                          node.history_epoch)
+    cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
+    batch = _take(ctx, stream, _batch_size(cursor_opts))
+    cursor.id = node.cursors.new_id()
+    from replset.wire.crud import now_ms  # the cursor registry's clock
+
+    node.cursors.register(cursor, now_ms())
+    return _reply(cursor, stream, batch, first=True)
+
+
+async def get_more(ctx: CommandContext, cursor: Cursor, batch_size: int, max_time_ms: int) -> dict[str, Any]:
+    stream: ChangeStream = cursor.change_stream
+    node = ctx.node
+    if node.history_epoch != stream.history_epoch:
+        node.cursors.kill(cursor.id)
+        raise resumable(MongoError(237, "a rollback replaced oplog entries this change stream may have shown: "
+                                        "resume from its last token"))
+    batch = _take(ctx, stream, batch_size)
+    if not batch and not stream.invalidated:
+        deadline = time.monotonic() + (max_time_ms or DEFAULT_AWAIT_MS) / 1000
+        while not batch and not stream.invalidated and time.monotonic() < deadline \
+                and node.history_epoch == stream.history_epoch:
+            if node.majority_commit_point.ts_key > stream.scanned_key:
+                batch = _take(ctx, stream, batch_size)
+                continue
+            await node.repl.stepped.wait(deadline - time.monotonic())
+    if stream.invalidated and not stream.pending:
+        node.cursors.kill(cursor.id)
+        return _reply(cursor, stream, batch, first=False, closed=True)
+    return _reply(cursor, stream, batch, first=False)
+
+
+def _batch_size(opts: dict[str, Any]) -> int:
+    size = opts.get("batchSize", 101)
+    return int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 101
+
+
+def _scope(ctx: CommandContext, target: Any, all_changes: bool) -> tuple[StreamScope, str]:
+    if isinstance(target, str):
+        if ctx.db in ("admin", "config", "local"):
+            raise MongoError(73, f"$changeStream may not be opened on the internal {ctx.db} database")
+        return StreamScope(ctx.db, target), f"{ctx.db}.{target}"
+    if target != 1:
+        raise MongoError(73, "aggregate takes a collection name or 1")
+    if ctx.db == "admin":
+        if not all_changes:
+            raise MongoError(73, "a $changeStream on admin needs allChangesForCluster: true")
+        return StreamScope(), "admin.$cmd.aggregate"
+    if all_changes:
+        raise MongoError(73, "allChangesForCluster is only allowed on the admin database")
+    if ctx.db in ("config", "local"):
+        raise MongoError(73, f"$changeStream may not be opened on the internal {ctx.db} database")
+    return StreamScope(ctx.db), f"{ctx.db}.$cmd.aggregate"
+
+
+def _start_point(ctx: CommandContext, spec: dict[str, Any]) -> ResumePoint:
+    reader = ctx.node.store.reader
+    given = [k for k in ("resumeAfter", "startAfter", "startAtOperationTime") if k in spec]
+    if len(given) > 1:
+        raise MongoError(40674, "Only one type of resume option is allowed, but multiple were found.")
+    oldest = reader.oplog_oldest_key() or 0
+    if not given:
+        return ResumePoint(ctx.node.last_committed_optime.ts_key, whole=True)
+    if given[0] == "startAtOperationTime":
+        ts = spec["startAtOperationTime"]
+        if not isinstance(ts, Timestamp):
+            raise MongoError(14, "startAtOperationTime must be a Timestamp")
+        point = ResumePoint(ts_key_of(ts), -1)
+        if point.ts_key < oldest:
+            raise _history_lost()
+        return point
+    point = parse_token(spec[given[0]])
+    if point.invalidate and given[0] == "resumeAfter":
+        raise MongoError(INVALID_RESUME_TOKEN, "cannot resume a change stream after an invalidate event; "
+                                               "use startAfter")
+    if point.ts_key < oldest:
+        raise _history_lost()
+    if not point.whole and reader.oplog_entry(point.ts_key) is None:
+        raise MongoError(FATAL, "the resume token's event is not in this member's oplog: it was rolled back "
+                                "or never replicated here")
+    return point
+
+
+def _history_lost() -> MongoError:
+    return MongoError(HISTORY_LOST, "the resume point may no longer be in the oplog")
+
+
+def _committed_entries(ctx: CommandContext, after_key: int, limit_key: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    reader = ctx.node.store.reader
+    key = after_key
+    while key < limit_key and (rows := reader.oplog_after(key, SCAN_CHUNK)):
+        for row_key, blob in rows:
+            if row_key > limit_key:
+                return
+            key = row_key
+            yield row_key, bson.decode(blob, DOC_OPTIONS)
+
+
+def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[dict[str, Any]]:
+    """Up to `batch_size` events: those pending, then events of entries up to the commit point."""
+    limit_key = ctx.node.majority_commit_point.ts_key
+    if not stream.invalidated:
+        oldest = ctx.node.store.reader.oplog_oldest_key() or 0
+        if stream.scanned_key < oldest - 1 and stream.scanned_key < limit_key:
+            raise _history_lost()
+        for scanned, (key, entry) in enumerate(_committed_entries(ctx, stream.scanned_key, limit_key)):
+            stream.scanned_key = key
+            for index, event in enumerate(events_of(entry, stream.scope)):
+                if not stream.resume.is_after(key, index):
+                    continue
+                stream.pending.append(event)
+                if event["operationType"] == INVALIDATE:
+                    stream.invalidated = True
+                    break
+            if stream.invalidated or len(stream.pending) >= batch_size or scanned >= MAX_SCAN:
+                break   # MAX_SCAN: one batch reads a bounded run of the oplog on the event loop
+    taken, stream.pending = stream.pending[:batch_size], stream.pending[batch_size:]
+    if taken:
+        stream.resume = parse_token(taken[-1]["_id"])
+    return _shaped(ctx, stream, taken)
+
+
+def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if stream.full_document != "default":
+        reader = ctx.node.store.reader
+        for event in events:
+            if event["operationType"] == "update":
+                ns = f"{event['ns']['db']}.{event['ns']['coll']}"
+                current = reader.get(ns, event["documentKey"]["_id"])
+                if current is None and stream.full_document == "required":
+                    raise MongoError(HISTORY_LOST, f"fullDocument: required, and the document of "
+                                                   f"{event['documentKey']} is gone")
+                event["fullDocument"] = current
+    if stream.stages:
+        events = list(iter_pipeline(events, stream.stages, now=utcnow()))
+    return events
+
+
+def _reply(cursor: Cursor, stream: ChangeStream, batch: list[dict[str, Any]], *, first: bool,
+           closed: bool = False) -> dict[str, Any]:
+    token = stream.resume.token() if stream.pending or stream.invalidated else \
+        ResumePoint(max(stream.scanned_key, stream.resume.ts_key), whole=True).token()
+    if stream.resume.ts_key > stream.scanned_key:
+        token = stream.resume.token()
+    return {"cursor": {"firstBatch" if first else "nextBatch": batch, "id": Int64(0 if closed else cursor.id),
+                       "ns": cursor.ns, "postBatchResumeToken": token}, "ok": 1.0}

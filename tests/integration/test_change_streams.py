@@ -1,0 +1,118 @@
+"""Change streams through pymongo's `watch()` on a real three-member set: the events of inserts,
+updates, replaces and deletes in order; `fullDocument: "updateLookup"`; a resume token taken on one
+member resumes on another; a write a majority lacks is not shown until it is committed; a dropped
+collection ends its stream with `invalidate`; a resume point older than the oplog is 286."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bson.timestamp import Timestamp
+from pymongo import ReadPreference
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from tests.support.replica_set import ReplicaSet
+
+WAIT_MS = 200
+
+
+def _next(stream: Any, deadline_tries: int = 50) -> dict[str, Any] | None:
+    for _ in range(deadline_tries):
+        change = stream.try_next()
+        if change is not None:
+            return change
+    return None
+
+
+def test_watch_shows_each_write_once_in_order(rs: ReplicaSet) -> None:
+    coll = rs.client().cs.orders
+    with coll.watch(max_await_time_ms=WAIT_MS) as stream:
+        coll.insert_one({"_id": 1, "n": 1})
+        coll.update_one({"_id": 1}, {"$set": {"n": 2}, "$unset": {"gone": ""}})
+        coll.replace_one({"_id": 1}, {"n": 3})
+        coll.delete_one({"_id": 1})
+        coll.database.other.insert_one({"_id": "elsewhere"})
+        changes = [_next(stream) for _ in range(4)]
+    assert [c["operationType"] for c in changes if c] == ["insert", "update", "replace", "delete"]
+    insert, update, replace, delete = changes
+    assert insert["fullDocument"] == {"_id": 1, "n": 1} and insert["documentKey"] == {"_id": 1}
+    assert update["updateDescription"]["updatedFields"] == {"n": 2}
+    assert replace["fullDocument"] == {"_id": 1, "n": 3}
+    assert delete["ns"] == {"db": "cs", "coll": "orders"}
+    tokens = [c["_id"]["_data"] for c in changes]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 4
+
+
+def test_update_lookup_and_database_and_cluster_streams(rs: ReplicaSet) -> None:
+    client = rs.client()
+    coll = client.cs.lookup
+    coll.insert_one({"_id": 1, "n": 1, "keep": "me"})
+    with coll.watch(full_document="updateLookup", max_await_time_ms=WAIT_MS) as stream, \
+            client.cs.watch(max_await_time_ms=WAIT_MS) as db_stream, \
+            client.watch(max_await_time_ms=WAIT_MS) as everything:
+        coll.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        client.cs2.t.insert_one({"_id": "x"})
+        change = _next(stream)
+        assert change is not None and change["fullDocument"] == {"_id": 1, "n": 2, "keep": "me"}
+        assert _next(db_stream)["ns"] == {"db": "cs", "coll": "lookup"}
+        seen = [_next(everything), _next(everything)]
+        assert [c["ns"]["db"] for c in seen if c] == ["cs", "cs2"]
+
+
+def test_a_token_resumes_on_another_member(rs: ReplicaSet) -> None:
+    client = rs.client()
+    coll = client.cs.resume
+    with coll.watch(max_await_time_ms=WAIT_MS) as stream:
+        coll.insert_many([{"_id": i} for i in range(5)])
+        first = _next(stream)
+        token = stream.resume_token
+    assert first is not None and first["documentKey"] == {"_id": 0}
+    secondary = rs.client(readPreference="secondary")
+    with secondary.cs.resume.watch(resume_after=token, max_await_time_ms=WAIT_MS) as resumed:
+        rest = [_next(resumed) for _ in range(4)]
+    assert [c["documentKey"]["_id"] for c in rest if c] == [1, 2, 3, 4]
+
+
+def test_a_write_a_majority_lacks_is_not_shown_until_committed(rs: ReplicaSet) -> None:
+    primary = rs.wait_primary()
+    secondaries = [m for m in rs.members if m is not primary]
+    coll = rs.direct(primary).cs.pending
+    coll.insert_one({"_id": "before"})
+    with coll.watch(max_await_time_ms=WAIT_MS) as stream:
+        for m in secondaries:
+            rs.fail_point(m, "stopReplProducer", "alwaysOn")
+        try:
+            coll.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": "later"})
+            assert _next(stream, deadline_tries=5) is None
+        finally:
+            for m in secondaries:
+                rs.fail_point(m, "stopReplProducer", "off")
+        change = _next(stream)
+    assert change is not None and change["documentKey"] == {"_id": "later"}
+
+
+def test_a_dropped_collection_invalidates_its_stream(rs: ReplicaSet) -> None:
+    coll = rs.client().cs.dropped
+    coll.insert_one({"_id": 1})
+    with coll.watch(max_await_time_ms=WAIT_MS) as stream:
+        coll.drop()
+        kinds = [(_next(stream) or {}).get("operationType") for _ in range(2)]
+        assert kinds == ["drop", "invalidate"]
+        assert not stream.alive or _next(stream, deadline_tries=2) is None
+
+
+def test_a_resume_point_older_than_the_oplog_is_history_lost(rs: ReplicaSet) -> None:
+    with pytest.raises(OperationFailure) as caught:
+        rs.client().cs.any.watch(start_at_operation_time=Timestamp(1, 1)).try_next()
+    assert caught.value.code == 286
+
+
+def test_a_stream_on_a_secondary(rs: ReplicaSet) -> None:
+    client = rs.client()
+    on_secondary = client.cs.get_collection("sec", read_preference=ReadPreference.SECONDARY)
+    with on_secondary.watch(max_await_time_ms=WAIT_MS) as stream:
+        client.cs.sec.insert_one({"_id": 7})
+        change = _next(stream)
+    assert change is not None and change["documentKey"] == {"_id": 7}
