@@ -116,3 +116,66 @@ def test_a_stream_on_a_secondary(rs: ReplicaSet) -> None:
         client.cs.sec.insert_one({"_id": 7})
         change = _next(stream)
     assert change is not None and change["documentKey"] == {"_id": 7}
+
+
+async def test_a_motor_stream_survives_a_killed_primary_and_sees_every_majority_insert_once(
+        tmp_path: Any) -> None:
+    """w:"majority" inserts while the primary is killed (-9) and comes back: the stream resumes on
+    its own (the driver resumes from its last token on the new primary) and shows every acknowledged
+    insert exactly once, in the order they were acknowledged."""
+    import asyncio
+
+    from motor.motor_asyncio import AsyncIOMotorClient
+
+    from tests.support.replica_set import make_replica_set
+
+    rs = make_replica_set(str(tmp_path), 3)
+    client: AsyncIOMotorClient[dict[str, Any]] | None = None
+    try:
+        await asyncio.to_thread(rs.start)
+        await asyncio.to_thread(rs.initiate)
+        client = AsyncIOMotorClient(rs.uri, w="majority", retryWrites=True, serverSelectionTimeoutMS=30_000)
+        coll = client.cs.survive
+        await coll.insert_one({"_id": -1})
+        seen: list[int] = []
+        acknowledged: list[int] = []
+        done = asyncio.Event()
+
+        stream = coll.watch(max_await_time_ms=WAIT_MS)
+        await stream.try_next()   # opened before the first insert
+
+        async def watch() -> None:
+            try:
+                while not done.is_set() or not set(acknowledged) <= set(seen):
+                    change = await stream.try_next()
+                    if change is not None and change["operationType"] == "insert":
+                        seen.append(change["documentKey"]["_id"])
+            finally:
+                await stream.close()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        for i in range(120):
+            if i == 40:
+                primary = await asyncio.to_thread(rs.wait_primary)
+                await asyncio.to_thread(primary.kill)
+            if i == 80:
+                for m in rs.members:
+                    if m.process is not None and m.process.poll() is not None:
+                        await asyncio.to_thread(m.start)
+            try:
+                await coll.insert_one({"_id": i})
+                acknowledged.append(i)
+            except Exception:   # an outcome unknown: it may appear, once
+                continue
+        done.set()
+        try:
+            await asyncio.wait_for(watcher, 60)
+        except TimeoutError:
+            raise AssertionError(f"not seen: {sorted(set(acknowledged) - set(seen))}; seen {seen}") from None
+        assert len(seen) == len(set(seen)), "an event came twice"
+        assert [i for i in seen if i in set(acknowledged)] == acknowledged
+        assert seen == sorted(seen)
+    finally:
+        if client is not None:
+            client.close()
+        await asyncio.to_thread(rs.stop)
