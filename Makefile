@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.parts
 	$(BIN)/python -m bench.spark
 	$(BIN)/python -m bench.read_concern
+	$(BIN)/python -m bench.change_streams
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
