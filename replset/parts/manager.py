@@ -360,6 +360,7 @@ class PartsManager:
             expected = parse_checksums(doc.get("checksums", []))
             if await asyncio.to_thread(adopt_temporary, directory, block_id, str(doc["part"]), expected):
                 log.info("published %s of %s, committed before a crash", doc["part"], table.ns)
+                self.inserting(table.ns, [str(doc["part"])])   # as `_adopt_own`'s: a rollback may undo its entry
         left = [n for n in await asyncio.to_thread(os.listdir, directory) if n.startswith(part_files.TMP_INSERT)]
         if left:
             self.keep_in_doubt(directory, left, IN_DOUBT_KEEP_S)
@@ -606,6 +607,10 @@ class PartsManager:
         if found is not None:
             log.debug("published %s of %s, written here by an insert: the log named it before the commit's "
                       "reply came (or instead of it)", part, rt.table.ns)
+            # The insert's commit may still be under way: if this entry is rolled back and the commit's retry
+            # takes the same name on the new primary, the insert answers with this very directory. A rebuild
+            # that finds it unlogged meanwhile parks it instead of setting it aside (the part's only copy).
+            self.inserting(rt.table.ns, [part])
         return found
 
     @staticmethod
