@@ -30,7 +30,14 @@ from bson.timestamp import Timestamp
 
 from base.errors import MongoError
 from base.optime import OpTime
-from base.read_concern import LINEARIZABLE, ReadConcern, parse_read_concern, refusal, ts_reached
+from base.read_concern import (
+    INVALID_OPTIONS,
+    LINEARIZABLE,
+    ReadConcern,
+    parse_read_concern,
+    refusal,
+    ts_reached,
+)
 from oplog.entry import noop_entry
 from oplog.writes import WriteEnv
 from replset.query_pool import TimeLimit, time_limit_error
@@ -60,6 +67,10 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
     if concern.level == LINEARIZABLE and not node.is_primary:
         raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
     epoch = node.history_epoch
+    after = concern.after_cluster_time
+    if after is not None and (after.time, after.inc) > (node.cluster_time.time, node.cluster_time.inc):
+        raise MongoError(INVALID_OPTIONS, f"readConcern afterClusterTime value {after} must not be greater "
+                                          f"than the current clusterTime {node.cluster_time}")
     if concern.waits:
         def point() -> OpTime:
             return node.majority_commit_point if concern.majority else node.last_committed_optime

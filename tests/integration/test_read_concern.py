@@ -88,6 +88,7 @@ def test_linearizable_on_a_secondary_is_refused_as_not_primary(rs: ReplicaSet) -
     ({"level": "snapshot"}, 246),
     ({"level": "snapshot", "atClusterTime": Timestamp(1, 1)}, 239),
     ({"afterClusterTime": "yesterday"}, 9),
+    ({"level": "majority", "afterClusterTime": Timestamp(2**31, 1)}, 72),   # past the cluster time
 ])
 def test_read_concerns_it_cannot_serve_get_mongods_codes(rs: ReplicaSet, concern: dict[str, Any],
                                                          code: int) -> None:
