@@ -43,7 +43,6 @@ class ReadConcern:
     after_cluster_time: Timestamp | None = None
     after_optime: OpTime | None = None
     at_cluster_time: Timestamp | None = None
-    given: bool = False  # the command carried a readConcern (a cursor reply then names it)
 
     @property
     def majority(self) -> bool:
@@ -88,7 +87,7 @@ def parse_read_concern(raw: Any) -> ReadConcern:
     if at_cluster_time is not None and after_cluster_time is not None:
         raise MongoError(INVALID_OPTIONS, "Specifying a timestamp for readConcern snapshot with "
                                           "afterClusterTime is not allowed")
-    return ReadConcern(level, after_cluster_time, after_optime, at_cluster_time, given=True)
+    return ReadConcern(level, after_cluster_time, after_optime, at_cluster_time)
 
 
 def _timestamp(raw: dict[str, Any], field: str) -> Timestamp | None:
@@ -116,7 +115,3 @@ def refusal(concern: ReadConcern, *, in_transaction: bool = False) -> MongoError
     return MongoError(SNAPSHOT_UNAVAILABLE, "readConcern level 'snapshot' outside a transaction is not "
                                             "supported by this member; use 'majority'")
 
-
-def ts_reached(point: OpTime, ts: Timestamp) -> bool:
-    """Whether `point` (an applied optime or the commit point) is at or past cluster time `ts`."""
-    return (point.secs, point.inc) >= (ts.time, ts.inc)

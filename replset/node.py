@@ -396,15 +396,12 @@ class Node:
 
     def gossip_cluster_time(self, ts: Timestamp) -> None:
         """A cluster time a client or member sent (`$clusterTime`): replies carry the newest seen."""
-        if (ts.time, ts.inc) > (self._gossiped_cluster_time.time, self._gossiped_cluster_time.inc):
-            self._gossiped_cluster_time = ts
+        self._gossiped_cluster_time = max(self._gossiped_cluster_time, ts)
 
     @property
     def cluster_time(self) -> Timestamp:
         """The newest cluster time this member knows: its applied optime or a newer one gossiped."""
-        own = self.last_committed_optime.ts
-        gossiped = self._gossiped_cluster_time
-        return gossiped if (gossiped.time, gossiped.inc) > (own.time, own.inc) else own
+        return max(self.last_committed_optime.ts, self._gossiped_cluster_time)
 
     # -- writes ---------------------------------------------------------------------
     async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True,

@@ -233,9 +233,9 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
 
 def _reply(cursor: Cursor, stream: ChangeStream, batch: list[dict[str, Any]], *, first: bool,
            closed: bool = False) -> dict[str, Any]:
-    token = stream.resume.token() if stream.pending or stream.invalidated else \
-        ResumePoint(max(stream.scanned_key, stream.resume.ts_key), whole=True).token()
-    if stream.resume.ts_key > stream.scanned_key:
-        token = stream.resume.token()
+    # Pending events, an ended stream, or a resume point not read up to yet: the last point shown. Else
+    # the high-water mark: every entry up to the last one read.
+    behind = stream.pending or stream.invalidated or stream.resume.ts_key > stream.scanned_key
+    token = stream.resume.token() if behind else ResumePoint(stream.scanned_key, whole=True).token()
     return {"cursor": {"firstBatch" if first else "nextBatch": batch, "id": Int64(0 if closed else cursor.id),
                        "ns": cursor.ns, "postBatchResumeToken": token}, "ok": 1.0}

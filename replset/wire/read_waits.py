@@ -36,7 +36,6 @@ from base.read_concern import (
     ReadConcern,
     parse_read_concern,
     refusal,
-    ts_reached,
 )
 from oplog.entry import noop_entry
 from oplog.writes import WriteEnv
@@ -68,7 +67,7 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
         raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
     epoch = node.history_epoch
     after = concern.after_cluster_time
-    if after is not None and (after.time, after.inc) > (node.cluster_time.time, node.cluster_time.inc):
+    if after is not None and after > node.cluster_time:
         raise MongoError(INVALID_OPTIONS, f"readConcern afterClusterTime value {after} must not be greater "
                                           f"than the current clusterTime {node.cluster_time}")
     if concern.waits:
@@ -79,10 +78,10 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
             if concern.after_optime is not None:
                 return point() >= concern.after_optime
             assert concern.after_cluster_time is not None
-            return ts_reached(point(), concern.after_cluster_time)
+            return point().ts >= concern.after_cluster_time
 
         if not reached() and node.is_primary and concern.after_cluster_time is not None and \
-                not ts_reached(node.last_committed_optime, concern.after_cluster_time):
+                node.last_committed_optime.ts < concern.after_cluster_time:
             await _write_noop(node, "advance to afterClusterTime")
         await wait_until(node, reached, limit)
     return epoch

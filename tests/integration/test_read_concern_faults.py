@@ -29,7 +29,7 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from tests.integration.test_nemesis import wait_converged
+from tests.integration.test_nemesis import seed_for, wait_converged
 from tests.support.nemesis import nemesis_run
 from tests.support.replica_set import FAST_SETTINGS, ReplicaSet, make_replica_set
 
@@ -157,10 +157,6 @@ async def run(tmp_path: Path, seed: int, duration_s: float) -> None:
         print(nemesis.describe())
     assert not problems, f"seed {seed}: " + "; ".join(problems[:5])
     assert by_level["majority"] > 0 and by_level["linearizable"] > 0, by_level
-
-
-def seed_for(default: int) -> int:
-    return int(os.environ.get("NEMESIS_SEED", default))
 
 
 async def test_majority_and_linearizable_reads_under_faults(tmp_path: Path) -> None:
