@@ -6,7 +6,7 @@ NODES ?= 3
 PORT ?= 27017
 DIR ?= ./data
 
-.PHONY: install run test lint bench soak fuzz clean
+.PHONY: install run test lint bench soak fuzz spec clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
+
+spec: $(STAMP)
+	$(BIN)/python -m tests.spec
 
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --count 100000

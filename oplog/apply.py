@@ -28,6 +28,9 @@ def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> Non
             _apply_update(txn, entry, replay=replay)
         case "d":
             txn.delete(entry["ns"], entry["o"]["_id"])
+        case "c" if "applyOps" in entry["o"]:
+            for inner in entry["o"]["applyOps"]:  # a transaction's writes: all in this one transaction
+                apply_entry(txn, inner, replay=replay)
         case "c":
             apply_command(txn, entry["ns"].split(".", 1)[0], entry["o"], entry.get("ui"))
         case "n":

@@ -30,6 +30,7 @@ from typing import Any
 from bson.timestamp import Timestamp
 
 from base.errors import MongoError
+from oplog.entry import flattened
 
 INTERNAL_DBS = frozenset({"admin", "config", "local"})
 BAD_TOKEN = 50811  # ChangeStreamFatalError's neighbour: "KeyString format error" for a token we cannot read
@@ -103,7 +104,20 @@ def _ns(ns: str) -> tuple[str, str | None]:
 
 def events_of(entry: Mapping[str, Any], scope: StreamScope) -> list[dict[str, Any]]:
     """The change events `entry` gives a stream on `scope`, in order, each with its `_id` token (the
-    caller adds `fullDocument` lookups and drops events a resume point has passed)."""
+    caller adds `fullDocument` lookups and drops events a resume point has passed). A transaction's
+    entry gives the events of each write it holds, in order, each with the session's `lsid` and
+    `txnNumber`."""
+    inner = flattened(entry)
+    if len(inner) > 1 or inner[0] is not entry:
+        out: list[dict[str, Any]] = []
+        for position, write in enumerate(inner):
+            for event in _events_of(write, scope, position):
+                out.append(event | {k: write[k] for k in ("lsid", "txnNumber") if k in write})
+        return out
+    return _events_of(entry, scope, 0)
+
+
+def _events_of(entry: Mapping[str, Any], scope: StreamScope, first_index: int) -> list[dict[str, Any]]:
     op = entry.get("op")
     ns = str(entry.get("ns", ""))
     ts = entry["ts"]
@@ -111,7 +125,7 @@ def events_of(entry: Mapping[str, Any], scope: StreamScope) -> list[dict[str, An
     base = {"clusterTime": ts, "wallTime": entry.get("wall")}
 
     def event(index: int, body: dict[str, Any], *, invalidate: bool = False) -> dict[str, Any]:
-        token = ResumePoint(key, index, invalidate=invalidate).token()
+        token = ResumePoint(key, first_index + index, invalidate=invalidate).token()
         return {"_id": token, **body, **base}
 
     if op in ("i", "u", "d"):

@@ -18,6 +18,7 @@ from bson.int64 import Int64
 
 from base.optime import OpTime
 
+SESSIONS_NS = "config.transactions"  # each session's last retryable write or transaction
 
 def insert_entry(ns: str, doc: Mapping[str, Any], ui: Binary | None = None) -> dict[str, Any]:
     return _base("i", ns, ui) | {"o": dict(doc)}
@@ -71,3 +72,13 @@ def cost_grows_with_data(entry: Mapping[str, Any]) -> bool:
         return False
     name = next(iter(o))
     return name in ("drop", "dropDatabase") or (name == "createIndexes" and bool(o.get("unique")))
+
+
+def flattened(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A transaction's `applyOps` entry as the entries it holds, each with the outer entry's `ts`,
+    `t` and `wall` (and its `lsid` / `txnNumber`); any other entry as itself."""
+    o = entry.get("o")
+    if entry.get("op") != "c" or not isinstance(o, Mapping) or "applyOps" not in o:
+        return [entry]
+    outer = {k: entry[k] for k in ("ts", "t", "wall", "lsid", "txnNumber") if k in entry}
+    return [{**inner, **outer} for inner in o["applyOps"]]

@@ -20,7 +20,7 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
-from oplog.expr_values import compare, is_nullish, is_truthy, type_name
+from oplog.expr_values import MISSING, compare, is_nullish, is_truthy, type_name
 
 _COMPARISONS: dict[str, Callable[[int], bool]] = {
     "$eq": lambda c: c == 0,
@@ -120,3 +120,51 @@ def _op_let(name: str, raw: Any, ctx: Context) -> Any:
     spec = _object_args(name, raw)
     values = {var: _eval(expr, ctx) for var, expr in _let_vars(spec).items()}
     return _eval(spec["in"], ctx.bind(**values))
+
+
+def _field_name(name: str, raw: Any, ctx: Context) -> str:
+    field = _eval(raw, ctx)
+    if not isinstance(field, str):
+        raise MongoError(4161102 if name == "$getField" else 4161106,
+                         f"{name} requires 'field' to evaluate to type String, but got {type_name(field)}")
+    return field
+
+
+@_lazy("$getField")
+def _op_get_field(name: str, raw: Any, ctx: Context) -> Any:
+    """A field by its exact name (dots and `$` are part of it), of `input` ($$CURRENT by default)."""
+    if not isinstance(raw, dict) or "field" not in raw:
+        field, source = _field_name(name, raw, ctx), ctx.current
+    else:
+        field = _field_name(name, raw["field"], ctx)
+        source = _eval(raw["input"], ctx) if "input" in raw else ctx.current
+    if not isinstance(source, dict):
+        return MISSING
+    return source.get(field, MISSING)
+
+
+@_lazy("$setField", args=_Args(("field", "input", "value"), ("field", "input", "value"), (4161100, 4161101)))
+def _op_set_field(name: str, raw: Any, ctx: Context) -> Any:
+    """`input` with one field (named exactly, dots and `$` included) set to `value`, or removed when
+    `value` is $$REMOVE."""
+    spec = _object_args(name, raw)
+    field = _field_name(name, spec["field"], ctx)
+    source = _eval(spec["input"], ctx)
+    if source is None or source is MISSING:
+        return None
+    if not isinstance(source, dict):
+        raise MongoError(4161105, f"{name} requires 'input' to evaluate to type Object")
+    value = _eval(spec["value"], ctx)
+    out = dict(source)
+    if value is MISSING:
+        out.pop(field, None)
+    else:
+        out[field] = value
+    return out
+
+
+@_lazy("$unsetField", args=_Args(("field", "input"), ("field", "input"), (4161100, 4161101)))
+def _op_unset_field(name: str, raw: Any, ctx: Context) -> Any:
+    spec = _object_args(name, raw)
+    return _op_set_field("$setField", {"field": spec["field"], "input": spec["input"], "value": "$$REMOVE"},
+                         ctx)

@@ -671,6 +671,16 @@ class SQLiteStore:
         _busy, frames, done = self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         return int(frames), int(done)
 
+    def snapshot(self) -> SnapshotReader:
+        """A reader that sees the data as committed now, for as long as it stays open: a read
+        transaction on a connection of its own (a multi-document transaction's snapshot). Close it
+        soon: a checkpoint cannot move the WAL's start past an open snapshot."""
+        conn = self._connect()
+        conn.execute("PRAGMA query_only=1")
+        conn.execute("BEGIN")
+        conn.execute("SELECT count(*) FROM meta").fetchone()  # the snapshot is taken at the first read
+        return SnapshotReader(conn)
+
     def begin(self) -> StoreTxn:
         if self._txn is not None:
             raise RuntimeError("a write transaction is already open")
@@ -752,6 +762,19 @@ class _ReadConnection(_Reader):
 
     def close(self) -> None:
         self._conn.close()
+
+
+class SnapshotReader(_Reader):
+    """See `SQLiteStore.snapshot`. Used by one transaction at a time, from the event loop."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def close(self) -> None:
+        try:
+            self._conn.execute("ROLLBACK")
+        finally:
+            self._conn.close()
 
 
 def _scan_bson(reader: Callable[[], _ReadConnection], ns: str) -> Iterator[bytes]:

@@ -93,6 +93,7 @@ from oplog.values import compare_values, is_number, values_equal
 __all__ = [
     "UpdateOutcome",
     "apply_oplog_update",
+    "apply_pipeline_update",
     "apply_replacement",
     "apply_update",
     "is_operator_update",
@@ -159,6 +160,44 @@ def apply_update(doc: dict[str, Any], update: Mapping[str, Any], *, now: datetim
     return _outcome(doc, new_doc, lambda: _oplog_from_paths(ctx.log, new_doc))
 
 
+def apply_pipeline_update(doc: dict[str, Any], pipeline: list[Any], *, now: datetime.datetime) -> UpdateOutcome:
+    """A pipeline-style update (`$set`/`$addFields`, `$unset`, `$project`, `$replaceRoot`/
+    `$replaceWith` stages) of `doc`, logged as its result: top-level `$set`/`$unset` when the
+    pipeline kept the fields in order and named none with a dot or a `$`, else the whole document."""
+    from oplog.aggregate import run_pipeline
+
+    validate_pipeline(pipeline)
+    results = run_pipeline([deep_copy(doc)], pipeline, now=now)
+    if len(results) != 1:
+        raise MongoError(2, "an update pipeline must give one document")
+    new_doc = results[0]
+    if "_id" in doc:
+        if "_id" not in new_doc:  # (a pipeline that drops `_id` keeps the document's own, as in mongod)
+            new_doc = {"_id": deep_copy(doc["_id"]), **new_doc}
+        if not values_equal(new_doc["_id"], doc["_id"]):
+            raise MongoError(66, "After applying the update, the (immutable) field '_id' was found to have "
+                                 f"been altered to {format_element('_id', new_doc['_id'])}")
+    if "_id" in new_doc and next(iter(new_doc)) != "_id":
+        new_doc = {"_id": new_doc["_id"], **{k: v for k, v in new_doc.items() if k != "_id"}}
+    return _outcome(doc, new_doc, lambda: _pipeline_oplog(doc, new_doc))
+
+
+def _pipeline_oplog(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    kept = [k for k in old if k in new]
+    plain = all("." not in k and not k.startswith("$") for k in new)
+    if not plain or list(new) != kept + [k for k in new if k not in old]:
+        return deep_copy(new)
+    out: dict[str, Any] = {}
+    sets = {k: deep_copy(v) for k, v in new.items()
+            if k not in old or bson.encode({"v": old[k]}) != bson.encode({"v": v})}
+    unsets = {k: True for k in old if k not in new}
+    if sets:
+        out["$set"] = sets
+    if unsets:
+        out["$unset"] = unsets
+    return out
+
+
 def apply_replacement(doc: dict[str, Any], replacement: Mapping[str, Any]) -> UpdateOutcome:
     """Replace `doc` by `replacement`, keeping the original ``_id`` (first)."""
     validate_replacement_fields(replacement)
@@ -198,8 +237,8 @@ def apply_oplog_update(doc: dict[str, Any], o: Mapping[str, Any]) -> dict[str, A
 
     Pure, idempotent and tolerant: paths that cannot be created or removed are skipped.
     """
-    if not any(str(key).startswith("$") for key in o):
-        new_doc = deep_copy(dict(o))
+    if not str(next(iter(o), "$")).startswith("$"):  # a replacement (its `_id` first; other fields may
+        new_doc = deep_copy(dict(o))                    # start with `$`, set by a pipeline)
         if "_id" not in new_doc and "_id" in doc:
             new_doc = {"_id": deep_copy(doc["_id"]), **new_doc}
         return new_doc

@@ -29,6 +29,7 @@ from oplog.sort import sort_documents
 from oplog.sqlite_store import StoreTxn
 from oplog.update import (
     UpdateOutcome,
+    apply_pipeline_update,
     apply_replacement,
     apply_update,
     is_operator_update,
@@ -117,10 +118,7 @@ def prepare_insert_document(doc: Any) -> dict[str, Any]:
         raise MongoError(14, "documents to insert must be objects")
     if "_id" not in doc:
         doc = {"_id": ObjectId(), **doc}
-    _check_id(doc["_id"])
-    for key in doc:
-        if key.startswith("$"):
-            raise MongoError(2, f"Document can't have $ prefixed field names: {key}")
+    _check_id(doc["_id"])  # (other `$`-prefixed and dotted top-level names are stored, as since MongoDB 5.0)
     if len(bson.encode(doc)) > MAX_BSON_SIZE:
         raise MongoError(10334, f"object to insert too large. size in bytes exceeds {MAX_BSON_SIZE}")
     if _nesting_exceeds(doc, MAX_STORED_DEPTH):
@@ -215,27 +213,31 @@ def _parse_update_statement(spec: Any) -> tuple[Mapping[str, Any], Any, bool, bo
     if not isinstance(q, dict):
         raise MongoError(14, "'q' must be an object")
     if isinstance(u, list):
-        raise MongoError(9, "pipeline-style updates are not supported")
-    if not isinstance(u, dict):
+        validate_update(u)
+    elif not isinstance(u, dict):
         raise MongoError(14, "'u' must be an object")
     multi, upsert = bool(spec.get("multi", False)), bool(spec.get("upsert", False))
-    if multi and not is_operator_update(u):
+    if multi and isinstance(u, dict) and not is_operator_update(u):
         raise MongoError(9, "multi update is not supported for replacement-style update")
     return q, u, multi, upsert
 
 
-def compute_update(doc: dict[str, Any], u: Mapping[str, Any], env: WriteEnv, matcher: Matcher,
+def compute_update(doc: dict[str, Any], u: Mapping[str, Any] | list[Any], env: WriteEnv, matcher: Matcher,
                    array_filters: list[dict[str, Any]] | None) -> UpdateOutcome:
+    if isinstance(u, list):
+        return apply_pipeline_update(doc, u, now=env.now)
     if is_operator_update(u):
         index = matcher.match_result(doc).array_index
         return apply_update(doc, u, now=env.now, match_index=index, array_filters=array_filters)
     return apply_replacement(doc, u)
 
 
-def upsert_document(q: Mapping[str, Any], u: Mapping[str, Any], env: WriteEnv,
+def upsert_document(q: Mapping[str, Any], u: Mapping[str, Any] | list[Any], env: WriteEnv,
                     array_filters: list[dict[str, Any]] | None) -> dict[str, Any]:
     seed = upsert_seed(q)
-    if is_operator_update(u):
+    if isinstance(u, list):
+        doc = apply_pipeline_update(seed, u, now=env.now).document
+    elif is_operator_update(u):
         doc = apply_update(seed, u, now=env.now, array_filters=array_filters, is_upsert_insert=True).document
     else:
         doc = apply_replacement(seed, u).document if "_id" in seed else dict(u)
@@ -335,8 +337,8 @@ def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any],
 def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[str, Any], u: Any,
                      matcher: Matcher, doc: dict[str, Any] | None) -> dict[str, Any]:
     if isinstance(u, list):
-        raise MongoError(9, "pipeline-style updates are not supported")
-    if not isinstance(u, dict):
+        validate_update(u)
+    elif not isinstance(u, dict):
         raise MongoError(14, "'update' must be an object")
     array_filters = cmd.get("arrayFilters")
     if doc is None:

@@ -32,8 +32,17 @@ Supported fail points:
   and later slices with `data.errorCode` (default 91, ShutdownInProgress: retryable), as if the
   member had stopped part way; a retryable write retried then resumes where it stopped.
 
-Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks). Pure state;
-`changed` is a counter the runtime may watch.
+* `failCommand` — the drivers' test hook, with MongoDB's data: `failCommands` (the command names it
+  applies to), then, in this order, `blockConnection` + `blockTimeMS` (the command waits first),
+  `closeConnection` (the connection closes without a reply), `errorCode` (the command fails with that
+  code and does not run), `writeConcernError` (the command runs and its reply carries this
+  document); `errorLabels` replaces the labels the member would add; `appName` limits it to the
+  connections whose handshake named that application, `namespace` to one collection. Connections of
+  other members are spared unless `failInternalCommands` is true.
+
+Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks), `{skip: N}` (off for the
+next N checks, then on). `failCommand` counts only the commands it applies to. Pure state; `changed`
+is a counter the runtime may watch.
 """
 
 from __future__ import annotations
@@ -48,13 +57,14 @@ from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
                    "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
-                   "partsCommitReplyLost"})
+                   "partsCommitReplyLost", "failCommand"})
 
 
 @dataclass(slots=True)
 class FailPoint:
     times: int | None  # None: always on
     data: dict[str, Any] = field(default_factory=dict)
+    skip: int = 0  # checks to let pass before it fires
 
 
 class FailPoints:
@@ -72,12 +82,16 @@ class FailPoints:
             _check_latency_data(data or {})
         if name == "peerRoutes" and mode != "off":
             _check_routes_data(data or {})
+        if name == "failCommand" and mode != "off":
+            _check_fail_command_data(data or {})
         if mode == "off":
             self._active.pop(name, None)
         elif mode == "alwaysOn":
             self._active[name] = FailPoint(None, dict(data or {}))
         elif isinstance(mode, Mapping) and isinstance(mode.get("times"), int) and mode["times"] > 0:
             self._active[name] = FailPoint(int(mode["times"]), dict(data or {}))
+        elif isinstance(mode, Mapping) and isinstance(mode.get("skip"), int) and mode["skip"] >= 0:
+            self._active[name] = FailPoint(None, dict(data or {}), skip=int(mode["skip"]))
         else:
             raise MongoError(2, f"bad fail point mode {mode!r}")
         self.changed += 1
@@ -88,11 +102,29 @@ class FailPoints:
         point = self._active.get(name)
         if point is None:
             return None
+        if point.skip > 0:
+            point.skip -= 1
+            return None
         if point.times is not None:
             point.times -= 1
             if point.times <= 0:
                 del self._active[name]
         return point
+
+    def command_failure(self, command: str, namespace: str, app_name: str | None,
+                        internal: bool) -> dict[str, Any] | None:
+        """The `failCommand` data if it fires for this command (see the module docstring)."""
+        point = self._active.get("failCommand")
+        if point is None:
+            return None
+        data = point.data
+        if command not in data["failCommands"] or (internal and not data.get("failInternalCommands")):
+            return None
+        if "appName" in data and data["appName"] != app_name:
+            return None
+        if "namespace" in data and data["namespace"] != namespace:
+            return None
+        return data if self.check("failCommand") is not None else None
 
     def peek(self, name: str) -> FailPoint | None:
         """The fail point's settings, without counting a `times` fail point down."""
@@ -130,6 +162,25 @@ def _check_routes_data(data: Mapping[str, Any]) -> None:
 def _is_host_port(address: str) -> bool:
     host, _, port = address.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _check_fail_command_data(data: Mapping[str, Any]) -> None:
+    commands = data.get("failCommands")
+    if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+        raise MongoError(2, "failCommand needs data.failCommands: a list of command names")
+    code = data.get("errorCode")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+        raise MongoError(2, "failCommand's data.errorCode must be an integer")
+    labels = data.get("errorLabels")
+    if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)):
+        raise MongoError(2, "failCommand's data.errorLabels must be a list of strings")
+    block = data.get("blockTimeMS", 0)
+    if data.get("blockConnection") and (isinstance(block, bool) or not isinstance(block, (int, float))
+                                        or not 0 <= block <= 600_000):
+        raise MongoError(2, "failCommand's data.blockTimeMS must be between 0 and 600000")
+    wce = data.get("writeConcernError")
+    if wce is not None and not (isinstance(wce, Mapping) and isinstance(wce.get("code"), int)):
+        raise MongoError(2, "failCommand's data.writeConcernError must be a document with a code")
 
 
 def _check_latency_data(data: Mapping[str, Any]) -> None:

@@ -52,6 +52,7 @@ from replset.pulse import Pulse
 from replset.query_pool import QueryPool
 from replset.replication import Replication
 from replset.status import StatusView
+from replset.transactions import Transactions
 from replset.write_concern import WriteConcern
 from sync.initial_sync import INITIAL_SYNC_META
 from sync.peer import PeerClient, PeerError
@@ -123,6 +124,7 @@ class Node:
         self._recovered_vote: LastVote | None = None
         self.repl = Replication(self)
         self.parts = PartsManager(self)
+        self.transactions = Transactions(self)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -253,6 +255,8 @@ class Node:
         """The replica core changed our state."""
         self.writer.inline_fsync = new is not MemberState.PRIMARY  # see GroupCommitWriter._sync_wal
         log.info("member state %s -> %s", old.name, new.name)
+        if old is MemberState.PRIMARY:
+            self.transactions.abort_all("the member left PRIMARY")
         if old is MemberState.STARTUP2:
             # An initial sync cloned the data without an oplog of it: the part log's runner reloads.
             self.parts.on_history_replaced()

@@ -43,6 +43,7 @@ from typing import Any
 from bson import encode
 
 from base.optime import OpTime
+from oplog.entry import flattened
 
 # How far back the common point is searched, in entries of our own oplog. A longer
 # divergence needs a full resync (as a rollback of more than a day of writes does in MongoDB).
@@ -176,7 +177,7 @@ def recalled(doc: Mapping[str, Any] | None) -> RollbackPlan:
 def plan_rollback(undone: Sequence[Mapping[str, Any]]) -> RollbackPlan:
     """The documents and collections touched by the entries being undone (ours after the common point)."""
     plan = RollbackPlan(entries=len(undone))
-    for entry in undone:
+    for entry in (inner for outer in undone for inner in flattened(outer)):
         op, ns = entry.get("op"), str(entry.get("ns", ""))
         if op in ("i", "d"):
             plan.add_document(ns, entry["o"]["_id"])

@@ -6,7 +6,7 @@ import datetime
 import platform
 import socket
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bson.binary import Binary
 from bson.int64 import Int64
@@ -23,6 +23,9 @@ from replset.wire import system_namespaces
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
+
+if TYPE_CHECKING:
+    from replset.node import Node
 
 
 # -- handshake and diagnostics --------------------------------------------------------
@@ -77,11 +80,53 @@ async def cmd_build_info(ctx: CommandContext) -> dict[str, Any]:
 
 @command("getParameter")
 async def cmd_get_parameter(ctx: CommandContext) -> dict[str, Any]:
+    every = _server_parameters(ctx.node)
+    if ctx.cmd.get("getParameter") == "*":
+        return {**every, "ok": 1.0}
+    wanted = [name for name in ctx.cmd if name not in _PARAMETER_ARGS]
     reply: dict[str, Any] = {}
-    if ctx.cmd.get("featureCompatibilityVersion") or ctx.cmd.get("getParameter") == "*":
-        reply["featureCompatibilityVersion"] = {"version": ".".join(__version__.split(".")[:2])}
+    for name in wanted:
+        if name not in every:
+            raise MongoError(72, "no option found to get")
+        reply[name] = every[name]
     reply["ok"] = 1.0
     return reply
+
+
+@command("setParameter")
+async def cmd_set_parameter(ctx: CommandContext) -> dict[str, Any]:
+    """Sets the parameters this member lets change at run time: `transactionLifetimeLimitSeconds`
+    (transactions started afterwards are aborted after that many seconds)."""
+    if ctx.db != "admin":
+        raise MongoError(13, "setParameter may only be run against the admin database.")
+    given = {k: v for k, v in ctx.cmd.items() if k not in _PARAMETER_ARGS and k != "setParameter"}
+    if not given:
+        raise MongoError(2, "no option found to set, use help:true to see options")
+    reply: dict[str, Any] = {}
+    for name, value in given.items():
+        if name != "transactionLifetimeLimitSeconds":
+            raise MongoError(72, f"attempted to set unrecognized parameter [{name}], use help:true to see "
+                                 "options")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+            raise MongoError(2, "transactionLifetimeLimitSeconds must be a number of seconds, at least 1")
+        reply["was"] = int(ctx.node.transactions.lifetime_limit_s)
+        ctx.node.transactions.lifetime_limit_s = float(value)
+    reply["ok"] = 1.0
+    return reply
+
+
+_PARAMETER_ARGS = frozenset({"getParameter", "$db", "lsid", "$clusterTime", "$readPreference", "comment",
+                             "apiVersion", "apiStrict", "apiDeprecationErrors"})
+
+
+def _server_parameters(node: Node) -> dict[str, Any]:
+    """The parameters `getParameter` reports: the ones drivers' test suites look for."""
+    return {
+        "featureCompatibilityVersion": {"version": ".".join(__version__.split(".")[:2])},
+        "enableTestCommands": node.options.enable_test_commands,
+        "transactionLifetimeLimitSeconds": int(node.transactions.lifetime_limit_s),
+        "requireApiVersion": False,
+    }
 
 
 @command("getLog")
@@ -139,6 +184,13 @@ async def cmd_get_cmd_line_opts(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_sessions(ctx: CommandContext) -> dict[str, Any]:
     if ctx.name == "startSession":
         return {"id": {"id": Binary(uuid.uuid4().bytes, 4)}, "timeoutMinutes": 30, "ok": 1.0}
+    if ctx.name == "killAllSessions":
+        ctx.node.transactions.abort_all(f"the sessions were killed ({ctx.name})")
+    elif ctx.name in ("endSessions", "killSessions"):
+        sessions = ctx.cmd.get(ctx.name)
+        ids = [lsid["id"] for lsid in sessions if isinstance(lsid, dict) and "id" in lsid] if isinstance(
+            sessions, list) else []
+        ctx.node.transactions.end_sessions(ids, f"its session ended ({ctx.name})")
     return {"ok": 1.0}
 
 

@@ -200,8 +200,8 @@ def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[di
             raise _history_lost()
         for scanned, (key, entry) in enumerate(_committed_entries(ctx, stream.scanned_key, limit_key)):
             stream.scanned_key = key
-            for index, event in enumerate(events_of(entry, stream.scope)):
-                if not stream.resume.is_after(key, index):
+            for event in events_of(entry, stream.scope):
+                if not stream.resume.is_after(key, parse_token(event["_id"]).index):
                     continue
                 stream.pending.append(event)
                 if event["operationType"] == INVALIDATE:

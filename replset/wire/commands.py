@@ -9,6 +9,7 @@ wire version >= 9 retry only on the server's label.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,16 +22,21 @@ from bson.timestamp import Timestamp
 from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
+from oplog.let_vars import bind_command
+from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
+from replset.wire.admission import Role
 from replset.wire.command_args import check_command
 
 if TYPE_CHECKING:
     from replset.node import Node
+    from replset.transactions import Transaction
     from replset.wire.server import Connection
 
 log = logging.getLogger(__name__)
 
 OP_QUERY_COMMANDS = frozenset({"hello", "isMaster", "ismaster"})
 _SECONDARY_OK_FLAG = 4
+LET_COMMANDS = frozenset({"find", "aggregate", "update", "delete", "findAndModify", "findandmodify"})
 _RETRYABLE_WRITE_COMMANDS = frozenset({"insert", "update", "delete", "findAndModify", "findandmodify"})
 
 
@@ -42,6 +48,7 @@ class CommandContext:
     cmd: dict[str, Any]
     legacy: bool = False
     secondary_ok: bool = False
+    txn: Transaction | None = None  # the multi-document transaction the command runs in
 
     @property
     def name(self) -> str:
@@ -71,7 +78,15 @@ def command(*names: str, kind: str = "any") -> Callable[[Handler], Handler]:
 
 def load_commands() -> dict[str, CommandSpec]:
     """Every command, registered by importing the modules that define them."""
-    from replset.wire import admin, crud, parts_commands, parts_reads, repl_commands, split_vector  # noqa: F401
+    from replset.wire import (  # noqa: F401
+        admin,
+        crud,
+        parts_commands,
+        parts_reads,
+        repl_commands,
+        split_vector,
+        txn_commands,
+    )
 
     return COMMANDS
 
@@ -111,6 +126,16 @@ def _stamp_times(node: Node, reply: dict[str, Any]) -> None:
         return
     reply.setdefault("operationTime", node.last_committed_optime.ts)
     reply["$clusterTime"] = {"clusterTime": node.cluster_time, "signature": _ZERO_SIGNATURE}
+
+
+class CloseConnection(ConnectionError):
+    """The connection closes without a reply (the `failCommand` fail point's `closeConnection`)."""
+
+
+def _app_name(conn: Connection) -> str | None:
+    application = conn.client_metadata.get("application")
+    name = application.get("name") if isinstance(application, dict) else None
+    return name if isinstance(name, str) else None
 
 
 class Dispatcher:
@@ -158,22 +183,50 @@ class Dispatcher:
         if spec is None:
             return MongoError(59, f"no such command: '{ctx.name}'").to_document()
         _gossip_in(ctx)
+        failure = self._fail_command(ctx)
         try:
+            if failure is not None:
+                await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
             check_command(ctx.name, ctx.cmd)
+            self._enter_transaction(ctx)
+            if "let" in ctx.cmd and ctx.name in LET_COMMANDS:
+                ctx.cmd = bind_command(ctx.name, ctx.cmd, now=ctx.node.now())
             reply = await spec.handler(ctx)
         except MongoError as err:
             reply = err.to_document()
-            self._label(ctx, reply, err.code)
+            if ctx.txn is not None and ctx.name not in ENDS_TRANSACTION:
+                ctx.node.transactions.abort_on_error(ctx.txn, err)
+        except CloseConnection:
+            raise
         except Exception as exc:
             self._log_internal_error(ctx.name, exc)
             reply = MongoError(1, f"internal error in {ctx.name}: {exc!r}").to_document()
         else:
-            wce = reply.get("writeConcernError")
-            if wce is not None:
-                self._label(ctx, reply, wce["code"])
+            if failure is not None and "writeConcernError" in failure and reply.get("ok"):
+                reply["writeConcernError"] = dict(failure["writeConcernError"])
+        self._label(ctx, reply)
+        if failure is not None and "errorLabels" in failure and (not reply.get("ok") or "writeConcernError" in reply):
+            reply["errorLabels"] = list(failure["errorLabels"])
         _stamp_times(ctx.node, reply)
         return reply
+
+    def _fail_command(self, ctx: CommandContext) -> dict[str, Any] | None:
+        if not ctx.node.options.enable_test_commands:
+            return None
+        target = ctx.cmd.get(ctx.name)
+        namespace = f"{ctx.db}.{target}" if isinstance(target, str) else ctx.db
+        return ctx.node.failpoints.command_failure(ctx.name, namespace, _app_name(ctx.conn),
+                                                   internal=ctx.conn.role is Role.MEMBER)
+
+    @staticmethod
+    async def _inject_failure(failure: dict[str, Any]) -> None:
+        if failure.get("blockConnection"):
+            await asyncio.sleep(float(failure.get("blockTimeMS", 0)) / 1000)
+        if failure.get("closeConnection"):
+            raise CloseConnection("closed by the failCommand fail point")
+        if failure.get("errorCode") is not None:
+            raise MongoError(int(failure["errorCode"]), "Failing command via 'failCommand' failpoint")
 
     def _log_internal_error(self, name: str, exc: Exception) -> None:
         """An unexpected exception is a bug: its traceback is logged the first time it happens in a
@@ -191,7 +244,29 @@ class Dispatcher:
             log.error("internal error in command %s again (%d times): %r", name, seen, exc)
 
     @staticmethod
-    def _label(ctx: CommandContext, reply: dict[str, Any], code: int) -> None:
-        retryable_write = ctx.name in _RETRYABLE_WRITE_COMMANDS and "txnNumber" in ctx.cmd
-        if retryable_write and "autocommit" not in ctx.cmd and code in RETRYABLE_CODES:
-            reply["errorLabels"] = ["RetryableWriteError"]
+    def _enter_transaction(ctx: CommandContext) -> None:
+        call = txn_call(ctx.cmd, ctx.name)
+        if call is None:
+            return
+        if not ctx.node.is_primary:
+            raise MongoError(10107, "not primary")
+        if "writeConcern" in ctx.cmd and ctx.name not in ENDS_TRANSACTION:
+            raise MongoError(72, "Cannot set write concern after starting a transaction.")
+        if "readConcern" in ctx.cmd and not call.start:
+            raise MongoError(72, "Only the first command in a transaction may specify a readConcern")
+        ctx.txn = ctx.node.transactions.enter(call, ctx.cmd)
+
+    @staticmethod
+    def _label(ctx: CommandContext, reply: dict[str, Any]) -> None:
+        """Adds the error labels drivers act on, from the reply's error and write concern error."""
+        code = None if reply.get("ok") else reply.get("code")
+        wce = reply.get("writeConcernError")
+        wce_code = wce.get("code") if isinstance(wce, dict) else None
+        if "autocommit" in ctx.cmd:
+            labels = error_labels(ctx.name, code, wce_code)
+        else:
+            retryable_write = ctx.name in _RETRYABLE_WRITE_COMMANDS and "txnNumber" in ctx.cmd
+            labels = ["RetryableWriteError"] if retryable_write and (
+                code in RETRYABLE_CODES or wce_code in RETRYABLE_CODES) else []
+        if labels:
+            reply["errorLabels"] = [*reply.get("errorLabels", []), *labels]

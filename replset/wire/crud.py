@@ -54,6 +54,7 @@ from replset.wire.write_batches import (
     Perform,
     StaleCandidates,
     find_candidates,
+    result_reply,
     run_batch,
 )
 from replset.write_concern import parse_write_concern
@@ -88,6 +89,8 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
                     off_loop: bool = False) -> dict[str, Any]:
     """Runs a write command once per (lsid, txnNumber), then honours the write concern. `off_loop`:
     a write whose cost grows with the data (see `GroupCommitWriter.submit`)."""
+    if ctx.txn is not None:  # a statement of a transaction: its writes wait for the commit
+        return dict(await ctx.node.transactions.run_statement(ctx.txn, body))
     wc = parse_write_concern(ctx.cmd.get("writeConcern"))
     # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
@@ -117,6 +120,12 @@ async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dic
     system_namespaces.check_write(ns)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
+    if ctx.txn is not None:
+        # In a transaction: the whole command is one statement of it, its candidates found in it.
+        reply = await ctx.node.transactions.run_statement(
+            ctx.txn, lambda env: result_reply(perform(env, ns, statements, ordered, None),
+                                              update=field == "updates"))
+        return dict(reply)
     return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
                            scanning=field != "documents")
 
@@ -161,6 +170,8 @@ async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
 
         return run
 
+    if ctx.txn is not None:
+        return await run_write(ctx, body(None))
     query = ctx.cmd.get("query") or {}
     if isinstance(query, dict) and not id_equality(query)[0]:
         limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
@@ -205,6 +216,8 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
     iteration on the query pool's threads (each chunk read through that thread's connection, the
     deadline of the running batch checked as it goes)."""
     reader: Any = ctx.node.store.any_thread_reader if off_loop else ctx.node.store.reader
+    if ctx.txn is not None and ns != OPLOG_NS:
+        reader = ctx.txn  # the transaction's snapshot, its own writes over it
     if ns == OPLOG_NS:
         docs = oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
                             state=tail_state)
@@ -289,7 +302,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
-    elif off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None:
+    elif off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None:
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
     else:

@@ -53,7 +53,14 @@ WAKE_AT_LEAST_EVERY_S = 1.0  # a wait without a deadline still looks again this 
 
 
 def read_concern_of(ctx: CommandContext) -> ReadConcern:
-    return parse_read_concern(ctx.cmd.get("readConcern"))
+    concern = parse_read_concern(ctx.cmd.get("readConcern"))
+    if ctx.txn is not None:
+        # A transaction reads its own snapshot, opened when it began; no wait applies per read.
+        error = refusal(concern, in_transaction=True)
+        if error is not None:
+            raise error
+        return parse_read_concern(None)
+    return concern
 
 
 async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimit) -> int:

@@ -14,10 +14,8 @@ from typing import Any
 from bson.int64 import Int64
 
 from base.errors import MongoError
-from oplog.entry import update_entry
+from oplog.entry import SESSIONS_NS, update_entry
 from oplog.writes import WriteEnv
-
-SESSIONS_NS = "config.transactions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +31,8 @@ def retryable_write(cmd: dict[str, Any]) -> RetryableWrite | None:
     if not isinstance(lsid, dict) or "id" not in lsid:
         raise MongoError(20, "Transaction numbers are only allowed on a replica set member or mongos "
                              "with a session")
-    if "autocommit" in cmd or "startTransaction" in cmd:
-        raise MongoError(20, "multi-document transactions are not supported")
+    if "autocommit" in cmd:
+        return None  # a statement of a multi-document transaction (replset/transactions.py)
     if isinstance(txn, bool) or not isinstance(txn, int) or txn < 0:
         raise MongoError(14, "txnNumber must be a non-negative 64-bit integer")
     return RetryableWrite({"id": lsid["id"]}, int(txn))

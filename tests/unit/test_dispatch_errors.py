@@ -21,7 +21,8 @@ def test_an_unexpected_exception_is_internal_error_logged_once(caplog: pytest.Lo
     commands.COMMANDS["brokenForTest"] = commands.CommandSpec(broken, "any")
     try:
         dispatcher = Dispatcher(SimpleNamespace())  # type: ignore[arg-type]
-        ctx = CommandContext(SimpleNamespace(config=None), SimpleNamespace(), "admin", {"brokenForTest": 1})  # type: ignore[arg-type]
+        node = SimpleNamespace(config=None, options=SimpleNamespace(enable_test_commands=False))
+        ctx = CommandContext(node, SimpleNamespace(), "admin", {"brokenForTest": 1})  # type: ignore[arg-type]
         with caplog.at_level(logging.ERROR, logger="replset.wire.commands"):
             replies = [asyncio.run(dispatcher.run(ctx)) for _ in range(3)]
     finally:

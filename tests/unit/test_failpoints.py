@@ -99,7 +99,7 @@ def test_unknown_fail_points_are_bad_value(name: str) -> None:
 @pytest.mark.parametrize(
     "mode",
     ["on", "sometimes", None, 1, ["alwaysOn"], {}, {"times": 0}, {"times": -2}, {"times": "3"},
-     {"skip": 2}],
+     {"skip": -1}],
 )
 def test_bad_modes_are_bad_value(mode: Any) -> None:
     assert code_of(FailPoints(), "stopReplProducer", mode) == 2
@@ -219,3 +219,40 @@ def test_bad_routes_are_bad_value_and_change_nothing(data: Any) -> None:
     points.configure("peerRoutes", "alwaysOn", {"routes": {S1: PROXY}})
     assert code_of(points, "peerRoutes", "alwaysOn", data) == 2
     assert points.peer_route(S1) == PROXY
+
+
+# --- failCommand ------------------------------------------------------------------------------------------
+def test_fail_command_fires_only_for_its_commands_and_counts_only_them() -> None:
+    points = FailPoints()
+    points.configure("failCommand", {"times": 2}, {"failCommands": ["insert"], "errorCode": 91})
+    assert points.command_failure("find", "db.c", None, internal=False) is None
+    assert points.command_failure("insert", "db.c", None, internal=False) == {
+        "failCommands": ["insert"], "errorCode": 91}
+    assert points.command_failure("insert", "db.c", None, internal=False) is not None
+    assert points.command_failure("insert", "db.c", None, internal=False) is None  # used up
+
+
+def test_fail_command_skip_lets_the_first_ones_pass() -> None:
+    points = FailPoints()
+    points.configure("failCommand", {"skip": 1}, {"failCommands": ["find"], "closeConnection": True})
+    assert points.command_failure("find", "db.c", None, internal=False) is None
+    assert points.command_failure("find", "db.c", None, internal=False) is not None
+    assert points.command_failure("find", "db.c", None, internal=False) is not None
+
+
+def test_fail_command_spares_members_other_apps_and_namespaces() -> None:
+    points = FailPoints()
+    points.configure("failCommand", "alwaysOn", {"failCommands": ["find"], "errorCode": 2, "appName": "app",
+                                                 "namespace": "db.c"})
+    assert points.command_failure("find", "db.c", "other", internal=False) is None
+    assert points.command_failure("find", "db.d", "app", internal=False) is None
+    assert points.command_failure("find", "db.c", "app", internal=True) is None
+    assert points.command_failure("find", "db.c", "app", internal=False) is not None
+
+
+@pytest.mark.parametrize("data", [{}, {"failCommands": "insert"}, {"failCommands": ["x"], "errorCode": "1"},
+                                  {"failCommands": ["x"], "errorLabels": "L"},
+                                  {"failCommands": ["x"], "blockConnection": True, "blockTimeMS": -1},
+                                  {"failCommands": ["x"], "writeConcernError": {"errmsg": "no code"}}])
+def test_bad_fail_command_data_is_bad_value(data: dict[str, Any]) -> None:
+    assert code_of(FailPoints(), "failCommand", "alwaysOn", data) == 2
