@@ -62,7 +62,7 @@ Transform = Callable[[Stream], Stream]
 UNSUPPORTED_STAGES = frozenset({
     "$bucketAuto", "$changeStream", "$collStats", "$currentOp", "$densify", "$documents",
     "$fill", "$geoNear", "$graphLookup", "$indexStats", "$listLocalSessions", "$listSessions",
-    "$listSearchIndexes", "$lookup", "$merge", "$out", "$planCacheStats", "$redact", "$sample",
+    "$listSearchIndexes", "$lookup", "$planCacheStats", "$redact", "$sample",
     "$search", "$searchMeta", "$setWindowFields", "$unionWith", "$vectorSearch",
 })
 

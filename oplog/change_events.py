@@ -9,8 +9,13 @@ An entry records a write's result (see `oplog.entry`), which is what a change ev
 * `d` -> `delete`;
 * commands: `drop` -> `drop`, `renameCollection` -> `rename` (with `to`), `dropDatabase` ->
   `dropDatabase`. A stream on the collection (database) that went away then ends with `invalidate`.
-* No-ops, index builds, collection creation and the member's own state (`local`, `admin`, `config`,
-  `system.*` collections, the part log's state) show nothing.
+* a transaction's `applyOps` -> the events of its writes, in order, with its `lsid` and `txnNumber`
+  (event index = the write's position in the transaction);
+* with `showExpandedEvents`: `create`, `createIndexes`, `dropIndexes` (with `operationDescription`),
+  `collectionUUID` on every event, and `operationDescription` on `rename`.
+* No-ops, and without `showExpandedEvents` index builds and collection creation, show nothing; nor
+  does the member's own state (`local`, `admin`, `config`, `system.*` collections, the part log's
+  state).
 
 A resume token is `{_data: <hex>}`: the entry's timestamp as 16 hex digits, then the event's index in
 that entry as 4 (an entry may give two events: a `drop` and the `invalidate` after it), then `1` for
@@ -43,6 +48,7 @@ class StreamScope:
 
     db: str | None = None
     coll: str | None = None
+    expanded: bool = False  # showExpandedEvents: DDL events (create, createIndexes, dropIndexes) too
 
     def watches(self, db: str, coll: str | None) -> bool:
         if db in INTERNAL_DBS:
@@ -128,6 +134,8 @@ def _events_of(entry: Mapping[str, Any], scope: StreamScope, first_index: int) -
         token = ResumePoint(key, first_index + index, invalidate=invalidate).token()
         return {"_id": token, **body, **base}
 
+    if scope.expanded and "ui" in entry:
+        base["collectionUUID"] = entry["ui"]
     if op in ("i", "u", "d"):
         db, coll = _ns(ns)
         if coll is None or not scope.watches(db, coll):
@@ -169,11 +177,27 @@ def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) ->
         target_db, target_coll = _ns(str(o["to"]))
         if not (scope.watches(source_db, source_coll) or scope.watches(target_db, target_coll)):
             return []
-        out = [event(0, {"operationType": "rename", "ns": {"db": source_db, "coll": source_coll},
-                         "to": {"db": target_db, "coll": target_coll}})]
+        body: dict[str, Any] = {"operationType": "rename", "ns": {"db": source_db, "coll": source_coll},
+                                "to": {"db": target_db, "coll": target_coll}}
+        if scope.expanded:
+            body["operationDescription"] = {"to": body["to"], "dropTarget": bool(o.get("dropTarget"))}
+        out = [event(0, body)]
         if scope.coll is not None and scope.watches(source_db, source_coll):
             out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
         return out
+    if scope.expanded and name in ("create", "createIndexes", "dropIndexes"):
+        coll = str(o[name])
+        if not scope.watches(db, coll):
+            return []
+        if name == "create":
+            description = {k: v for k, v in o.items() if k != "create"}
+            description.setdefault("idIndex", {"v": 2, "key": {"_id": 1}, "name": "_id_"})
+        elif name == "createIndexes":
+            description = {"indexes": [{k: v for k, v in o.items() if k != "createIndexes"}]}
+        else:
+            description = {"indexes": [{"name": o.get("index")}]}
+        return [event(0, {"operationType": name, "ns": {"db": db, "coll": coll},
+                          "operationDescription": description})]
     if name == "dropDatabase":
         if db in INTERNAL_DBS or (scope.db is not None and scope.db != db):
             return []

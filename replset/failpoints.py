@@ -40,6 +40,9 @@ Supported fail points:
   connections whose handshake named that application, `namespace` to one collection. Connections of
   other members are spared unless `failInternalCommands` is true.
 
+* `failGetMoreAfterCursorCheckout` — the next getMore fails with `data.errorCode` once its cursor is
+  found (MongoDB's name; drivers test change-stream resumption with it).
+
 Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks), `{skip: N}` (off for the
 next N checks, then on). `failCommand` counts only the commands it applies to. Pure state; `changed`
 is a counter the runtime may watch.
@@ -57,7 +60,7 @@ from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
                    "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
-                   "partsCommitReplyLost", "failCommand"})
+                   "partsCommitReplyLost", "failCommand", "failGetMoreAfterCursorCheckout"})
 
 
 @dataclass(slots=True)

@@ -53,6 +53,7 @@ from replset.query_pool import QueryPool
 from replset.replication import Replication
 from replset.status import StatusView
 from replset.transactions import Transactions
+from replset.ttl_monitor import TTLMonitor
 from replset.write_concern import WriteConcern
 from sync.initial_sync import INITIAL_SYNC_META
 from sync.peer import PeerClient, PeerError
@@ -125,6 +126,7 @@ class Node:
         self.repl = Replication(self)
         self.parts = PartsManager(self)
         self.transactions = Transactions(self)
+        self.ttl = TTLMonitor(self)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -132,6 +134,7 @@ class Node:
         # w:1 write was not yet flushed): make it durable before calling it durable.
         await asyncio.to_thread(self.store.sync_wal)
         self.writer.start()
+        self.ttl.start()
         self._recover_last_optime()
         if self.store.reader.meta(INITIAL_SYNC_META) is not None:
             self.log = LogWriter(NULL_OPTIME)  # an interrupted initial sync's partial copy is not data
@@ -156,6 +159,8 @@ class Node:
     async def stop(self) -> None:
         self.shutting_down = True
         self.notify_state_change()
+        await self.ttl.stop()
+        self.transactions.abort_all("the member is shutting down")
         await self.parts.stop()
         await self.repl.stop()
         await self.writer.stop()

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIFETIME_LIMIT_S = 60.0
+MAX_OPEN = 1000  # open transactions (each holds a snapshot: a SQLite connection and its read lock)
+MAX_REMEMBERED = 10_000  # ended transactions kept to answer their sessions' late statements
 DocKey = tuple[str, bytes]  # (namespace, canonical _id)
 
 
@@ -131,7 +133,7 @@ def _same(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return bson.encode(a) == bson.encode(b)
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity
 class Transaction:
     lsid: dict[str, Any]
     number: int
@@ -217,13 +219,14 @@ class Transactions:
         # The documents open transactions have written: a second transaction writing one of them
         # conflicts at once (as in mongod, where the first holds the document's write intent).
         self._holders: dict[DocKey, Transaction] = {}
+        self._open: set[Transaction] = set()  # the transactions in progress
         self.lifetime_limit_s = lifetime_limit_s
 
     def _key(self, lsid: dict[str, Any]) -> bytes:
         return canonical_key(lsid["id"])
 
     def open_count(self) -> int:
-        return sum(1 for t in self._by_session.values() if t.state is TxnState.IN_PROGRESS)
+        return len(self._open)
 
     def enter(self, call: TxnCall, cmd: dict[str, Any]) -> Transaction | None:
         """The transaction `cmd` runs in (starting it if asked), or None when the command is a commit
@@ -242,12 +245,17 @@ class Transactions:
         if verdict.action == "start":
             if current is not None and current.state is TxnState.IN_PROGRESS:
                 self._abort(current, f"transaction {call.number} started on its session")
+            if self.open_count() >= MAX_OPEN:
+                raise MongoError(96, f"too many open transactions ({MAX_OPEN}): commit or abort some first")
+            if len(self._by_session) >= MAX_REMEMBERED:
+                self._by_session = {k: t for k, t in self._by_session.items() if t.state is TxnState.IN_PROGRESS}
             txn = Transaction({"id": cmd["lsid"]["id"]}, call.number, node.term, node.store.snapshot(),
                               read_concern=cmd.get("readConcern"))
             txn.expiry = asyncio.get_running_loop().call_later(
                 self.lifetime_limit_s, self._abort, txn,
                 "it ran longer than transactionLifetimeLimitSeconds")
             self._by_session[key] = txn
+            self._open.add(txn)
             return txn
         if verdict.action == "answer_committed":
             return current if current is not None and current.number == call.number else None
@@ -269,6 +277,7 @@ class Transactions:
             return
         txn.state = TxnState.ABORTED
         txn.abort_reason = reason
+        self._open.discard(txn)
         self._release(txn)
         txn.entries.clear()
         txn.overlay.clear()
@@ -348,6 +357,7 @@ class Transactions:
 
         if not entries:
             txn.state = TxnState.COMMITTED
+            self._open.discard(txn)
             txn.close()
             return None
         try:
@@ -357,6 +367,7 @@ class Transactions:
             raise
         txn.state = TxnState.COMMITTED
         txn.commit_optime = optime
+        self._open.discard(txn)
         self._release(txn)
         txn.entries.clear()
         txn.overlay.clear()

@@ -15,6 +15,7 @@ from base.errors import MongoError
 from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from oplog.entry import command_entry
 from oplog.query import compile_filter
+from oplog.ttl import check_ttl_spec
 from oplog.writes import WriteEnv, ensure_collection, new_collection_uuid, validate_namespace
 from replset import __version__
 from replset.cursors import Cursor
@@ -96,23 +97,38 @@ async def cmd_get_parameter(ctx: CommandContext) -> dict[str, Any]:
 @command("setParameter")
 async def cmd_set_parameter(ctx: CommandContext) -> dict[str, Any]:
     """Sets the parameters this member lets change at run time: `transactionLifetimeLimitSeconds`
-    (transactions started afterwards are aborted after that many seconds)."""
+    (transactions started afterwards are aborted after that many seconds), `ttlMonitorSleepSecs` and
+    `ttlMonitorEnabled` (the TTL monitor's period, and whether it runs)."""
     if ctx.db != "admin":
         raise MongoError(13, "setParameter may only be run against the admin database.")
     given = {k: v for k, v in ctx.cmd.items() if k not in _PARAMETER_ARGS and k != "setParameter"}
     if not given:
         raise MongoError(2, "no option found to set, use help:true to see options")
     reply: dict[str, Any] = {}
+    node = ctx.node
     for name, value in given.items():
-        if name != "transactionLifetimeLimitSeconds":
+        if name not in _SETTABLE:
             raise MongoError(72, f"attempted to set unrecognized parameter [{name}], use help:true to see "
                                  "options")
+        if name == "ttlMonitorEnabled":
+            if not isinstance(value, bool):
+                raise MongoError(14, "ttlMonitorEnabled must be a boolean")
+            reply["was"], node.ttl.enabled = node.ttl.enabled, value
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-            raise MongoError(2, "transactionLifetimeLimitSeconds must be a number of seconds, at least 1")
-        reply["was"] = int(ctx.node.transactions.lifetime_limit_s)
-        ctx.node.transactions.lifetime_limit_s = float(value)
+            raise MongoError(2, f"{name} must be a number of seconds, at least 1")
+        if name == "transactionLifetimeLimitSeconds":
+            reply["was"] = int(node.transactions.lifetime_limit_s)
+            node.transactions.lifetime_limit_s = float(value)
+        else:
+            reply["was"] = int(node.ttl.sleep_s)
+            node.ttl.sleep_s = float(value)
+            node.ttl.settings_changed()
     reply["ok"] = 1.0
     return reply
+
+
+_SETTABLE = frozenset({"transactionLifetimeLimitSeconds", "ttlMonitorSleepSecs", "ttlMonitorEnabled"})
 
 
 _PARAMETER_ARGS = frozenset({"getParameter", "$db", "lsid", "$clusterTime", "$readPreference", "comment",
@@ -125,6 +141,8 @@ def _server_parameters(node: Node) -> dict[str, Any]:
         "featureCompatibilityVersion": {"version": ".".join(__version__.split(".")[:2])},
         "enableTestCommands": node.options.enable_test_commands,
         "transactionLifetimeLimitSeconds": int(node.transactions.lifetime_limit_s),
+        "ttlMonitorSleepSecs": int(node.ttl.sleep_s),
+        "ttlMonitorEnabled": node.ttl.enabled,
         "requireApiVersion": False,
     }
 
@@ -278,6 +296,10 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "create"}
+    unsupported = sorted(set(options) - _CREATE_OPTIONS)
+    if unsupported:
+        raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
+                              "(no views, capped or time-series collections, validators or pre-images)")
 
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collection(ns) is not None:
@@ -330,7 +352,19 @@ def _validate_index_spec(spec: Any) -> dict[str, Any]:
     out.update({k: v for k, v in spec.items() if k not in ("key", "name", "v", "ns")})
     if out.get("unique") is False:
         del out["unique"]
+    unsupported = sorted(set(out) - _INDEX_OPTIONS)
+    if unsupported:
+        raise MongoError(67, f"index option(s) {', '.join(unsupported)} not supported by this server")
+    kinds = sorted({str(d) for d in spec["key"].values() if isinstance(d, str) and d != "hashed"})
+    if kinds:
+        raise MongoError(67, f"{', '.join(kinds)} indexes are not supported by this server")
+    check_ttl_spec(out)
     return out
+
+
+# Index options this member honours (`background` and `storageEngine` change nothing observable).
+_INDEX_OPTIONS = frozenset({"v", "key", "name", "unique", "sparse", "partialFilterExpression",
+                            "expireAfterSeconds", "background", "collation", "storageEngine"})
 
 
 @command("createIndexes", kind="write")
@@ -471,6 +505,8 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
     return replset_status(ctx.node.status_view()) | {"ok": 1.0}
 
 
+# Options `create` keeps without acting on them, because they change nothing a client can observe here.
+_CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId"})
 _GENERIC_FIELDS = frozenset({
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "readConcern", "writeConcern",
     "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors", "autocommit",

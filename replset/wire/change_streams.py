@@ -18,6 +18,7 @@ back) is ChangeStreamFatalError (280). Errors a change of primary explains carry
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ def resumable(err: MongoError) -> MongoError:
     """`err` with the label drivers resume on, when a change of member explains it."""
     if err.code in RESUMABLE_CODES:
         err.extra.setdefault("errorLabels", ["ResumableChangeStreamError"])
+    elif err.code == FATAL:
+        err.extra.setdefault("errorLabels", ["NonResumableChangeStreamError"])
     return err
 
 
@@ -90,6 +93,8 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     if full_document not in FULL_DOCUMENT:
         raise MongoError(2, f"unknown fullDocument mode {full_document!r}")
     scope, cursor_ns = _scope(ctx, target, bool(spec.get("allChangesForCluster")))
+    if spec.get("showExpandedEvents"):
+        scope = dataclasses.replace(scope, expanded=True)
     node = ctx.node
     start = _start_point(ctx, spec)
     stream = ChangeStream(scope, start, start.ts_key if start.whole else start.ts_key - 1, full_document, stages,
@@ -227,7 +232,15 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
                                                    f"{event['documentKey']} is gone")
                 event["fullDocument"] = current
     if stream.stages:
+        tokens = {event["_id"]["_data"] for event in events}
         events = list(iter_pipeline(events, stream.stages, now=utcnow()))
+        for event in events:
+            token = event.get("_id")
+            if not isinstance(token, dict) or token.get("_data") not in tokens or len(token) != 1:
+                raise MongoError(FATAL, "Encountered an event whose _id field, which contains the resume token, "
+                                        "was modified by the pipeline. Modifying the _id field of an event makes "
+                                        "it impossible to resume the stream from that point. Only transformations "
+                                        "that retain the unmodified _id field are allowed.")
     return events
 
 

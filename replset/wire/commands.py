@@ -22,6 +22,7 @@ from bson.timestamp import Timestamp
 from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
+from oplog.collation import check_collations
 from oplog.let_vars import bind_command
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.admission import Role
@@ -190,6 +191,7 @@ class Dispatcher:
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
             check_command(ctx.name, ctx.cmd)
             self._enter_transaction(ctx)
+            check_collations(ctx.name, ctx.cmd)
             if "let" in ctx.cmd and ctx.name in LET_COMMANDS:
                 ctx.cmd = bind_command(ctx.name, ctx.cmd, now=ctx.node.now())
             reply = await spec.handler(ctx)

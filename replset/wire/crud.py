@@ -17,6 +17,7 @@ from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
 from oplog.aggregate import run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
+from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher, compile_filter
 from oplog.sort import sort_documents, sort_payloads
@@ -33,6 +34,7 @@ from replset.cursors import Cursor, cursor_reply
 from replset.node import utcnow
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import change_streams, sessions, system_namespaces
+from replset.wire.admission import Role
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
     OPLOG_NS,
@@ -428,6 +430,10 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     if report is not None and ns == OPLOG_NS:
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
     batch_size = _int_arg(ctx.cmd, "batchSize", 0)
+    if ctx.conn.role is not Role.MEMBER and (
+            point := ctx.node.failpoints.check("failGetMoreAfterCursorCheckout")) is not None:
+        error = MongoError(int(point.data.get("errorCode", 96)), "failGetMoreAfterCursorCheckout fail point")
+        raise change_streams.resumable(error) if cursor.change_stream is not None else error
     if cursor.change_stream is not None:
         try:
             return await change_streams.get_more(ctx, cursor, batch_size or 101, _int_arg(ctx.cmd, "maxTimeMS"))
@@ -519,6 +525,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     concern = read_concern_of(ctx)
     epoch = await before_read(ctx, concern, limit)
     now = utcnow()
+    write_reply: dict[str, Any] = {}
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
 
@@ -530,15 +537,36 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         validate_pipeline(pipeline)
         results = run_pipeline(docs, pipeline, now=now)
     else:
+        output = output_stage(pipeline, ctx.db)
+        if output is not None:
+            if concern.level == "linearizable":
+                raise MongoError(72, f"{output.kind} cannot be used with a 'linearizable' read concern level")
+            pipeline = pipeline[:-1]
+            if not ctx.node.is_primary:
+                raise MongoError(10107, "not primary")
+            system_namespaces.check_write(output.ns)
         validate_pipeline(pipeline)
         first = pipeline[0] if pipeline else {}
         source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {},
                                    off_loop=True)
         # The whole pipeline runs on the query pool (its stages may group or sort every document).
         results = await ctx.node.queries.run(lambda: run_pipeline(source, pipeline, now=now), limit)
+        if output is not None:
+            write = write_out if output.kind == "$out" else write_merge
+            written = results
+
+            def body(env: WriteEnv) -> dict[str, Any]:
+                write(env, output, written)
+                return {"ok": 1.0}
+
+            write_reply = await run_write(ctx, body)
+            results = []
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
     cursor = Cursor(id=0, ns=ns, source=iter(results), read_concern=concern, history_epoch=epoch)
-    return await first_batch(ctx, cursor, batch_size, False)
+    reply = await first_batch(ctx, cursor, batch_size, False)
+    if "writeConcernError" in write_reply:
+        reply["writeConcernError"] = write_reply["writeConcernError"]
+    return reply
 
 
 @command("count", kind="read")

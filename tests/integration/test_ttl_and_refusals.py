@@ -1,0 +1,55 @@
+"""TTL indexes expire documents on every member through ordinary deletes; what this member does not
+implement is refused at once with MongoDB's codes instead of being accepted and ignored."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from tests.support.members import wait_for
+from tests.support.replica_set import ReplicaSet
+
+
+def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -> None:
+    client = rs.client()
+    primary = rs.direct(rs.wait_primary())
+    coll = client.ttl.sessions.with_options(write_concern=WriteConcern(w=3))
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    past, future = now - datetime.timedelta(seconds=30), now + datetime.timedelta(hours=1)
+    coll.insert_many([{"_id": "old", "d": past}, {"_id": "new", "d": future}, {"_id": "no date", "d": "x"},
+                      {"_id": "none"}, {"_id": "array", "d": [future, past]}])
+    coll.create_index("d", expireAfterSeconds=1)
+    was = primary.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
+    try:
+        def remaining(member_client: object) -> set[str]:
+            return {d["_id"] for d in member_client.ttl.sessions.find()}  # type: ignore[attr-defined]
+
+        kept = {"new", "no date", "none"}
+        for m in rs.members:
+            direct = rs.direct(m)
+            wait_for(lambda direct=direct: remaining(direct) == kept, 30, f"expired documents gone on {m.host}")
+    finally:
+        primary.admin.command("setParameter", 1, ttlMonitorSleepSecs=was)
+    deletes = {e["o"]["_id"] for e in client.local["oplog.rs"].find({"op": "d", "ns": "ttl.sessions"})}
+    assert deletes == {"old", "array"}
+
+
+@pytest.mark.parametrize(("command", "code"), [
+    ({"createIndexes": "r", "indexes": [{"key": {"body": "text"}, "name": "body_text"}]}, 67),
+    ({"createIndexes": "r", "indexes": [{"key": {"at": 1}, "name": "at_1", "hidden": True}]}, 67),
+    ({"createIndexes": "r", "indexes": [{"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}]}, 67),
+    ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
+    ({"create": "capped", "capped": True, "size": 4096}, 115),
+    ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 2}}, 2),
+    ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}}, "collation": {"locale": "fr"}}]}, 2),
+    ({"aggregate": "r", "pipeline": [{"$match": {}}, {"$out": "o"}, {"$match": {}}], "cursor": {}}, 40601),
+])
+def test_what_is_not_implemented_is_refused(rs: ReplicaSet, command: dict[str, object], code: int) -> None:
+    db = rs.client().refusals
+    with pytest.raises(OperationFailure) as refused:
+        db.command(command)
+    assert refused.value.code == code
+    assert "v" not in db.list_collection_names() and "capped" not in db.list_collection_names()
