@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.spark
 	$(BIN)/python -m bench.read_concern
 	$(BIN)/python -m bench.change_streams
+	$(BIN)/python -m bench.transactions
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s

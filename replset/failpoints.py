@@ -43,6 +43,11 @@ Supported fail points:
 * `failGetMoreAfterCursorCheckout` — the next getMore fails with `data.errorCode` once its cursor is
   found (MongoDB's name; drivers test change-stream resumption with it).
 
+* `onPrimaryTransactionalWrite` — a retryable write from a client on the primary: with
+  `data.failBeforeCommitExceptionCode` it does not run (and fails with that code, or, with
+  `closeConnection` true, the default, its connection closes); without, it runs and commits, and then
+  (`closeConnection`) its connection closes before the reply (MongoDB's name and data).
+
 Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks), `{skip: N}` (off for the
 next N checks, then on). `failCommand` counts only the commands it applies to. Pure state; `changed`
 is a counter the runtime may watch.
@@ -60,7 +65,8 @@ from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
                    "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
-                   "partsCommitReplyLost", "failCommand", "failGetMoreAfterCursorCheckout"})
+                   "partsCommitReplyLost", "failCommand", "failGetMoreAfterCursorCheckout",
+                   "onPrimaryTransactionalWrite"})
 
 
 @dataclass(slots=True)

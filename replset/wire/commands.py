@@ -23,6 +23,7 @@ from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, enc
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
 from oplog.collation import check_collations
+from oplog.entry import SESSIONS_NS
 from oplog.let_vars import bind_command
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.admission import Role
@@ -194,7 +195,15 @@ class Dispatcher:
             check_collations(ctx.name, ctx.cmd)
             if "let" in ctx.cmd and ctx.name in LET_COMMANDS:
                 ctx.cmd = bind_command(ctx.name, ctx.cmd, now=ctx.node.now())
+            transactional = self._transactional_write_failure(ctx)
+            if transactional is not None and "failBeforeCommitExceptionCode" in transactional:
+                if transactional.get("closeConnection", True):
+                    raise CloseConnection("closed by the onPrimaryTransactionalWrite fail point")
+                raise MongoError(int(transactional["failBeforeCommitExceptionCode"]),
+                                 "onPrimaryTransactionalWrite fail point")
             reply = await spec.handler(ctx)
+            if transactional is not None and transactional.get("closeConnection", True):
+                raise CloseConnection("closed after the write by the onPrimaryTransactionalWrite fail point")
         except MongoError as err:
             reply = err.to_document()
             if ctx.txn is not None and ctx.name not in ENDS_TRANSACTION:
@@ -220,6 +229,22 @@ class Dispatcher:
         namespace = f"{ctx.db}.{target}" if isinstance(target, str) else ctx.db
         return ctx.node.failpoints.command_failure(ctx.name, namespace, _app_name(ctx.conn),
                                                    internal=ctx.conn.role is Role.MEMBER)
+
+    @staticmethod
+    def _transactional_write_failure(ctx: CommandContext) -> dict[str, Any] | None:
+        """The `onPrimaryTransactionalWrite` fail point's data if it fires for this command: a
+        retryable write (a `txnNumber`, no transaction) from a client on the primary."""
+        node = ctx.node
+        if (not node.options.enable_test_commands or ctx.name not in _RETRYABLE_WRITE_COMMANDS
+                or "txnNumber" not in ctx.cmd or "autocommit" in ctx.cmd or ctx.conn.role is Role.MEMBER
+                or not node.failpoints.is_on("onPrimaryTransactionalWrite")):
+            return None
+        lsid = ctx.cmd.get("lsid")
+        record = node.store.reader.get(SESSIONS_NS, {"id": lsid["id"]}) if isinstance(lsid, dict) else None
+        if record is not None and record.get("txnNum") == ctx.cmd["txnNumber"] and "done" not in record:
+            return None  # a retry of a write that ran: answered from its record, nothing is written
+        point = node.failpoints.check("onPrimaryTransactionalWrite")
+        return None if point is None else point.data
 
     @staticmethod
     async def _inject_failure(failure: dict[str, Any]) -> None:
