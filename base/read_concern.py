@@ -101,17 +101,14 @@ def _timestamp(raw: dict[str, Any], field: str) -> Timestamp | None:
     return value
 
 
-def refusal(concern: ReadConcern, *, in_transaction: bool = False) -> MongoError | None:
-    """What this member cannot serve. It keeps no history of older versions of a document, so a read
-    at one point in time across batches (`snapshot`) is refused outside a transaction, naming the
-    level that it can serve; a time in the past is `SnapshotTooOld` as mongod answers one older than
-    its history window."""
-    if concern.level != SNAPSHOT or in_transaction:
+SNAPSHOT_COMMANDS = frozenset({"find", "aggregate", "distinct"})
+
+
+def refusal(concern: ReadConcern, *, in_transaction: bool = False, command: str = "find") -> MongoError | None:
+    """What this member cannot serve: `snapshot` outside a transaction on a command that does not
+    read at a point in time (mongod's InvalidOptions)."""
+    if concern.level != SNAPSHOT or in_transaction or command in SNAPSHOT_COMMANDS:
         return None
-    if concern.at_cluster_time is not None:
-        return MongoError(SNAPSHOT_TOO_OLD, f"Read timestamp {concern.at_cluster_time} is older than the "
-                                            "oldest available timestamp: this member keeps no history of "
-                                            "older document versions")
-    return MongoError(SNAPSHOT_UNAVAILABLE, "readConcern level 'snapshot' outside a transaction is not "
-                                            "supported by this member; use 'majority'")
+    return MongoError(INVALID_OPTIONS, f"readConcern level 'snapshot' is not supported by '{command}' outside "
+                                       "a multi-document transaction")
 

@@ -51,6 +51,7 @@ from replset.parts.manager import PartsManager
 from replset.pulse import Pulse
 from replset.query_pool import QueryPool
 from replset.replication import Replication
+from replset.snapshot_reads import SnapshotReads
 from replset.status import StatusView
 from replset.transactions import Transactions
 from replset.ttl_monitor import TTLMonitor
@@ -127,6 +128,7 @@ class Node:
         self.parts = PartsManager(self)
         self.transactions = Transactions(self)
         self.ttl = TTLMonitor(self)
+        self.snapshot_reads = SnapshotReads(self)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -161,6 +163,7 @@ class Node:
         self.notify_state_change()
         await self.ttl.stop()
         self.transactions.abort_all("the member is shutting down")
+        self.snapshot_reads.close_all()
         await self.parts.stop()
         await self.repl.stop()
         await self.writer.stop()

@@ -22,6 +22,7 @@ from bson.timestamp import Timestamp
 from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
+from base.read_concern import parse_read_concern, refusal
 from oplog.collation import check_collations
 from oplog.entry import SESSIONS_NS
 from oplog.let_vars import bind_command
@@ -30,6 +31,7 @@ from replset.wire.admission import Role
 from replset.wire.command_args import check_command
 
 if TYPE_CHECKING:
+    from oplog.sqlite_store import SnapshotReader
     from replset.node import Node
     from replset.transactions import Transaction
     from replset.wire.server import Connection
@@ -51,6 +53,8 @@ class CommandContext:
     legacy: bool = False
     secondary_ok: bool = False
     txn: Transaction | None = None  # the multi-document transaction the command runs in
+    snapshot: SnapshotReader | None = None  # a snapshot read's point in time (replset/snapshot_reads.py)
+    snapshot_time: Timestamp | None = None
 
     @property
     def name(self) -> str:
@@ -130,6 +134,16 @@ def _stamp_times(node: Node, reply: dict[str, Any]) -> None:
     reply["$clusterTime"] = {"clusterTime": node.cluster_time, "signature": _ZERO_SIGNATURE}
 
 
+def _check_snapshot_read(ctx: CommandContext) -> None:
+    """A `snapshot` read concern outside a transaction, on a command that reads at no point in time
+    (a write, a catalog listing): InvalidOptions, as mongod."""
+    raw = ctx.cmd.get("readConcern")
+    if isinstance(raw, dict) and raw.get("level") == "snapshot" and "autocommit" not in ctx.cmd:
+        error = refusal(parse_read_concern(raw), command=ctx.name)
+        if error is not None:
+            raise error
+
+
 class CloseConnection(ConnectionError):
     """The connection closes without a reply (the `failCommand` fail point's `closeConnection`)."""
 
@@ -193,6 +207,7 @@ class Dispatcher:
             check_command(ctx.name, ctx.cmd)
             self._enter_transaction(ctx)
             check_collations(ctx.name, ctx.cmd)
+            _check_snapshot_read(ctx)
             if "let" in ctx.cmd and ctx.name in LET_COMMANDS:
                 ctx.cmd = bind_command(ctx.name, ctx.cmd, now=ctx.node.now())
             transactional = self._transactional_write_failure(ctx)

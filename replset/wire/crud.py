@@ -220,6 +220,8 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
     reader: Any = ctx.node.store.any_thread_reader if off_loop else ctx.node.store.reader
     if ctx.txn is not None and ns != OPLOG_NS:
         reader = ctx.txn  # the transaction's snapshot, its own writes over it
+    elif ctx.snapshot is not None and ns != OPLOG_NS:
+        reader = ctx.snapshot  # a snapshot read's point in time
     if ns == OPLOG_NS:
         docs = oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
                             state=tail_state)
@@ -304,7 +306,8 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
-    elif off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None:
+    elif (off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
+          and ctx.snapshot is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
     else:
@@ -390,7 +393,10 @@ async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
         ctx.node.cursors.register(cursor, now_ms())
     elif more:
         await _release(ctx, cursor)
-    return _answered_at(ctx, cursor, cursor_reply(cursor.id, cursor.ns, batch, first=True))
+    reply = _answered_at(ctx, cursor, cursor_reply(cursor.id, cursor.ns, batch, first=True))
+    if ctx.snapshot_time is not None:
+        reply["cursor"]["atClusterTime"] = ctx.snapshot_time
+    return reply
 
 
 def _wait_limit(ctx: CommandContext, cursor: Cursor) -> TimeLimit:
@@ -618,5 +624,8 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
 
     values = await ctx.node.queries.run(distinct_values, time_limit)
     await settle_batch(ctx.node, concern, epoch, time_limit)
-    return stamp_operation_time({"values": values, "ok": 1.0}, ctx.node, concern)
+    reply: dict[str, Any] = {"values": values, "ok": 1.0}
+    if ctx.snapshot_time is not None:
+        reply["atClusterTime"] = ctx.snapshot_time
+    return stamp_operation_time(reply, ctx.node, concern)
 

@@ -33,6 +33,7 @@ from base.optime import OpTime
 from base.read_concern import (
     INVALID_OPTIONS,
     LINEARIZABLE,
+    SNAPSHOT,
     ReadConcern,
     parse_read_concern,
     refusal,
@@ -56,7 +57,7 @@ def read_concern_of(ctx: CommandContext) -> ReadConcern:
     concern = parse_read_concern(ctx.cmd.get("readConcern"))
     if ctx.txn is not None:
         # A transaction reads its own snapshot, opened when it began; no wait applies per read.
-        error = refusal(concern, in_transaction=True)
+        error = refusal(concern, in_transaction=True, command=ctx.name)
         if error is not None:
             raise error
         return parse_read_concern(None)
@@ -67,9 +68,12 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
     """Refusals and `afterClusterTime` / `afterOpTime` waits; returns the history epoch the read
     starts in (pass it to `settle_batch`)."""
     node = ctx.node
-    error = refusal(concern, in_transaction="txnNumber" in ctx.cmd and "autocommit" in ctx.cmd)
+    error = refusal(concern, in_transaction="txnNumber" in ctx.cmd and "autocommit" in ctx.cmd,
+                    command=ctx.name)
     if error is not None:
         raise error
+    if concern.level == SNAPSHOT and ctx.txn is None:
+        ctx.snapshot, ctx.snapshot_time = await node.snapshot_reads.open(concern, limit)
     if concern.level == LINEARIZABLE and not node.is_primary:
         raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
     epoch = node.history_epoch

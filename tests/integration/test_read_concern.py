@@ -85,8 +85,7 @@ def test_linearizable_on_a_secondary_is_refused_as_not_primary(rs: ReplicaSet) -
     ({"level": "strong"}, 9),
     ({"level": "linearizable", "afterClusterTime": Timestamp(1, 1)}, 72),
     ({"level": "majority", "atClusterTime": Timestamp(1, 1)}, 72),
-    ({"level": "snapshot"}, 246),
-    ({"level": "snapshot", "atClusterTime": Timestamp(1, 1)}, 239),
+    ({"level": "snapshot", "atClusterTime": Timestamp(1, 1)}, 239),  # no snapshot kept at that time
     ({"afterClusterTime": "yesterday"}, 9),
     ({"level": "majority", "afterClusterTime": Timestamp(2**31, 1)}, 72),   # past the cluster time
 ])
@@ -95,6 +94,24 @@ def test_read_concerns_it_cannot_serve_get_mongods_codes(rs: ReplicaSet, concern
     with pytest.raises(OperationFailure) as caught:
         rs.client().rc.command({"find": "any", "readConcern": concern})
     assert caught.value.code == code
+
+
+def test_snapshot_reads_see_one_point_in_time_across_commands(rs: ReplicaSet) -> None:
+    client = rs.client()
+    coll = client.rc.snap
+    coll.insert_many([{"_id": i, "v": 0} for i in range(5)])
+    with client.start_session(snapshot=True) as session:
+        first = coll.find_one({"_id": 0}, session=session)
+        coll.update_many({}, {"$set": {"v": 1}})      # after the session's point in time
+        coll.insert_one({"_id": "late", "v": 1})
+        later = list(coll.find({}, session=session).sort("_id", 1))
+        values = coll.distinct("v", session=session)
+    assert first == {"_id": 0, "v": 0}
+    assert later == [{"_id": i, "v": 0} for i in range(5)] and values == [0]
+    assert coll.count_documents({"v": 1}) == 6
+    with pytest.raises(OperationFailure) as refused:  # not a read at a point in time
+        client.rc.command({"count": "snap", "readConcern": {"level": "snapshot"}})
+    assert refused.value.code == 72
 
 
 def test_replies_carry_cluster_time_and_operation_time(rs: ReplicaSet) -> None:
