@@ -62,20 +62,39 @@ Transform = Callable[[Stream], Stream]
 UNSUPPORTED_STAGES = frozenset({
     "$bucketAuto", "$changeStream", "$collStats", "$currentOp", "$densify", "$documents",
     "$fill", "$geoNear", "$graphLookup", "$indexStats", "$listLocalSessions", "$listSessions",
-    "$listSearchIndexes", "$lookup", "$planCacheStats", "$redact", "$sample",
-    "$search", "$searchMeta", "$setWindowFields", "$unionWith", "$vectorSearch",
+    "$listSearchIndexes", "$planCacheStats", "$redact",
+    "$search", "$searchMeta", "$setWindowFields", "$vectorSearch",
 })
 
 _NOT_IN_FACET = frozenset({"$facet", "$out", "$merge", "$geoNear", "$collStats", "$indexStats"})
 _EPOCH = datetime.datetime(1970, 1, 1)
 
 
+Collections = Callable[[str], Iterable[Doc]]  # another collection of the database, by name
+
+
+class Sampler:
+    """What `$sample` draws with (the runtime passes a random source; the engine keeps none)."""
+
+    def sample(self, population: list[Doc], k: int) -> list[Doc]:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class _Env:
     now: datetime.datetime
+    collections: Collections | None = None  # for $lookup and $unionWith
+    sampler: Sampler | None = None  # for $sample
 
     def context(self, doc: Doc) -> Context:
         return Context(doc, self.now, doc)
+
+    def collection(self, stage: str, name: Any) -> list[Doc]:
+        if not isinstance(name, str) or not name:
+            raise MongoError(40321 if stage == "$lookup" else 40414, f"{stage} needs a collection name")
+        if self.collections is None:
+            raise MongoError(115, f"{stage} is not supported here")
+        return list(self.collections(name))
 
 
 _STAGES: dict[str, Callable[[Any, _Env], Transform]] = {}
@@ -99,17 +118,20 @@ def validate_pipeline(pipeline: list[Any]) -> None:
     _compile(pipeline, _Env(_EPOCH))
 
 
-def iter_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime) -> Stream:
-    """Run `pipeline` lazily; the pipeline is validated before the iterator is returned."""
+def iter_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
+                  collections: Collections | None = None, sampler: Sampler | None = None) -> Stream:
+    """Run `pipeline` lazily; the pipeline is validated before the iterator is returned.
+    `collections` reads the database's other collections ($lookup, $unionWith)."""
     stream: Stream = iter(docs)
-    for transform in _compile(pipeline, _Env(now)):
+    for transform in _compile(pipeline, _Env(now, collections, sampler)):
         stream = transform(stream)
     return stream
 
 
-def run_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime) -> list[Doc]:
+def run_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
+                 collections: Collections | None = None, sampler: Sampler | None = None) -> list[Doc]:
     """Run `pipeline` over `docs` and return every output document."""
-    return list(iter_pipeline(docs, pipeline, now=now))
+    return list(iter_pipeline(docs, pipeline, now=now, collections=collections, sampler=sampler))
 
 
 def _compile(pipeline: Any, env: _Env, *, in_facet: bool = False) -> list[Transform]:
@@ -881,3 +903,6 @@ def _build_facet(spec: Any, env: _Env) -> Transform:
         yield out
 
     return run
+
+
+from oplog import aggregate_joins  # noqa: E402, F401  ($lookup, $unionWith, $sample register themselves)

@@ -3,7 +3,8 @@ batches and across commands.
 
 SQLite keeps one version of each document, so a point in time is served by keeping a read
 transaction open there (`SQLiteStore.snapshot`). A snapshot read without `atClusterTime` opens one
-at this member's newest applied optime, waits until the commit point has reached that optime (so it
+at this member's newest applied optime, waits (replset/wire/read_waits.py) until the commit point
+has reached that optime (so it
 answers majority-committed data, as mongod's snapshot reads do) and answers `atClusterTime` with it;
 drivers send that time with the session's later reads, which are served from the same snapshot while
 it is kept: `HISTORY_WINDOW_S` (mongod's `minSnapshotHistoryWindowInSeconds` is 300; a shorter one
@@ -22,9 +23,9 @@ from typing import TYPE_CHECKING
 from bson.timestamp import Timestamp
 
 from base.errors import MongoError
-from base.read_concern import SNAPSHOT_TOO_OLD, ReadConcern
+from base.optime import OpTime
+from base.read_concern import SNAPSHOT_TOO_OLD
 from oplog.sqlite_store import SnapshotReader
-from replset.query_pool import TimeLimit
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -40,30 +41,26 @@ class SnapshotReads:
         self._node = node
         self._kept: OrderedDict[tuple[int, int], tuple[SnapshotReader, asyncio.TimerHandle]] = OrderedDict()
 
-    async def open(self, concern: ReadConcern, limit: TimeLimit) -> tuple[SnapshotReader, Timestamp]:
-        """The snapshot a read at `concern` answers from, and its time."""
-        from replset.wire.read_waits import wait_until
+    def kept(self, ts: Timestamp) -> SnapshotReader | None:
+        """The snapshot kept at `ts`, if any; SnapshotTooOld if none can serve it (a time that is not
+        this member's newest applied optime can only be served by a kept snapshot)."""
+        kept = self._kept.get((ts.time, ts.inc))
+        if kept is not None:
+            return kept[0]
+        if ts != self._node.last_committed_optime.ts:
+            raise MongoError(SNAPSHOT_TOO_OLD, f"Read timestamp {ts} is older than the oldest available "
+                                               "timestamp: this member keeps a snapshot only for "
+                                               f"{HISTORY_WINDOW_S:g} s after a read opened it")
+        return None
 
-        node = self._node
-        wanted = concern.at_cluster_time
-        if wanted is not None:
-            kept = self._kept.get((wanted.time, wanted.inc))
-            if kept is not None:
-                return kept[0], wanted
-            if wanted != node.last_committed_optime.ts:
-                raise MongoError(SNAPSHOT_TOO_OLD, f"Read timestamp {wanted} is older than the oldest available "
-                                                   "timestamp: this member keeps a snapshot only for "
-                                                   f"{HISTORY_WINDOW_S:g} s after a read opened it")
-        optime = node.last_committed_optime
-        reader = node.store.snapshot()  # (nothing commits between these two lines: both on the loop)
-        try:
-            await wait_until(node, lambda: node.majority_commit_point >= optime, limit)
-        except BaseException:
-            reader.close()
-            raise
-        return self._keep(reader, optime.ts), optime.ts
+    def take(self) -> tuple[SnapshotReader, OpTime]:
+        """A new snapshot of the newest data, and the applied optime it holds (not yet kept: `keep` it
+        once the commit point has reached that optime, or close it)."""
+        optime = self._node.last_committed_optime
+        return self._node.store.snapshot(), optime  # (nothing commits in between: both on the loop)
 
-    def _keep(self, reader: SnapshotReader, ts: Timestamp) -> SnapshotReader:
+    def keep(self, reader: SnapshotReader, ts: Timestamp) -> SnapshotReader:
+        """Keeps `reader` as the snapshot at `ts` (or the one kept there already)."""
         key = (ts.time, ts.inc)
         if key in self._kept:  # another read opened this time meanwhile: one is enough
             reader.close()

@@ -5,6 +5,7 @@ the committed snapshot and server-side cursors.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from bson.int64 import Int64
 from base.errors import MongoError
 from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
-from oplog.aggregate import run_pipeline, validate_pipeline
+from oplog.aggregate import Sampler, run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
 from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
@@ -524,9 +525,15 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             return await change_streams.open_stream(ctx, target, pipeline, cursor_opts or {})
         except MongoError as err:
             raise change_streams.resumable(err) from None
-    if target == 1 or not isinstance(target, str):
-        raise MongoError(73, "collection-less aggregate is not supported")
-    ns = f"{ctx.db}.{target}"
+    documents: list[dict[str, Any]] | None = None
+    if target == 1 and pipeline and isinstance(pipeline[0], dict) and list(pipeline[0]) == ["$documents"]:
+        documents = _documents_stage(pipeline[0]["$documents"])
+        pipeline = pipeline[1:]
+        ns = f"{ctx.db}.$cmd.aggregate"
+    elif target == 1 or not isinstance(target, str):
+        raise MongoError(73, "collection-less aggregate is supported with $changeStream or $documents first")
+    else:
+        ns = f"{ctx.db}.{target}"
     limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
     concern = read_concern_of(ctx)
     epoch = await before_read(ctx, concern, limit)
@@ -553,10 +560,12 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             system_namespaces.check_write(output.ns)
         validate_pipeline(pipeline)
         first = pipeline[0] if pipeline else {}
-        source = collection_source(ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {},
-                                   off_loop=True)
+        source = iter(documents) if documents is not None else collection_source(
+            ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {}, off_loop=True)
         # The whole pipeline runs on the query pool (its stages may group or sort every document).
-        results = await ctx.node.queries.run(lambda: run_pipeline(source, pipeline, now=now), limit)
+        collections = _collections_of(ctx)
+        results = await ctx.node.queries.run(
+            lambda: run_pipeline(source, pipeline, now=now, collections=collections, sampler=_SAMPLER), limit)
         if output is not None:
             write = write_out if output.kind == "$out" else write_merge
             written = results
@@ -573,6 +582,40 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     if "writeConcernError" in write_reply:
         reply["writeConcernError"] = write_reply["writeConcernError"]
     return reply
+
+
+class _RandomSampler(Sampler):
+    def __init__(self) -> None:
+        self._random = random.Random()
+
+    def sample(self, population: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+        return self._random.sample(population, k)
+
+
+_SAMPLER = _RandomSampler()
+
+
+def _collections_of(ctx: CommandContext) -> Callable[[str], Iterator[dict[str, Any]]]:
+    """How `$lookup` / `$unionWith` read another collection of the database: as the aggregate reads
+    its own (a transaction's or a snapshot read's view, else the newest data from the reader of
+    whichever query-pool thread runs the stage)."""
+    view: Any = ctx.txn if ctx.txn is not None else ctx.snapshot
+
+    def read(coll: str) -> Iterator[dict[str, Any]]:
+        ns = f"{ctx.db}.{coll}"
+        return iter(view.scan(ns)) if view is not None else ctx.node.store.scan_from_any_thread(ns)
+
+    return read
+
+
+def _documents_stage(expr: Any) -> list[dict[str, Any]]:
+    """`$documents`: the documents an expression (evaluated with no input document) gives."""
+    from oplog.expressions import evaluate
+
+    docs = evaluate(expr, {}, now=utcnow())
+    if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+        raise MongoError(5858203, "error during $documents stage: the value must be an array of objects")
+    return docs
 
 
 @command("count", kind="read")

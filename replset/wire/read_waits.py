@@ -44,6 +44,7 @@ from replset.query_pool import TimeLimit, time_limit_error
 from replset.write_concern import MAJORITY, WriteConcern
 
 if TYPE_CHECKING:
+    from oplog.sqlite_store import SnapshotReader
     from replset.node import Node
     from replset.wire.commands import CommandContext
 
@@ -73,7 +74,7 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
     if error is not None:
         raise error
     if concern.level == SNAPSHOT and ctx.txn is None:
-        ctx.snapshot, ctx.snapshot_time = await node.snapshot_reads.open(concern, limit)
+        ctx.snapshot, ctx.snapshot_time = await _snapshot_for(node, concern, limit)
     if concern.level == LINEARIZABLE and not node.is_primary:
         raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
     epoch = node.history_epoch
@@ -96,6 +97,23 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
             await _write_noop(node, "advance to afterClusterTime")
         await wait_until(node, reached, limit)
     return epoch
+
+
+async def _snapshot_for(node: Node, concern: ReadConcern, limit: TimeLimit) -> tuple[SnapshotReader, Timestamp]:
+    """The snapshot a read at `snapshot` answers from, and its time (replset/snapshot_reads.py): the one
+    kept at `atClusterTime`, or a new one of the newest data, once majority committed."""
+    reads = node.snapshot_reads
+    if concern.at_cluster_time is not None:
+        kept = reads.kept(concern.at_cluster_time)
+        if kept is not None:
+            return kept, concern.at_cluster_time
+    reader, optime = reads.take()
+    try:
+        await wait_until(node, lambda: node.majority_commit_point >= optime, limit)
+    except BaseException:
+        reader.close()
+        raise
+    return reads.keep(reader, optime.ts), optime.ts
 
 
 async def settle_batch(node: Node, concern: ReadConcern, epoch: int, limit: TimeLimit) -> None:
