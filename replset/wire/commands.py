@@ -87,6 +87,7 @@ def load_commands() -> dict[str, CommandSpec]:
     from replset.wire import (  # noqa: F401
         admin,
         crud,
+        explain_cmd,
         parts_commands,
         parts_reads,
         repl_commands,

@@ -519,7 +519,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(9, "The 'cursor' option is required, except for aggregate with the explain "
                             "argument")
     if ctx.cmd.get("explain"):
-        raise MongoError(115, "explain is not supported")
+        return _explain_aggregate(ctx, target, pipeline)
     if change_streams.is_change_stream(pipeline):
         try:
             return await change_streams.open_stream(ctx, target, pipeline, cursor_opts or {})
@@ -606,6 +606,16 @@ def _collections_of(ctx: CommandContext) -> Callable[[str], Iterator[dict[str, A
         return iter(view.scan(ns)) if view is not None else ctx.node.store.scan_from_any_thread(ns)
 
     return read
+
+
+def _explain_aggregate(ctx: CommandContext, target: Any, pipeline: list[Any]) -> dict[str, Any]:
+    """`aggregate` with `explain: true`: the plan of the collection read, then the stages as given."""
+    from oplog.explain import query_planner
+
+    validate_pipeline(pipeline)
+    first = pipeline[0] if pipeline and isinstance(pipeline[0], dict) else {}
+    planner = query_planner(f"{ctx.db}.{target}", first.get("$match") or {})
+    return {"explainVersion": "1", "stages": [{"$cursor": {"queryPlanner": planner}}, *pipeline], "ok": 1.0}
 
 
 def _documents_stage(expr: Any) -> list[dict[str, Any]]:
