@@ -71,6 +71,11 @@ def apply_command(txn: StoreTxn, db: str, o: Mapping[str, Any], ui: Any = None) 
             txn.create_index(ns, spec)
         case "dropIndexes":
             txn.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
+        case "collMod":
+            index = o.get("index")
+            if isinstance(index, Mapping) and "expireAfterSeconds" in index:
+                txn.set_index_option(f"{db}.{o['collMod']}", index["name"], "expireAfterSeconds",
+                                     index["expireAfterSeconds"])
         case "renameCollection":
             target = o["to"]
             if o.get("dropTarget"):

@@ -11,7 +11,8 @@ An entry records a write's result (see `oplog.entry`), which is what a change ev
   `dropDatabase`. A stream on the collection (database) that went away then ends with `invalidate`.
 * a transaction's `applyOps` -> the events of its writes, in order, with its `lsid` and `txnNumber`
   (event index = the write's position in the transaction);
-* with `showExpandedEvents`: `create`, `createIndexes`, `dropIndexes` (with `operationDescription`),
+* with `showExpandedEvents`: `create`, `createIndexes`, `dropIndexes`, `modify` (collMod), each with
+  `operationDescription`,
   `collectionUUID` on every event, and `operationDescription` on `rename`.
 * No-ops, and without `showExpandedEvents` index builds and collection creation, show nothing; nor
   does the member's own state (`local`, `admin`, `config`, `system.*` collections, the part log's
@@ -185,6 +186,13 @@ def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) ->
         if scope.coll is not None and scope.watches(source_db, source_coll):
             out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
         return out
+    if scope.expanded and name == "collMod":
+        coll = str(o["collMod"])
+        if not scope.watches(db, coll):
+            return []
+        description = {k: v for k, v in o.items() if k != "collMod"}
+        return [event(0, {"operationType": "modify", "ns": {"db": db, "coll": coll},
+                          "operationDescription": description})]
     if scope.expanded and name in ("create", "createIndexes", "dropIndexes"):
         coll = str(o[name])
         if not scope.watches(db, coll):

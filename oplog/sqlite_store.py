@@ -125,6 +125,14 @@ class DeferredIndexes:
             del self._specs[ns]
         return True
 
+    def set_option(self, ns: str, name: str, option: str, value: Any) -> bool:
+        """Changes an option of a recorded build (collMod); False if none of that name is recorded."""
+        spec = self._specs.get(ns, {}).get(name)
+        if spec is None:
+            return False
+        spec[option] = value
+        return True
+
     def forget(self, ns: str) -> None:
         """Cancels every build recorded for `ns` (its collection was dropped)."""
         self._specs.pop(ns, None)
@@ -365,6 +373,19 @@ class StoreTxn(_Reader):
             assert info is not None
             for rid, blob in self._conn.execute(f"SELECT rid, doc FROM {info.table}").fetchall():
                 self._add_keys(index, _decode(blob), rid)
+        return True
+
+    def set_index_option(self, ns: str, name: str, option: str, value: Any) -> bool:
+        """Sets one option of an index's spec (collMod's `expireAfterSeconds`); False if no such index."""
+        self._catalog_changed()
+        if self._deferred is not None and self._deferred.set_option(ns, name, option, value):
+            return True
+        row = self._conn.execute("SELECT id, spec FROM indexes WHERE ns=? AND name=?", (ns, name)).fetchone()
+        if row is None:
+            return False
+        spec = _decode(row[1])
+        spec[option] = value
+        self._conn.execute("UPDATE indexes SET spec=? WHERE id=?", (bson.encode(spec), row[0]))
         return True
 
     def drop_index(self, ns: str, name: str) -> bool:

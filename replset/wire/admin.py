@@ -415,6 +415,47 @@ def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> 
     return False
 
 
+@command("collMod", kind="write")
+async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
+    """Changes a TTL index's `expireAfterSeconds` (logged, so every member changes it); a bare
+    `collMod` changes nothing (it is logged too: change streams show it as `modify`). Every other
+    option is refused (115): this member has no validators, views or pre-images."""
+    coll = collection_name(ctx)
+    ns = f"{ctx.db}.{coll}"
+    system_namespaces.check_write(ns)
+    options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "collMod"}
+    unsupported = sorted(set(options) - {"index"})
+    if unsupported:
+        raise MongoError(115, f"collMod option(s) {', '.join(unsupported)} not supported by this server")
+    index = options.get("index")
+    if index is not None and (not isinstance(index, dict) or set(index) - {"name", "keyPattern",
+                                                                           "expireAfterSeconds"}):
+        raise MongoError(115, "collMod of an index can only change 'expireAfterSeconds' here")
+
+    def body(env: WriteEnv) -> dict[str, Any]:
+        info = env.txn.collection(ns)
+        if info is None:
+            raise MongoError(26, f"ns does not exist: {ns}")
+        if index is None:
+            env.emit(command_entry(ctx.db, {"collMod": coll}, info.uuid))
+            return {"ok": 1.0}
+        found = next((i for i in env.txn.indexes(ns) if i.name == index.get("name")
+                      or ("keyPattern" in index and i.spec["key"] == index["keyPattern"])), None)
+        if found is None:
+            raise MongoError(27, f"cannot find index {index.get('name', index.get('keyPattern'))} for ns {ns}")
+        if "expireAfterSeconds" not in found.spec:
+            raise MongoError(72, "no expireAfterSeconds field to update: the index is not a TTL index")
+        if "expireAfterSeconds" not in index:
+            return {"ok": 1.0}
+        check_ttl_spec({"key": found.spec["key"], "expireAfterSeconds": index["expireAfterSeconds"]})
+        env.emit(command_entry(ctx.db, {"collMod": coll, "index": {
+            "name": found.name, "expireAfterSeconds": index["expireAfterSeconds"]}}, info.uuid))
+        return {"expireAfterSeconds_old": found.spec["expireAfterSeconds"],
+                "expireAfterSeconds_new": index["expireAfterSeconds"], "ok": 1.0}
+
+    return await run_write(ctx, body)
+
+
 @command("dropIndexes", "deleteIndexes", kind="write")
 async def cmd_drop_indexes(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)

@@ -1,4 +1,5 @@
-"""TTL indexes expire documents on every member through ordinary deletes; what this member does not
+"""TTL indexes expire documents on every member through ordinary deletes (collMod changes their
+`expireAfterSeconds` everywhere); what this member does not
 implement is refused at once with MongoDB's codes instead of being accepted and ignored."""
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -
     past, future = now - datetime.timedelta(seconds=30), now + datetime.timedelta(hours=1)
     coll.insert_many([{"_id": "old", "d": past}, {"_id": "new", "d": future}, {"_id": "no date", "d": "x"},
                       {"_id": "none"}, {"_id": "array", "d": [future, past]}])
-    coll.create_index("d", expireAfterSeconds=1)
+    coll.create_index("d", expireAfterSeconds=3600)  # nothing is an hour old: collMod shortens it below
     was = primary.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
     try:
+        changed = client.ttl.command("collMod", "sessions", index={"keyPattern": {"d": 1}, "expireAfterSeconds": 1})
+        assert (changed["expireAfterSeconds_old"], changed["expireAfterSeconds_new"]) == (3600, 1)
         def remaining(member_client: object) -> set[str]:
             return {d["_id"] for d in member_client.ttl.sessions.find()}  # type: ignore[attr-defined]
 
@@ -31,6 +34,7 @@ def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -
         for m in rs.members:
             direct = rs.direct(m)
             wait_for(lambda direct=direct: remaining(direct) == kept, 30, f"expired documents gone on {m.host}")
+            assert direct.ttl.sessions.index_information()["d_1"]["expireAfterSeconds"] == 1
     finally:
         primary.admin.command("setParameter", 1, ttlMonitorSleepSecs=was)
     deletes = {e["o"]["_id"] for e in client.local["oplog.rs"].find({"op": "d", "ns": "ttl.sessions"})}
@@ -43,12 +47,14 @@ def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -
     ({"createIndexes": "r", "indexes": [{"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}]}, 67),
     ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
     ({"create": "capped", "capped": True, "size": 4096}, 115),
+    ({"collMod": "r", "validator": {"a": {"$exists": True}}}, 115),
     ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 2}}, 2),
     ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}}, "collation": {"locale": "fr"}}]}, 2),
     ({"aggregate": "r", "pipeline": [{"$match": {}}, {"$out": "o"}, {"$match": {}}], "cursor": {}}, 40601),
 ])
 def test_what_is_not_implemented_is_refused(rs: ReplicaSet, command: dict[str, object], code: int) -> None:
     db = rs.client().refusals
+    db.r.insert_one({})
     with pytest.raises(OperationFailure) as refused:
         db.command(command)
     assert refused.value.code == code
