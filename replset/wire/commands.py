@@ -293,6 +293,8 @@ class Dispatcher:
             return
         if not ctx.node.is_primary:
             raise MongoError(10107, "not primary")
+        if ctx.db in ("admin", "config", "local") and ctx.name not in ENDS_TRANSACTION:
+            raise MongoError(263, f"Cannot run command against the '{ctx.db}' database in a transaction.")
         if "writeConcern" in ctx.cmd and ctx.name not in ENDS_TRANSACTION:
             raise MongoError(72, "Cannot set write concern after starting a transaction.")
         if "readConcern" in ctx.cmd and not call.start:

@@ -137,6 +137,20 @@ def test_an_aborted_transaction_leaves_nothing(rs: ReplicaSet) -> None:
     assert coll.count_documents({}) == 0
 
 
+def test_internal_databases_and_other_commands_are_refused_in_a_transaction(rs: ReplicaSet) -> None:
+    client = rs.client()
+    with client.start_session() as session:
+        session.start_transaction()
+        with pytest.raises(OperationFailure) as local:
+            client.local.scratch.insert_one({"_id": 1}, session=session)
+        assert local.value.code == 263
+    with client.start_session() as session:
+        session.start_transaction()
+        with pytest.raises(OperationFailure) as count:
+            client.txn.orders.database.command("count", "orders", session=session)
+        assert count.value.code == 263
+
+
 def test_the_second_writer_of_a_document_gets_a_write_conflict(rs: ReplicaSet) -> None:
     client = rs.client()
     coll = client.txn.conflicts
