@@ -36,6 +36,7 @@ from typing import Any
 from bson.decimal128 import Decimal128
 
 from base.errors import MongoError
+from oplog.collation import Collation, collated_matcher, collated_sort
 from oplog.expressions import (
     MISSING,
     Context,
@@ -47,8 +48,6 @@ from oplog.expressions import (
     type_name,
     validate_expression,
 )
-from oplog.query import compile_filter
-from oplog.sort import sort_documents
 from oplog.values import SortKey, canonical_key, compare_values, is_number
 
 __all__ = ["UNSUPPORTED_STAGES", "iter_pipeline", "run_pipeline", "validate_pipeline"]
@@ -85,6 +84,7 @@ class _Env:
     now: datetime.datetime
     collections: Collections | None = None  # for $lookup and $unionWith
     sampler: Sampler | None = None  # for $sample
+    collation: Collation | None = None  # for $match and $sort
 
     def context(self, doc: Doc) -> Context:
         return Context(doc, self.now, doc)
@@ -119,19 +119,22 @@ def validate_pipeline(pipeline: list[Any]) -> None:
 
 
 def iter_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
-                  collections: Collections | None = None, sampler: Sampler | None = None) -> Stream:
+                  collections: Collections | None = None, sampler: Sampler | None = None,
+                  collation: Collation | None = None) -> Stream:
     """Run `pipeline` lazily; the pipeline is validated before the iterator is returned.
     `collections` reads the database's other collections ($lookup, $unionWith)."""
     stream: Stream = iter(docs)
-    for transform in _compile(pipeline, _Env(now, collections, sampler)):
+    for transform in _compile(pipeline, _Env(now, collections, sampler, collation)):
         stream = transform(stream)
     return stream
 
 
 def run_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
-                 collections: Collections | None = None, sampler: Sampler | None = None) -> list[Doc]:
+                 collections: Collections | None = None, sampler: Sampler | None = None,
+                 collation: Collation | None = None) -> list[Doc]:
     """Run `pipeline` over `docs` and return every output document."""
-    return list(iter_pipeline(docs, pipeline, now=now, collections=collections, sampler=sampler))
+    return list(iter_pipeline(docs, pipeline, now=now, collections=collections, sampler=sampler,
+                              collation=collation))
 
 
 def _compile(pipeline: Any, env: _Env, *, in_facet: bool = False) -> list[Transform]:
@@ -215,7 +218,7 @@ def _remove_nested(doc: Doc, parts: list[str]) -> Doc:
 def _build_match(spec: Any, env: _Env) -> Transform:
     if not isinstance(spec, dict):
         raise MongoError(15959, "the match filter must be an expression in an object")
-    matcher = compile_filter(spec, now=env.now)
+    matcher = collated_matcher(spec, env.collation, now=env.now)
 
     def run(stream: Stream) -> Stream:
         return (doc for doc in stream if matcher.matches(doc))
@@ -239,7 +242,7 @@ def _build_sort(spec: Any, env: _Env) -> Transform:
     _validate_sort(spec)
 
     def run(stream: Stream) -> Stream:
-        return iter(sort_documents(list(stream), spec))
+        return iter(collated_sort(list(stream), spec, env.collation))
 
     return run
 

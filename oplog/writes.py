@@ -22,10 +22,10 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 
 from base.errors import MongoError
+from oplog.collation import CollatedMatcher, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
 from oplog.log_writer import LogWriter
-from oplog.query import Matcher, compile_filter
-from oplog.sort import sort_documents
+from oplog.query import Matcher
 from oplog.sqlite_store import StoreTxn
 from oplog.update import (
     UpdateOutcome,
@@ -182,7 +182,7 @@ def id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, value
 
 
-def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher,
+def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher | CollatedMatcher,
                        sort: Mapping[str, Any] | None = None, candidates: Sequence[Any] | None = None
                        ) -> Iterator[dict[str, Any]]:
     """Documents of `ns` matching `query` (by `_id` lookup when the query pins `_id`). With
@@ -191,15 +191,16 @@ def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher
     if candidates is not None:
         found = (txn.get(ns, id_value) for id_value in candidates)
         return (d for d in found if d is not None and matcher.matches(d))
+    collation = matcher.collation if isinstance(matcher, CollatedMatcher) else None
     exact, id_value = id_equality(query)
-    if exact:
+    if exact and not (collation is not None and has_strings(id_value)):  # (the _id index is binary)
         doc = txn.get(ns, id_value)
         candidates: Any = [] if doc is None else [doc]
     else:
         candidates = txn.scan(ns)
     docs = (d for d in candidates if matcher.matches(d))
     if sort:
-        return iter(sort_documents(list(docs), sort))
+        return iter(collated_sort(list(docs), sort, collation))
     return docs
 
 
@@ -251,7 +252,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
     q, u, multi, upsert = _parse_update_statement(spec)
     if is_operator_update(u):
         validate_update(u)
-    matcher = compile_filter(q)
+    matcher = collated_matcher(q, parse_collation(spec.get("collation")))
     array_filters = spec.get("arrayFilters")
     matched = 0
     ui = _ui(env, ns)
@@ -294,7 +295,7 @@ def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult,
         raise MongoError(14, "'q' must be an object")
     if limit not in (0, 1):
         raise MongoError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
-    matcher = compile_filter(q)
+    matcher = collated_matcher(q, parse_collation(spec.get("collation")))
     ui = _ui(env, ns)
     for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"), candidates)):
         env.emit(delete_entry(ns, doc["_id"], ui))
@@ -325,7 +326,7 @@ def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any],
         raise MongoError(9, "Cannot specify both an update and remove=true")
     if isinstance(u, dict) and is_operator_update(u):
         validate_update(u)
-    matcher = compile_filter(q)
+    matcher = collated_matcher(q, parse_collation(cmd.get("collation")))
     doc = next(matching_documents(env.txn, ns, q, matcher, cmd.get("sort"), candidates), None)
     if remove:
         if doc is not None:

@@ -18,10 +18,11 @@ from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
 from oplog.aggregate import Sampler, run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
+from oplog.collation import Collation, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
-from oplog.query import Matcher, compile_filter
-from oplog.sort import sort_documents, sort_payloads
+from oplog.query import Matcher
+from oplog.sort import sort_payloads
 from oplog.values import canonical_key
 from oplog.writes import (
     WriteEnv,
@@ -179,7 +180,8 @@ async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     if isinstance(query, dict) and not id_equality(query)[0]:
         limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
         for _attempt in range(CANDIDATE_RETRIES):
-            ids = await find_candidates(ctx, ns, query, ctx.cmd.get("sort"), True, limit)
+            ids = await find_candidates(ctx, ns, query, ctx.cmd.get("sort"), True, limit,
+                                        parse_collation(ctx.cmd.get("collation")))
             try:
                 return await run_write(ctx, body(ids))
             except StaleCandidates:
@@ -213,8 +215,8 @@ def _natural_direction(sort: dict[str, Any] | None) -> int | None:
 
 
 def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, reverse: bool = False,
-                      tail_state: dict[str, int] | None = None, off_loop: bool = False
-                      ) -> Iterator[dict[str, Any]]:
+                      tail_state: dict[str, int] | None = None, off_loop: bool = False,
+                      collation: Collation | None = None) -> Iterator[dict[str, Any]]:
     """Documents of a namespace in natural order (the oplog is a virtual collection). `off_loop`: for
     iteration on the query pool's threads (each chunk read through that thread's connection, the
     deadline of the running batch checked as it goes)."""
@@ -228,7 +230,7 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
                             state=tail_state)
     else:
         exact, id_value = id_equality(query)
-        if exact:
+        if exact and not (collation is not None and has_strings(id_value)):  # (the _id index is binary)
             doc = reader.get(ns, id_value)
             return iter([] if doc is None else [doc])
         docs = reader.scan(ns)
@@ -256,7 +258,8 @@ def _decoded(stored: Iterator[bytes]) -> Iterator[tuple[dict[str, Any], bytes]]:
 
 def _query_pipeline(source: Iterator[Any], matcher: Matcher, cmd: dict[str, Any],
                     sort: dict[str, Any] | None, skip: int, projection: dict[str, Any] | None, *,
-                    sorted_by: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+                    sorted_by: dict[str, Any] | None = None, collation: Collation | None = None
+                    ) -> Iterator[dict[str, Any]]:
     """Lazy from the first document on: nothing (not even a sort) runs before the first batch asks.
     With `sorted_by`, `source` yields (document, stored BSON) pairs: the sort keeps the BSON of each
     matching document and decodes again only what the cursor returns (see `sort_payloads`)."""
@@ -267,7 +270,7 @@ def _query_pipeline(source: Iterator[Any], matcher: Matcher, cmd: dict[str, Any]
     else:
         docs = (d for d in source if matcher.matches(d))
     if sort and _natural_direction(sort) is None:
-        docs = iter(sort_documents(list(docs), sort))
+        docs = iter(collated_sort(list(docs), sort, collation))
     for _ in range(skip):
         if next(docs, None) is None:
             break
@@ -293,7 +296,8 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "skip and batchSize must be non-negative")
     single_batch = bool(cmd.get("singleBatch")) or limit < 0
     limit = abs(limit)
-    matcher = compile_filter(query)
+    collation = parse_collation(cmd.get("collation"))
+    matcher = collated_matcher(query, collation)
     tailable = bool(cmd.get("tailable"))
     if tailable and ns != OPLOG_NS:
         raise MongoError(2, "tailable cursor requested on non capped collection")
@@ -308,13 +312,13 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
     elif (off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
-          and ctx.snapshot is None):
+          and ctx.snapshot is None and collation is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
     else:
         source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1,
-                                   tail_state=tail_state, off_loop=off_loop)
-        docs = _query_pipeline(source, matcher, cmd, sort, skip, projection)
+                                   tail_state=tail_state, off_loop=off_loop, collation=collation)
+        docs = _query_pipeline(source, matcher, cmd, sort, skip, projection, collation=collation)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
                     await_data=bool(cmd.get("awaitData")), read_concern=concern, history_epoch=epoch)
     if off_loop:
@@ -560,12 +564,15 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             system_namespaces.check_write(output.ns)
         validate_pipeline(pipeline)
         first = pipeline[0] if pipeline else {}
+        collation = parse_collation(ctx.cmd.get("collation"))
         source = iter(documents) if documents is not None else collection_source(
-            ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {}, off_loop=True)
+            ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {}, off_loop=True,
+            collation=collation)
         # The whole pipeline runs on the query pool (its stages may group or sort every document).
         collections = _collections_of(ctx)
         results = await ctx.node.queries.run(
-            lambda: run_pipeline(source, pipeline, now=now, collections=collections, sampler=_SAMPLER), limit)
+            lambda: run_pipeline(source, pipeline, now=now, collections=collections, sampler=_SAMPLER,
+                                 collation=collation), limit)
         if output is not None:
             write = write_out if output.kind == "$out" else write_merge
             written = results
@@ -640,8 +647,9 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
         store = ctx.node.store
         n = await ctx.node.queries.run(lambda: store.thread_reader().count(ns))
     else:
-        matcher = compile_filter(query)
-        source = collection_source(ctx, ns, query, off_loop=True)
+        collation = parse_collation(ctx.cmd.get("collation"))
+        matcher = collated_matcher(query, collation)
+        source = collection_source(ctx, ns, query, off_loop=True, collation=collation)
         n = await ctx.node.queries.run(lambda: sum(1 for d in source if matcher.matches(d)), time_limit)
     await settle_batch(ctx.node, concern, epoch, time_limit)
     n = max(0, n - skip)
@@ -659,11 +667,12 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
     if not isinstance(key, str):
         raise MongoError(14, "'key' must be a string")
     query = _document_arg(ctx.cmd, "query") or {}
-    matcher = compile_filter(query)
+    collation = parse_collation(ctx.cmd.get("collation"))
+    matcher = collated_matcher(query, collation)
     concern = read_concern_of(ctx)
     time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, time_limit)
-    source = collection_source(ctx, ns, query, off_loop=True)
+    source = collection_source(ctx, ns, query, off_loop=True, collation=collation)
 
     def distinct_values() -> list[Any]:
         seen: dict[bytes, Any] = {}
@@ -672,8 +681,8 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
                 continue
             for value in get_path(doc, key):
                 for item in value if isinstance(value, list) else [value]:
-                    seen.setdefault(canonical_key(item), item)
-        return [d["v"] for d in sort_documents([{"v": v} for v in seen.values()], {"v": 1})]
+                    seen.setdefault(canonical_key(item if collation is None else collation.fold(item)), item)
+        return [d["v"] for d in collated_sort([{"v": v} for v in seen.values()], {"v": 1}, collation)]
 
     values = await ctx.node.queries.run(distinct_values, time_limit)
     await settle_batch(ctx.node, concern, epoch, time_limit)

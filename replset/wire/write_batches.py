@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from base.errors import MongoError
 from base.optime import OpTime
-from oplog.query import compile_filter
+from oplog.collation import Collation, collated_matcher, parse_collation
 from oplog.sort import sort_payloads
 from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality
 from replset.query_pool import TimeLimit, time_checked
@@ -100,13 +100,16 @@ def scans(statement: Any) -> bool:
 
 
 async def find_candidates(ctx: CommandContext, ns: str, query: dict[str, Any], sort: Any,
-                          first_only: bool, limit: TimeLimit | None = None) -> list[Any]:
-    """The `_id`s of the documents of `ns` matching `query` (in `sort` order), found on the query pool."""
-    matcher = compile_filter(query)
+                          first_only: bool, limit: TimeLimit | None = None,
+                          collation: Collation | None = None) -> list[Any]:
+    """The `_id`s of the documents of `ns` matching `query` (in `sort` order, under `collation`),
+    found on the query pool."""
+    matcher = collated_matcher(query, collation)
     source = time_checked(ctx.node.store.any_thread_reader.scan(ns))
 
     def find() -> list[Any]:
-        matching = ((doc, doc["_id"]) for doc in source if matcher.matches(doc))
+        matching = ((doc if collation is None else collation.sort_form(doc), doc["_id"])
+                    for doc in source if matcher.matches(doc))
         ordered = sort_payloads(matching, sort) if isinstance(sort, dict) and sort else (i for _, i in matching)
         if first_only:
             first = next(iter(ordered), _NONE)
@@ -136,7 +139,8 @@ class _Batch:
 
     async def candidates(self, spec: dict[str, Any], sort: Any, first_only: bool) -> list[Any]:
         try:
-            return await find_candidates(self.ctx, self.ns, spec["q"], sort, first_only, self.time_limit)
+            return await find_candidates(self.ctx, self.ns, spec["q"], sort, first_only, self.time_limit,
+                                         parse_collation(spec.get("collation")))
         except MongoError as err:
             if err.code == 50:
                 raise  # out of time: the command fails

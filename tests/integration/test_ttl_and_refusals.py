@@ -1,5 +1,6 @@
 """TTL indexes expire documents on every member through ordinary deletes (collMod changes their
-`expireAfterSeconds` everywhere); what this member does not
+`expireAfterSeconds` everywhere); case-insensitive collations work in filters, sorts and distinct;
+what this member does not
 implement is refused at once with MongoDB's codes instead of being accepted and ignored."""
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -
     assert deletes == {"old", "array"}
 
 
+def test_a_case_insensitive_collation_in_find_sort_update_and_distinct(rs: ReplicaSet) -> None:
+    coll = rs.client().collation.words
+    coll.insert_many([{"_id": 1, "w": "apple"}, {"_id": 2, "w": "Banana"}, {"_id": 3, "w": "APPLE"},
+                      {"_id": 4, "w": "cherry"}, {"_id": 5, "w": "Éclair"}])
+    ci = {"locale": "en", "strength": 2}
+    assert sorted(d["_id"] for d in coll.find({"w": "Apple"}, collation=ci)) == [1, 3]
+    assert [d["w"] for d in coll.find({}, collation=ci).sort("w", 1)][:3] == ["apple", "APPLE", "Banana"]
+    assert [d["_id"] for d in coll.find({"w": "eclair"}, collation={"locale": "fr", "strength": 1})] == [5]
+    assert coll.update_many({"w": "apple"}, {"$set": {"fruit": True}}, collation=ci).modified_count == 2
+    assert sorted(coll.distinct("w", {"fruit": True}, collation=ci)) in (["APPLE"], ["apple"])
+    assert coll.count_documents({"w": "BANANA"}, collation=ci) == 1
+    assert coll.count_documents({"w": "BANANA"}) == 0  # no collation: bytes
+
+
 @pytest.mark.parametrize(("command", "code"), [
     ({"createIndexes": "r", "indexes": [{"key": {"body": "text"}, "name": "body_text"}]}, 67),
     ({"createIndexes": "r", "indexes": [{"key": {"at": 1}, "name": "at_1", "hidden": True}]}, 67),
@@ -48,8 +63,10 @@ def test_a_ttl_index_removes_expired_documents_on_every_member(rs: ReplicaSet) -
     ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
     ({"create": "capped", "capped": True, "size": 4096}, 115),
     ({"collMod": "r", "validator": {"a": {"$exists": True}}}, 115),
-    ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 2}}, 2),
-    ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}}, "collation": {"locale": "fr"}}]}, 2),
+    ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 4}}, 2),
+    ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}},
+                                  "collation": {"locale": "fr", "numericOrdering": True}}]}, 2),
+    ({"createIndexes": "r", "indexes": [{"key": {"a": 1}, "name": "a_ci", "collation": {"locale": "en"}}]}, 2),
     ({"aggregate": "r", "pipeline": [{"$match": {}}, {"$out": "o"}, {"$match": {}}], "cursor": {}}, 40601),
 ])
 def test_what_is_not_implemented_is_refused(rs: ReplicaSet, command: dict[str, object], code: int) -> None:
