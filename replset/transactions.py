@@ -143,11 +143,8 @@ class Transaction:
     entries: list[dict[str, Any]] = field(default_factory=list)
     overlay: dict[DocKey, dict[str, Any] | None] = field(default_factory=dict)
     ids: dict[DocKey, Any] = field(default_factory=dict)
-    created: set[str] = field(default_factory=set)  # collections this transaction creates
     commit_optime: OpTime | None = None
     expiry: asyncio.TimerHandle | None = None
-    read_concern: dict[str, Any] | None = None
-    abort_reason: str = ""
 
     # -- reads: the snapshot with this transaction's writes over it --------------------------------
     def _snapshot(self) -> SnapshotReader:
@@ -249,8 +246,7 @@ class Transactions:
                 raise MongoError(96, f"too many open transactions ({MAX_OPEN}): commit or abort some first")
             if len(self._by_session) >= MAX_REMEMBERED:
                 self._by_session = {k: t for k, t in self._by_session.items() if t.state is TxnState.IN_PROGRESS}
-            txn = Transaction({"id": cmd["lsid"]["id"]}, call.number, node.term, node.store.snapshot(),
-                              read_concern=cmd.get("readConcern"))
+            txn = Transaction({"id": cmd["lsid"]["id"]}, call.number, node.term, node.store.snapshot())
             txn.expiry = asyncio.get_running_loop().call_later(
                 self.lifetime_limit_s, self._abort, txn,
                 "it ran longer than transactionLifetimeLimitSeconds")
@@ -276,7 +272,6 @@ class Transactions:
         if txn.state is not TxnState.IN_PROGRESS:
             return
         txn.state = TxnState.ABORTED
-        txn.abort_reason = reason
         self._open.discard(txn)
         self._release(txn)
         txn.entries.clear()
@@ -333,9 +328,6 @@ class Transactions:
         txn.overlay.update(after)
         for key in after:
             self._holders[key] = txn
-        for entry in entries:
-            if entry["op"] == "c" and "create" in entry["o"]:
-                txn.created.add(f"{entry['ns'].split('.', 1)[0]}.{entry['o']['create']}")
         return reply
 
     async def commit(self, txn: Transaction) -> OpTime | None:
