@@ -47,6 +47,7 @@ from oplog.writes import WriteEnv
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
+from replset.local_sessions import LocalSessions
 from replset.parts.manager import PartsManager
 from replset.pulse import Pulse
 from replset.query_pool import QueryPool
@@ -129,6 +130,7 @@ class Node:
         self.transactions = Transactions(self)
         self.ttl = TTLMonitor(self)
         self.snapshot_reads = SnapshotReads(self)
+        self.local_sessions = LocalSessions()
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:

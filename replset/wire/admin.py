@@ -209,6 +209,7 @@ async def cmd_sessions(ctx: CommandContext) -> dict[str, Any]:
         ids = [lsid["id"] for lsid in sessions if isinstance(lsid, dict) and "id" in lsid] if isinstance(
             sessions, list) else []
         ctx.node.transactions.end_sessions(ids, f"its session ended ({ctx.name})")
+        ctx.node.local_sessions.ended(ids)
     return {"ok": 1.0}
 
 

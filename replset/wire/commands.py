@@ -200,6 +200,8 @@ class Dispatcher:
         if spec is None:
             return MongoError(59, f"no such command: '{ctx.name}'").to_document()
         _gossip_in(ctx)
+        if "lsid" in ctx.cmd:
+            ctx.node.local_sessions.used(ctx.cmd["lsid"], ctx.node.now())
         failure = self._fail_command(ctx)
         try:
             if failure is not None:

@@ -530,12 +530,18 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         except MongoError as err:
             raise change_streams.resumable(err) from None
     documents: list[dict[str, Any]] | None = None
-    if target == 1 and pipeline and isinstance(pipeline[0], dict) and list(pipeline[0]) == ["$documents"]:
+    source_stage = next(iter(pipeline[0])) if pipeline and isinstance(pipeline[0], dict) and pipeline[0] else ""
+    if target == 1 and source_stage == "$documents":
         documents = _documents_stage(pipeline[0]["$documents"])
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
+    elif target == 1 and source_stage == "$listLocalSessions" and ctx.db == "admin":
+        documents = _local_sessions_stage(ctx, pipeline[0]["$listLocalSessions"])
+        pipeline = pipeline[1:]
+        ns = "admin.$cmd.aggregate"
     elif target == 1 or not isinstance(target, str):
-        raise MongoError(73, "collection-less aggregate is supported with $changeStream or $documents first")
+        raise MongoError(73, "collection-less aggregate is supported with $changeStream, $documents or (on admin) "
+                             "$listLocalSessions first")
     else:
         ns = f"{ctx.db}.{target}"
     limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
@@ -623,6 +629,15 @@ def _explain_aggregate(ctx: CommandContext, target: Any, pipeline: list[Any]) ->
     first = pipeline[0] if pipeline and isinstance(pipeline[0], dict) else {}
     planner = query_planner(f"{ctx.db}.{target}", first.get("$match") or {})
     return {"explainVersion": "1", "stages": [{"$cursor": {"queryPlanner": planner}}, *pipeline], "ok": 1.0}
+
+
+def _local_sessions_stage(ctx: CommandContext, spec: Any) -> list[dict[str, Any]]:
+    """`$listLocalSessions`: the sessions this member has seen in the last 30 minutes (without
+    authentication every session is every user's: `{}`, `allUsers` and `users` list them all)."""
+    if not isinstance(spec, dict) or set(spec) - {"allUsers", "users"}:
+        raise MongoError(40414 if not isinstance(spec, dict) else 40415,
+                         "$listLocalSessions takes an object with 'allUsers' or 'users'")
+    return ctx.node.local_sessions.listing()
 
 
 def _documents_stage(expr: Any) -> list[dict[str, Any]]:

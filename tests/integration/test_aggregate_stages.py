@@ -54,3 +54,16 @@ def test_explain_names_the_plan_the_member_runs(rs: ReplicaSet) -> None:
     scan = coll.find({"a": 1}).sort("a", 1).explain()
     assert scan["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "COLLSCAN"
     assert (scan["executionStats"]["nReturned"], scan["executionStats"]["totalDocsExamined"]) == (3, 9)
+
+
+def test_database_level_aggregates(rs: ReplicaSet) -> None:
+    client = rs.client()
+    with client.start_session() as session:
+        client.stages.anything.find_one({}, session=session)
+        listed = list(client.admin.aggregate([{"$listLocalSessions": {}}]))
+        assert session.session_id["id"] in [entry["_id"]["id"] for entry in listed]
+    docs = list(client.stages.aggregate([{"$documents": [{"x": 1}, {"x": 2}]}, {"$match": {"x": 2}}]))
+    assert docs == [{"x": 2}]
+    with pytest.raises(OperationFailure) as refused:
+        client.stages.aggregate([{"$match": {}}])
+    assert refused.value.code == 73
