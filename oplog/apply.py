@@ -18,6 +18,8 @@ from base.errors import MongoError
 from oplog.sqlite_store import StoreTxn
 from oplog.update import apply_oplog_update
 
+VALIDATION_OPTIONS = ("validator", "validationLevel", "validationAction")
+
 
 def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> None:
     op = entry["op"]
@@ -72,6 +74,9 @@ def apply_command(txn: StoreTxn, db: str, o: Mapping[str, Any], ui: Any = None) 
         case "dropIndexes":
             txn.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
         case "collMod":
+            validation = {k: v for k, v in o.items() if k in VALIDATION_OPTIONS}
+            if validation:
+                txn.set_collection_options(f"{db}.{o['collMod']}", validation)
             index = o.get("index")
             if isinstance(index, Mapping) and "expireAfterSeconds" in index:
                 txn.set_index_option(f"{db}.{o['collMod']}", index["name"], "expireAfterSeconds",

@@ -34,6 +34,7 @@ from bson.regex import Regex
 from base.errors import MongoError
 from oplog.expr_values import is_truthy
 from oplog.expressions import validate_expression
+from oplog.json_schema import compile_schema
 from oplog.query_common import _ARRAY, _DOC, _NO_TRAVERSE, _TRAVERSE, Pred, _bad, _is_nan, _truncate_to_long
 from oplog.query_match import (
     _CMP_TESTS,
@@ -392,7 +393,10 @@ def _parse_top_level(op: str, value: Any, now: datetime.datetime | None) -> Matc
         return _const(op == "$alwaysTrue")
     if op == "$text":
         raise MongoError(27, "text index required for $text query")
-    if op in ("$where", "$jsonSchema", "$sampleRate"):
+    if op == "$jsonSchema":
+        check = compile_schema(value)
+        return lambda doc, _record: check(doc)
+    if op in ("$where", "$sampleRate"):
         raise _bad(f"{op} is not supported")
     raise _bad(
         f"unknown top level operator: {op}. If you have a field name that starts with a '$' symbol, "

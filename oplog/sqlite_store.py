@@ -330,6 +330,21 @@ class StoreTxn(_Reader):
         )
         return CollectionInfo(ns, table, ui, dict(options or {}))
 
+    def set_collection_options(self, ns: str, changes: Mapping[str, Any]) -> bool:
+        """Sets (or, for a None value, removes) options of a collection (collMod); False if none."""
+        info = self.collection(ns)
+        if info is None:
+            return False
+        options = dict(info.options)
+        for key, value in changes.items():
+            if value is None:
+                options.pop(key, None)
+            else:
+                options[key] = value
+        self._catalog_changed()
+        self._conn.execute("UPDATE collections SET options=? WHERE ns=?", (bson.encode(options), ns))
+        return True
+
     def drop_collection(self, ns: str) -> int | None:
         """Drops a collection; returns the number of indexes it had, or None if absent."""
         if self._deferred is not None:

@@ -11,6 +11,7 @@ one goes on — MongoDB's semantics. No I/O of its own beyond the transaction.
 from __future__ import annotations
 
 import datetime
+import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from base.errors import MongoError
 from oplog.collation import CollatedMatcher, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
 from oplog.log_writer import LogWriter
-from oplog.query import Matcher
+from oplog.query import Matcher, compile_filter
 from oplog.sqlite_store import StoreTxn
 from oplog.update import (
     UpdateOutcome,
@@ -36,6 +37,8 @@ from oplog.update import (
     upsert_seed,
     validate_update,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_BSON_SIZE = 16 * 1024 * 1024
 # mongod stores documents nested up to 180 levels (its 200-level limit, less room for the system's own).
@@ -52,6 +55,7 @@ class WriteEnv:
     now: datetime.datetime
     session_fields: dict[str, Any] = field(default_factory=dict)
     last_entry: dict[str, Any] | None = None
+    bypass_validation: bool = False  # the command's bypassDocumentValidation
 
     def emit(self, entry: dict[str, Any]) -> dict[str, Any]:
         if self.session_fields and entry["op"] in "iud":
@@ -67,6 +71,30 @@ class WriteResult:
     n_modified: int = 0
     upserted: list[dict[str, Any]] = field(default_factory=list)
     write_errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_valid(env: WriteEnv, ns: str, doc: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> None:
+    """A collection's validator (its `validator` option, a query filter that may hold `$jsonSchema`)
+    against the document a write leaves: 121 DocumentValidationFailure, unless the command bypasses
+    validation, `validationLevel` is `off` (or `moderate` and the document failed before the
+    update), or `validationAction` is `warn` (logged)."""
+    if env.bypass_validation:
+        return
+    info = env.txn.collection(ns)
+    options = info.options if info is not None else {}
+    validator = options.get("validator")
+    level = options.get("validationLevel", "strict")
+    if not validator or level == "off":
+        return
+    matcher = compile_filter(validator, now=env.now)
+    if matcher.matches(doc) or (level == "moderate" and before is not None and not matcher.matches(before)):
+        return
+    if options.get("validationAction", "error") == "warn":
+        log.warning("Document would fail validation: collection %s, _id %r", ns, doc.get("_id"))
+        return
+    raise MongoError(121, "Document failed validation", extra={"errInfo": {
+        "failingDocumentId": doc.get("_id"), "details": {"operatorName": next(iter(validator), "$and"),
+                                                          "specifiedAs": dict(validator)}}})
 
 
 def validate_namespace(db: str, coll: str) -> None:
@@ -155,6 +183,7 @@ def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> 
 
     def run_one(i: int) -> None:
         doc = prepare_insert_document(docs[i])
+        check_valid(env, ns, doc)
         env.emit(insert_entry(ns, doc, ui))
         result.n += 1
 
@@ -260,6 +289,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
         matched += 1
         outcome = compute_update(doc, u, env, matcher, array_filters)
         if outcome.modified and outcome.oplog_update is not None:
+            check_valid(env, ns, outcome.document, doc)
             env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, ui))
             result.n_modified += 1
         if not multi:
@@ -267,6 +297,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
     result.n += matched
     if matched == 0 and upsert:
         doc = upsert_document(q, u, env, array_filters)
+        check_valid(env, ns, doc)
         ensure_collection(env, ns)
         env.emit(insert_entry(ns, doc, _ui(env, ns)))
         result.n += 1
@@ -346,6 +377,7 @@ def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[
         if not cmd.get("upsert"):
             return {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
         new_doc = upsert_document(q, u, env, array_filters)
+        check_valid(env, ns, new_doc)
         ensure_collection(env, ns)
         env.emit(insert_entry(ns, new_doc, _ui(env, ns)))
         value = new_doc if cmd.get("new") else None
@@ -353,6 +385,7 @@ def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[
                 "value": value}
     outcome = compute_update(doc, u, env, matcher, array_filters)
     if outcome.modified and outcome.oplog_update is not None:
+        check_valid(env, ns, outcome.document, doc)
         env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, _ui(env, ns)))
     value = outcome.document if cmd.get("new") else doc
     return {"lastErrorObject": {"n": 1, "updatedExisting": True}, "value": value}

@@ -13,6 +13,7 @@ from bson.int64 import Int64
 
 from base.errors import MongoError
 from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
+from oplog.apply import VALIDATION_OPTIONS
 from oplog.entry import command_entry
 from oplog.query import compile_filter
 from oplog.ttl import check_ttl_spec
@@ -300,7 +301,8 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
         raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
-                              "(no views, capped or time-series collections, validators or pre-images)")
+                              "(no views, capped or time-series collections or pre-images)")
+    _check_validation_options(options, ctx.node.now())
 
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collection(ns) is not None:
@@ -418,16 +420,19 @@ def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> 
 
 @command("collMod", kind="write")
 async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
-    """Changes a TTL index's `expireAfterSeconds` (logged, so every member changes it); a bare
+    """Changes a TTL index's `expireAfterSeconds` and the collection's `validator`,
+    `validationLevel` and `validationAction` (logged, so every member changes them); a bare
     `collMod` changes nothing (it is logged too: change streams show it as `modify`). Every other
-    option is refused (115): this member has no validators, views or pre-images."""
+    option is refused (115): this member has no views or pre-images."""
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "collMod"}
-    unsupported = sorted(set(options) - {"index"})
+    unsupported = sorted(set(options) - {"index", *VALIDATION_OPTIONS})
     if unsupported:
         raise MongoError(115, f"collMod option(s) {', '.join(unsupported)} not supported by this server")
+    _check_validation_options(options, ctx.node.now())
+    validation = {k: v for k, v in options.items() if k in VALIDATION_OPTIONS}
     index = options.get("index")
     if index is not None and (not isinstance(index, dict) or set(index) - {"name", "keyPattern",
                                                                            "expireAfterSeconds"}):
@@ -437,8 +442,9 @@ async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
         info = env.txn.collection(ns)
         if info is None:
             raise MongoError(26, f"ns does not exist: {ns}")
+        if index is None or validation:
+            env.emit(command_entry(ctx.db, {"collMod": coll, **validation}, info.uuid))
         if index is None:
-            env.emit(command_entry(ctx.db, {"collMod": coll}, info.uuid))
             return {"ok": 1.0}
         found = next((i for i in env.txn.indexes(ns) if i.name == index.get("name")
                       or ("keyPattern" in index and i.spec["key"] == index["keyPattern"])), None)
@@ -548,7 +554,22 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
 
 
 # Options `create` keeps without acting on them, because they change nothing a client can observe here.
-_CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId"})
+_CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId",
+                             "validator", "validationLevel", "validationAction"})
+
+
+def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -> None:
+    """A validator compiles as a query filter (with `$jsonSchema`); the level and action are mongod's."""
+    if "validator" in options:
+        if not isinstance(options["validator"], dict):
+            raise MongoError(14, "'validator' must be an object")
+        compile_filter(options["validator"], now=now)
+    if options.get("validationLevel", "strict") not in ("off", "strict", "moderate"):
+        raise MongoError(2, f"Enumeration value '{options['validationLevel']}' for field 'validationLevel' is not a "
+                            "valid value.")
+    if options.get("validationAction", "error") not in ("error", "warn"):
+        raise MongoError(2, f"Enumeration value '{options['validationAction']}' for field 'validationAction' is "
+                            "not a valid value.")
 _GENERIC_FIELDS = frozenset({
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "readConcern", "writeConcern",
     "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors", "autocommit",

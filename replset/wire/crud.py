@@ -93,13 +93,19 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
                     off_loop: bool = False) -> dict[str, Any]:
     """Runs a write command once per (lsid, txnNumber), then honours the write concern. `off_loop`:
     a write whose cost grows with the data (see `GroupCommitWriter.submit`)."""
+    bypass = bool(ctx.cmd.get("bypassDocumentValidation"))
     if ctx.txn is not None:  # a statement of a transaction: its writes wait for the commit
-        return dict(await ctx.node.transactions.run_statement(ctx.txn, body))
+        def in_transaction(env: WriteEnv) -> dict[str, Any]:
+            env.bypass_validation = bypass
+            return body(env)
+
+        return dict(await ctx.node.transactions.run_statement(ctx.txn, in_transaction))
     wc = parse_write_concern(ctx.cmd.get("writeConcern"))
     # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
 
     def fn(env: WriteEnv) -> tuple[dict[str, Any], OpTime | None]:
+        env.bypass_validation = bypass
         if rw is not None:
             stored = sessions.stored_reply(env, rw)
             if stored is not None:
@@ -126,10 +132,13 @@ async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dic
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
         # In a transaction: the whole command is one statement of it, its candidates found in it.
-        reply = await ctx.node.transactions.run_statement(
-            ctx.txn, lambda env: result_reply(perform(env, ns, statements, ordered, None),
-                                              update=field == "updates"))
-        return dict(reply)
+        bypass = bool(ctx.cmd.get("bypassDocumentValidation"))
+
+        def statement(env: WriteEnv) -> dict[str, Any]:
+            env.bypass_validation = bypass
+            return result_reply(perform(env, ns, statements, ordered, None), update=field == "updates")
+
+        return dict(await ctx.node.transactions.run_statement(ctx.txn, statement))
     return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
                            scanning=field != "documents")
 

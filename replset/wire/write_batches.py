@@ -157,6 +157,7 @@ class _Batch:
 
         def fn(env: WriteEnv) -> tuple[str, WriteResult, WriteResult, OpTime | None]:
             nonlocal base
+            env.bypass_validation = bool(self.ctx.cmd.get("bypassDocumentValidation"))
             if rw is not None:
                 stored = sessions.stored_reply(env, rw)
                 if stored is not None:

@@ -56,13 +56,37 @@ def test_a_case_insensitive_collation_in_find_sort_update_and_distinct(rs: Repli
     assert coll.count_documents({"w": "BANANA"}) == 0  # no collation: bytes
 
 
+def test_a_validator_refuses_invalid_writes_on_the_primary_and_replicates(rs: ReplicaSet) -> None:
+    from pymongo.errors import WriteError
+
+    db = rs.client().validated
+    schema = {"$jsonSchema": {"bsonType": "object", "required": ["name"],
+                              "properties": {"age": {"bsonType": "int", "minimum": 0}}}}
+    db.create_collection("people", validator=schema)
+    people = db.people.with_options(write_concern=WriteConcern(w=3))
+    people.insert_one({"_id": 1, "name": "ann", "age": 3})
+    with pytest.raises(WriteError) as refused:
+        people.insert_one({"_id": 2, "age": 3})
+    assert refused.value.code == 121 and refused.value.details["errInfo"]["failingDocumentId"] == 2
+    with pytest.raises(WriteError):
+        people.update_one({"_id": 1}, {"$set": {"age": -1}})
+    people.insert_one({"_id": 3}, bypass_document_validation=True)
+    db.command("collMod", "people", validationLevel="moderate", writeConcern={"w": 3})
+    people.update_one({"_id": 3}, {"$set": {"age": 9}})  # invalid before: moderate lets it be updated
+    for m in rs.members:
+        options = next(rs.direct(m).validated.list_collections(filter={"name": "people"}))["options"]
+        assert options["validator"] == schema and options["validationLevel"] == "moderate"
+        assert sorted(d["_id"] for d in rs.direct(m).validated.people.find()) == [1, 3]
+
+
 @pytest.mark.parametrize(("command", "code"), [
     ({"createIndexes": "r", "indexes": [{"key": {"body": "text"}, "name": "body_text"}]}, 67),
     ({"createIndexes": "r", "indexes": [{"key": {"at": 1}, "name": "at_1", "hidden": True}]}, 67),
     ({"createIndexes": "r", "indexes": [{"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}]}, 67),
     ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
     ({"create": "capped", "capped": True, "size": 4096}, 115),
-    ({"collMod": "r", "validator": {"a": {"$exists": True}}}, 115),
+    ({"collMod": "r", "changeStreamPreAndPostImages": {"enabled": True}}, 115),
+    ({"create": "bad_validator", "validator": {"$jsonSchema": {"format": "email"}}}, 2),
     ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 4}}, 2),
     ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}},
                                   "collation": {"locale": "fr", "numericOrdering": True}}]}, 2),
