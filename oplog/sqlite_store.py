@@ -190,6 +190,17 @@ class _Reader:
             return 0
         return int(self._conn.execute(f"SELECT count(*) FROM {info.table}").fetchone()[0])
 
+    def stored_rows(self, ns: str) -> Iterator[tuple[bytes, bytes]]:
+        """(stored `_id` key, document) of every row of a collection, for `validate`."""
+        info = self.collection(ns)
+        if info is None:
+            return iter(())
+        return iter(self._conn.execute(f"SELECT idkey, doc FROM {info.table} ORDER BY rid").fetchall())
+
+    def unique_key_count(self, index: IndexInfo) -> int:
+        """How many keys a unique index's table holds."""
+        return int(self._conn.execute(f"SELECT count(*) FROM {index.table}").fetchone()[0])
+
     def data_size(self, ns: str) -> int:
         info = self.collection(ns)
         if info is None:

@@ -1,15 +1,20 @@
-"""The `explain` command (see oplog/explain.py): the plan, and for reads with `executionStats`
-(pymongo's default is `allPlansExecution`) the read run once to count what it examined. Writes are
-explained without running."""
+"""`explain` (see oplog/explain.py): the plan, and for reads with `executionStats` (pymongo's
+default is `allPlansExecution`) the read run once to count what it examined; writes are explained
+without running. `validate`: a collection's documents and unique indexes read back and checked."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import bson
+
 from base.errors import MongoError
+from oplog.codec_options import DOC_OPTIONS
 from oplog.explain import VERBOSITIES, explained_target, query_planner
+from oplog.index_keys import index_keys
 from oplog.query import compile_filter
+from oplog.values import canonical_key
 from oplog.writes import id_equality
 from replset import __version__
 from replset.wire.commands import CommandContext, command
@@ -58,3 +63,48 @@ async def _execution_stats(ctx: CommandContext, ns: str, query: dict[str, Any]) 
     return {"executionSuccess": True, "nReturned": returned,
             "executionTimeMillis": int((time.perf_counter() - started) * 1000),
             "totalKeysExamined": 1 if exact else 0, "totalDocsExamined": examined}
+
+
+@command("validate", kind="read")
+async def cmd_validate(ctx: CommandContext) -> dict[str, Any]:
+    """Reads every document of a collection back: each must decode, carry an `_id` and be stored
+    under that `_id`'s key; each unique index must hold exactly the keys its documents give. Other
+    indexes keep no keys here (they serve uniqueness and TTL only): their expected key counts are
+    reported."""
+    coll = ctx.cmd.get("validate")
+    if not isinstance(coll, str) or not coll:
+        raise MongoError(73, "validate needs a collection name")
+    ns = f"{ctx.db}.{coll}"
+    store = ctx.node.store
+
+    def check() -> dict[str, Any]:
+        reader = store.thread_reader()
+        if reader.collection(ns) is None:
+            raise MongoError(26, f"Collection '{ns}' does not exist to validate.")
+        indexes = reader.indexes(ns)
+        keys = dict.fromkeys((i.name for i in indexes), 0)
+        errors: list[str] = []
+        records = 0
+        for idkey, blob in reader.stored_rows(ns):
+            records += 1
+            try:
+                doc = bson.decode(blob, DOC_OPTIONS)
+            except Exception as exc:
+                errors.append(f"record {records}: does not decode: {exc}")
+                continue
+            if "_id" not in doc or canonical_key(doc["_id"]) != idkey:
+                errors.append(f"record {records}: stored under a key that is not its _id's")
+            for index in indexes:
+                keys[index.name] += len(index_keys(doc, index.spec["key"], sparse=bool(index.spec.get("sparse"))))
+        for index in indexes:
+            if index.unique and index.name != "_id_" and reader.unique_key_count(index) != keys[index.name]:
+                errors.append(f"index {index.name}: {reader.unique_key_count(index)} keys stored, "
+                              f"{keys[index.name]} expected")
+        return {"ns": ns, "nInvalidDocuments": 0, "nNonCompliantDocuments": 0, "nrecords": records,
+                "nIndexes": len(indexes), "keysPerIndex": keys,
+                "indexDetails": {name: {"valid": not any(e.startswith(f"index {name}:") for e in errors)}
+                                 for name in keys},
+                "valid": not errors, "repaired": False, "warnings": [], "errors": errors,
+                "extraIndexEntries": [], "missingIndexEntries": [], "corruptRecords": [], "ok": 1.0}
+
+    return await ctx.node.queries.run(check)

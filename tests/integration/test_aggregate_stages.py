@@ -67,3 +67,16 @@ def test_database_level_aggregates(rs: ReplicaSet) -> None:
     with pytest.raises(OperationFailure) as refused:
         client.stages.aggregate([{"$match": {}}])
     assert refused.value.code == 73
+
+
+def test_validate_reads_a_collection_back(rs: ReplicaSet) -> None:
+    db = rs.client().stages
+    db.checked.insert_many([{"_id": i, "a": i, "tags": [1, 2]} for i in range(5)])
+    db.checked.create_index("a", unique=True)
+    db.checked.create_index("tags")
+    result = db.command("validate", "checked")
+    assert result["valid"] and result["errors"] == []
+    assert (result["nrecords"], result["keysPerIndex"]) == (5, {"_id_": 5, "a_1": 5, "tags_1": 10})
+    with pytest.raises(OperationFailure) as missing:
+        db.command("validate", "no_such_collection")
+    assert missing.value.code == 26
