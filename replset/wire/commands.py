@@ -29,6 +29,7 @@ from oplog.let_vars import bind_command
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.admission import Role
 from replset.wire.command_args import check_command
+from replset.write_concern import parse_write_concern
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import SnapshotReader
@@ -226,6 +227,8 @@ class Dispatcher:
             reply = err.to_document()
             if ctx.txn is not None and ctx.name not in ENDS_TRANSACTION:
                 ctx.node.transactions.abort_on_error(ctx.txn, err)
+            elif spec.kind == "write" and "writeConcern" in ctx.cmd and ctx.node.is_primary:
+                await self._write_concern_after_failure(ctx, reply)
         except CloseConnection:
             raise
         except Exception as exc:
@@ -287,6 +290,19 @@ class Dispatcher:
             log.error("internal error in command %s", name, exc_info=exc)
         else:
             log.error("internal error in command %s again (%d times): %r", name, seen, exc)
+
+    @staticmethod
+    async def _write_concern_after_failure(ctx: CommandContext, reply: dict[str, Any]) -> None:
+        """A write command that failed still honours its write concern, as in mongod: what it saw
+        (the state that made it fail) is then as durable as asked, and a write concern that cannot
+        be met is reported (`writeConcernError` beside the error)."""
+        try:
+            wc = parse_write_concern(ctx.cmd["writeConcern"])
+        except MongoError:
+            return
+        wce = await ctx.node.wait_for_write_concern(wc, ctx.node.last_committed_optime)
+        if wce is not None:
+            reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
 
     @staticmethod
     def _enter_transaction(ctx: CommandContext) -> None:

@@ -305,6 +305,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "skip and batchSize must be non-negative")
     single_batch = bool(cmd.get("singleBatch")) or limit < 0
     limit = abs(limit)
+    for option in ("returnKey", "showRecordId", "min", "max"):
+        if cmd.get(option):
+            raise MongoError(115, f"find's {option} is not supported by this server")
     collation = parse_collation(cmd.get("collation"))
     matcher = collated_matcher(query, collation)
     tailable = bool(cmd.get("tailable"))
