@@ -1107,7 +1107,7 @@ ERROR_CASES: list[tuple[Any, int]] = [
     ({"a": {"$geoWithin": {}}}, 2),
     ({"$where": "this.a == 1"}, 2),
     ({"$text": {"$search": "x"}}, 27),
-    ({"$jsonSchema": {}}, 2),
+    ({"$jsonSchema": {"format": "email"}}, 2),
     ({"$alwaysTrue": 0}, 2),
     ({"a": {"$bitsAllSet": "x"}}, 2),
     ({"a": {"$bitsAllSet": -1}}, 9),
