@@ -305,9 +305,10 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "skip and batchSize must be non-negative")
     single_batch = bool(cmd.get("singleBatch")) or limit < 0
     limit = abs(limit)
-    for option in ("returnKey", "showRecordId", "min", "max"):
+    for option in ("returnKey", "showRecordId"):
         if cmd.get(option):
             raise MongoError(115, f"find's {option} is not supported by this server")
+    query = _with_index_bounds(query, _document_arg(cmd, "min"), _document_arg(cmd, "max"), cmd.get("hint"))
     collation = parse_collation(cmd.get("collation"))
     matcher = collated_matcher(query, collation)
     tailable = bool(cmd.get("tailable"))
@@ -340,6 +341,27 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         cursor.tail_state = tail_state
     reply = await first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
     return _with_repl_data(ctx, ns, reply)
+
+
+def _with_index_bounds(query: dict[str, Any], low: dict[str, Any] | None, high: dict[str, Any] | None,
+                       hint: Any) -> dict[str, Any]:
+    """`min` / `max` (with the `hint` they need) as the range they bound on a one-field index:
+    from `min` inclusive to `max` exclusive, added to the filter. Bounds on a compound index are
+    refused (115)."""
+    if low is None and high is None:
+        return query
+    if hint is None:
+        raise MongoError(51173, "When using min()/max() a hint of which index to use must be specified")
+    fields = {tuple(bound) for bound in (low, high) if bound is not None}
+    if len(fields) != 1 or len(next(iter(fields))) != 1:
+        raise MongoError(115, "min/max are supported on one-field indexes only, with the same field in both")
+    field = next(iter(next(iter(fields))))
+    bounds: dict[str, Any] = {}
+    if low is not None:
+        bounds["$gte"] = low[field]
+    if high is not None:
+        bounds["$lt"] = high[field]
+    return {"$and": [query, {field: bounds}]} if query else {field: bounds}
 
 
 def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict[str, Any]:
