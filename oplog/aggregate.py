@@ -59,7 +59,7 @@ Transform = Callable[[Stream], Stream]
 #: Real MongoDB stages this engine does not implement (they need other collections,
 #: randomness, I/O or server state). They fail with 115 CommandNotSupported.
 UNSUPPORTED_STAGES = frozenset({
-    "$bucketAuto", "$changeStream", "$collStats", "$currentOp", "$densify", "$documents",
+    "$changeStream", "$collStats", "$currentOp", "$densify", "$documents",
     "$fill", "$geoNear", "$graphLookup", "$indexStats", "$listLocalSessions", "$listSessions",
     "$listSearchIndexes", "$planCacheStats", "$redact",
     "$search", "$searchMeta", "$setWindowFields", "$vectorSearch",
@@ -908,4 +908,4 @@ def _build_facet(spec: Any, env: _Env) -> Transform:
     return run
 
 
-from oplog import aggregate_joins  # noqa: E402, F401  ($lookup, $unionWith, $sample register themselves)
+from oplog import aggregate_joins  # noqa: E402, F401  ($lookup, $unionWith, $sample, $bucketAuto register themselves)

@@ -1,5 +1,5 @@
-"""The stages that read other collections or draw at random: `$lookup` (equality and pipeline
-forms), `$unionWith`, `$sample`.
+"""The stages that read other collections or draw at random, and `$bucketAuto`: `$lookup`
+(equality and pipeline forms), `$unionWith`, `$sample`.
 
 Another collection is read through the `collections` callable the runtime passes to the pipeline
 (the same snapshot or transaction the aggregate reads), once per stage, then held in memory for the
@@ -15,11 +15,12 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 from typing import Any
 
 from base.errors import MongoError
-from oplog.aggregate import Doc, Stream, Transform, _compile, _Env, _stage
-from oplog.expressions import MISSING, evaluate_in
+from oplog.aggregate import Doc, Stream, Transform, _compile, _Count, _Env, _parse_group_field, _stage
+from oplog.expressions import MISSING, evaluate_in, validate_expression
 from oplog.let_vars import bind_pipeline
 from oplog.query import compile_filter
 from oplog.query_common import get_path
+from oplog.values import SortKey, compare_values
 
 
 def _local_values(doc: Doc, path: str) -> list[Any]:
@@ -100,5 +101,61 @@ def _build_sample(spec: Any, env: _Env) -> Transform:
             raise MongoError(115, "$sample is not supported here")
         docs = list(stream)
         yield from env.sampler.sample(docs, min(int(size), len(docs)))
+
+    return run
+
+
+@_stage("$bucketAuto")
+def _build_bucket_auto(spec: Any, env: _Env) -> Transform:
+    """`$bucketAuto`: the documents sorted by `groupBy`, cut into at most `buckets` groups of about
+    equal size (a value never spans two buckets; the last bucket takes what is left), each
+    `{_id: {min, max}}` (max: the next bucket's min, or the last value) with its `output`
+    accumulators (default `count`). `granularity` is refused (115)."""
+    if not isinstance(spec, dict) or set(spec) - {"groupBy", "buckets", "output", "granularity"}:
+        raise MongoError(40240, "$bucketAuto takes groupBy, buckets, output and granularity")
+    if "granularity" in spec:
+        raise MongoError(115, "$bucketAuto's granularity is not supported by this server")
+    group_by, count = spec.get("groupBy"), spec.get("buckets")
+    if not (isinstance(group_by, str) and group_by.startswith("$")) and not (
+            isinstance(group_by, dict) and len(group_by) == 1 and next(iter(group_by)).startswith("$")):
+        raise MongoError(40239, "$bucketAuto's groupBy must be a $-prefixed path or an expression object")
+    validate_expression(group_by)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= 2**31 - 1:
+        raise MongoError(40243, "$bucketAuto's buckets must be a positive 32-bit integer")
+    output = spec.get("output", {"count": {"$sum": 1}})
+    if not isinstance(output, dict):
+        raise MongoError(40244, "$bucketAuto's output must be an object")
+    fields = [_parse_group_field(name, sub) for name, sub in output.items()]
+
+    def run(stream: Stream) -> Stream:
+        pairs = []
+        for doc in stream:
+            value = evaluate_in(group_by, env.context(doc))
+            pairs.append((None if value is MISSING else value, doc))
+        pairs.sort(key=lambda pair: SortKey(pair[0]))
+        size = max(1, round(len(pairs) / count))
+        groups: list[list[tuple[Any, Doc]]] = []
+        start = 0
+        while start < len(pairs):
+            if len(groups) == count - 1:
+                groups.append(pairs[start:])
+                break
+            end = min(start + size, len(pairs))
+            while end < len(pairs) and compare_values(pairs[end][0], pairs[end - 1][0]) == 0:
+                end += 1
+            groups.append(pairs[start:end])
+            start = end
+        for k, group in enumerate(groups):
+            accumulators = [f.accumulator() for f in fields]
+            for _value, doc in group:
+                ctx = env.context(doc)
+                for f, acc in zip(fields, accumulators, strict=True):
+                    acc.add(None if f.accumulator is _Count else evaluate_in(f.expr, ctx))
+            upper = groups[k + 1][0][0] if k + 1 < len(groups) else group[-1][0]
+            out: Doc = {"_id": {"min": group[0][0], "max": upper}}
+            for f, acc in zip(fields, accumulators, strict=True):
+                result = acc.result()
+                out[f.name] = None if result is MISSING else result
+            yield out
 
     return run

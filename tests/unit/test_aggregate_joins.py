@@ -63,3 +63,16 @@ def test_sample_draws_distinct_documents_with_the_given_source() -> None:
 def test_bad_stages_are_refused(stage: dict[str, Any]) -> None:
     with pytest.raises(MongoError):
         run([stage], sampler=_Seeded())
+
+
+def test_bucket_auto_cuts_sorted_values_into_even_buckets_without_splitting_a_value() -> None:
+    docs = [{"_id": i, "v": v} for i, v in enumerate([5, 1, 3, 3, 3, 9, 7, 2])]
+    out = run_pipeline(docs, [{"$bucketAuto": {"groupBy": "$v", "buckets": 3,
+                                               "output": {"n": {"$sum": 1}, "ids": {"$push": "$_id"}}}}], now=NOW)
+    # sorted 1 2 3 3 3 5 7 9, about 3 a bucket: the first takes every 3, the last what is left
+    assert [(b["_id"], b["n"]) for b in out] == [({"min": 1, "max": 5}, 5), ({"min": 5, "max": 9}, 3)]
+    assert out[0]["ids"] == [1, 7, 2, 3, 4]
+    assert run_pipeline(docs, [{"$bucketAuto": {"groupBy": "$v", "buckets": 1}}], now=NOW) == [
+        {"_id": {"min": 1, "max": 9}, "count": 8}]
+    with pytest.raises(MongoError):
+        run_pipeline(docs, [{"$bucketAuto": {"groupBy": "$v", "buckets": 2, "granularity": "R5"}}], now=NOW)
