@@ -15,24 +15,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from base.errors import MongoError
+from oplog import preimages
 from oplog.sqlite_store import StoreTxn
 from oplog.update import apply_oplog_update
 
-VALIDATION_OPTIONS = ("validator", "validationLevel", "validationAction")
+# Collection options `collMod` sets (and a logged collMod entry carries).
+COLLMOD_OPTIONS = ("validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages")
 
 
-def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> None:
+def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool, index: int = 0) -> None:
+    """`index`: the write's position in a transaction's `applyOps` entry (whose optime it shares)."""
     op = entry["op"]
     match op:
         case "i":
             txn.insert(entry["ns"], dict(entry["o"]), upsert=replay)
         case "u":
-            _apply_update(txn, entry, replay=replay)
+            _apply_update(txn, entry, replay=replay, index=index)
         case "d":
+            _keep_preimage(txn, entry, entry["o"]["_id"], index)
             txn.delete(entry["ns"], entry["o"]["_id"])
         case "c" if "applyOps" in entry["o"]:
-            for inner in entry["o"]["applyOps"]:  # a transaction's writes: all in this one transaction
-                apply_entry(txn, inner, replay=replay)
+            outer = {k: entry[k] for k in ("ts", "wall") if k in entry}
+            for position, inner in enumerate(entry["o"]["applyOps"]):  # all in this one transaction
+                apply_entry(txn, {**inner, **outer}, replay=replay, index=position)
         case "c":
             apply_command(txn, entry["ns"].split(".", 1)[0], entry["o"], entry.get("ui"))
         case "n":
@@ -41,9 +46,24 @@ def apply_entry(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> Non
             raise MongoError(2, f"unknown oplog entry op {op!r}")
 
 
-def _apply_update(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool) -> None:
+def _keep_preimage(txn: StoreTxn, entry: Mapping[str, Any], id_value: Any, index: int,
+                   current: Mapping[str, Any] | None = None) -> None:
+    """The document before a logged update or delete, for change streams (oplog/preimages.py).
+    Only entries with an optime have one: a transaction's statements are applied unstamped while
+    it runs, and rolled back."""
+    info = txn.collection(entry["ns"]) if "ts" in entry else None
+    if info is None or not preimages.enabled(info.options):
+        return
+    before = current if current is not None else txn.get(entry["ns"], id_value)
+    if before is not None:
+        preimages.record(txn, entry["ns"], before, entry["ts"], index, entry.get("wall"))
+
+
+def _apply_update(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool, index: int = 0) -> None:
     ns, id_value = entry["ns"], entry["o2"]["_id"]
     current = txn.get(ns, id_value)
+    if current is not None:
+        _keep_preimage(txn, entry, id_value, index, current)
     if current is None:
         if entry.get("b"):
             new_doc = apply_oplog_update({"_id": id_value}, entry["o"])
@@ -74,7 +94,7 @@ def apply_command(txn: StoreTxn, db: str, o: Mapping[str, Any], ui: Any = None) 
         case "dropIndexes":
             txn.drop_index(f"{db}.{o['dropIndexes']}", o["index"])
         case "collMod":
-            validation = {k: v for k, v in o.items() if k in VALIDATION_OPTIONS}
+            validation = {k: v for k, v in o.items() if k in COLLMOD_OPTIONS}
             if validation:
                 txn.set_collection_options(f"{db}.{o['collMod']}", validation)
             index = o.get("index")

@@ -100,6 +100,9 @@ def parse_token(token: Any) -> ResumePoint:
         raise MongoError(BAD_TOKEN, f"invalid resume token: {token!r}") from None
 
 
+COLLECTION_UUID = "$collectionUUID"  # on update/replace/delete events until their images are looked up
+
+
 def ts_key_of(ts: Timestamp) -> int:
     return (ts.time << 32) | ts.inc
 
@@ -142,6 +145,8 @@ def _events_of(entry: Mapping[str, Any], scope: StreamScope, first_index: int) -
         if coll is None or not scope.watches(db, coll):
             return []
         target = {"db": db, "coll": coll}
+        if op != "i" and "ui" in entry:
+            base[COLLECTION_UUID] = entry["ui"]  # (for its pre-image; the runtime takes it out again)
         o = entry.get("o") or {}
         if op == "i":
             return [event(0, {"operationType": "insert", "ns": target, "documentKey": {"_id": o.get("_id")},

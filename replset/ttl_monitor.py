@@ -2,7 +2,8 @@
 changes it), deletes the documents TTL indexes have expired (`oplog/ttl.py`), through ordinary
 delete entries, so secondaries, rollback and change streams see ordinary deletes. Finding them is a
 scan on the query pool; each delete is checked again in its write transaction (a document updated
-meanwhile to a later date stays)."""
+meanwhile to a later date stays). On every member, the same pass lets go of change-stream
+pre-images whose entries have left the oplog (oplog/preimages.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from bson.timestamp import Timestamp
+
 from base.errors import MongoError
+from oplog import preimages
+from oplog.preimages import PREIMAGES_NS
 from oplog.query import compile_filter
 from oplog.ttl import expired_filter
 from oplog.writes import WriteEnv, delete_documents
@@ -57,7 +62,13 @@ class TTLMonitor:
                 self._wake.clear()
                 continue
             node = self._node
-            if not (self.enabled and node.is_primary) or node.shutting_down:
+            if node.shutting_down:
+                continue
+            try:
+                await self.prune_preimages()
+            except MongoError as err:
+                log.info("pre-image clean-up stopped: %s", err.errmsg)
+            if not (self.enabled and node.is_primary):
                 continue
             try:
                 self.deleted += await self.pass_once()
@@ -80,6 +91,30 @@ class TTLMonitor:
                 if expired is not None:
                     deleted += await self._delete_expired(info.ns, expired)
         return deleted
+
+    async def prune_preimages(self) -> int:
+        """On every member: lets go of the change-stream pre-images whose entries left the oplog
+        (they are this member's own, never logged, so each member prunes its own)."""
+        node = self._node
+        oldest_key = node.store.reader.oplog_oldest_key()
+        if oldest_key is None or node.store.reader.collection(PREIMAGES_NS) is None:
+            return 0
+        oldest = Timestamp(oldest_key >> 32, oldest_key & 0xFFFFFFFF)
+
+        def find() -> list[Any]:
+            return [doc["_id"] for doc in node.store.thread_reader().scan(PREIMAGES_NS)
+                    if preimages.expired_before(doc, oldest)]
+
+        ids = await node.queries.run(find)
+        for start in range(0, len(ids), DELETE_SLICE):
+            chunk = ids[start:start + DELETE_SLICE]
+
+            def delete(env: WriteEnv, chunk: list[Any] = chunk) -> None:
+                for id_value in chunk:
+                    env.txn.delete(PREIMAGES_NS, id_value)
+
+            await node.submit_write(delete, require_primary=False, durable=False)
+        return len(ids)
 
     async def _delete_expired(self, ns: str, expired: dict[str, Any]) -> int:
         node = self._node

@@ -13,7 +13,7 @@ from bson.int64 import Int64
 
 from base.errors import MongoError
 from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
-from oplog.apply import VALIDATION_OPTIONS
+from oplog.apply import COLLMOD_OPTIONS
 from oplog.entry import command_entry
 from oplog.query import compile_filter
 from oplog.ttl import check_ttl_spec
@@ -301,7 +301,7 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
         raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
-                              "(no views, capped or time-series collections or pre-images)")
+                              "(no views, capped or time-series collections)")
     _check_validation_options(options, ctx.node.now())
 
     def body(env: WriteEnv) -> dict[str, Any]:
@@ -421,18 +421,19 @@ def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> 
 @command("collMod", kind="write")
 async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
     """Changes a TTL index's `expireAfterSeconds` and the collection's `validator`,
-    `validationLevel` and `validationAction` (logged, so every member changes them); a bare
+    `validationLevel`, `validationAction` and `changeStreamPreAndPostImages` (logged, so every
+    member changes them); a bare
     `collMod` changes nothing (it is logged too: change streams show it as `modify`). Every other
-    option is refused (115): this member has no views or pre-images."""
+    option is refused (115): this member has no views."""
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "collMod"}
-    unsupported = sorted(set(options) - {"index", *VALIDATION_OPTIONS})
+    unsupported = sorted(set(options) - {"index", *COLLMOD_OPTIONS})
     if unsupported:
         raise MongoError(115, f"collMod option(s) {', '.join(unsupported)} not supported by this server")
     _check_validation_options(options, ctx.node.now())
-    validation = {k: v for k, v in options.items() if k in VALIDATION_OPTIONS}
+    validation = {k: v for k, v in options.items() if k in COLLMOD_OPTIONS}
     index = options.get("index")
     if index is not None and (not isinstance(index, dict) or set(index) - {"name", "keyPattern",
                                                                            "expireAfterSeconds"}):
@@ -555,7 +556,7 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
 
 # Options `create` keeps without acting on them, because they change nothing a client can observe here.
 _CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId",
-                             "validator", "validationLevel", "validationAction"})
+                             "validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages"})
 
 
 def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -> None:
@@ -564,6 +565,10 @@ def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -
         if not isinstance(options["validator"], dict):
             raise MongoError(14, "'validator' must be an object")
         compile_filter(options["validator"], now=now)
+    if "changeStreamPreAndPostImages" in options:
+        setting = options["changeStreamPreAndPostImages"]
+        if not isinstance(setting, dict) or set(setting) != {"enabled"} or not isinstance(setting["enabled"], bool):
+            raise MongoError(2, "changeStreamPreAndPostImages must be {enabled: <bool>}")
     if options.get("validationLevel", "strict") not in ("off", "strict", "moderate"):
         raise MongoError(2, f"Enumeration value '{options['validationLevel']}' for field 'validationLevel' is not a "
                             "valid value.")

@@ -30,8 +30,18 @@ from bson.timestamp import Timestamp
 
 from base.errors import MongoError
 from oplog.aggregate import iter_pipeline, validate_pipeline
-from oplog.change_events import INVALIDATE, ResumePoint, StreamScope, events_of, parse_token, ts_key_of
+from oplog.change_events import (
+    COLLECTION_UUID,
+    INVALIDATE,
+    ResumePoint,
+    StreamScope,
+    events_of,
+    parse_token,
+    ts_key_of,
+)
 from oplog.codec_options import DOC_OPTIONS
+from oplog.preimages import PREIMAGES_NS, preimage_id
+from oplog.update import apply_oplog_update
 from replset.cursors import Cursor
 from replset.node import utcnow
 
@@ -48,6 +58,8 @@ MAX_SCAN = 10_000   # oplog entries one batch reads at most (the rest wait for t
 OPTIONS = {"fullDocument", "fullDocumentBeforeChange", "resumeAfter", "startAfter", "startAtOperationTime",
            "allChangesForCluster", "showExpandedEvents"}
 FULL_DOCUMENT = ("default", "updateLookup", "whenAvailable", "required")
+BEFORE_CHANGE = ("off", "whenAvailable", "required")
+NO_MATCHING_DOCUMENT = 47
 RESUMABLE_CODES = frozenset({6, 7, 43, 89, 91, 189, 237, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150,
                              13388, 234, 133})
 
@@ -62,6 +74,7 @@ class ChangeStream:
     history_epoch: int
     pending: list[dict[str, Any]] = field(default_factory=list)
     invalidated: bool = False
+    before_change: str = "off"  # fullDocumentBeforeChange
 
 
 def is_change_stream(pipeline: list[Any]) -> bool:
@@ -92,13 +105,16 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     full_document = spec.get("fullDocument", "default")
     if full_document not in FULL_DOCUMENT:
         raise MongoError(2, f"unknown fullDocument mode {full_document!r}")
+    before_change = spec.get("fullDocumentBeforeChange", "off")
+    if before_change not in BEFORE_CHANGE:
+        raise MongoError(2, f"unknown fullDocumentBeforeChange mode {before_change!r}")
     scope, cursor_ns = _scope(ctx, target, bool(spec.get("allChangesForCluster")))
     if spec.get("showExpandedEvents"):
         scope = dataclasses.replace(scope, expanded=True)
     node = ctx.node
     start = _start_point(ctx, spec)
     stream = ChangeStream(scope, start, start.ts_key if start.whole else start.ts_key - 1, full_document, stages,
-                          node.history_epoch)
+                          node.history_epoch, before_change=before_change)
     cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
     batch = _take(ctx, stream, _batch_size(cursor_opts))
     cursor.id = node.cursors.new_id()
@@ -221,16 +237,34 @@ def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[di
 
 
 def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if stream.full_document != "default":
-        reader = ctx.node.store.reader
-        for event in events:
-            if event["operationType"] == "update":
-                ns = f"{event['ns']['db']}.{event['ns']['coll']}"
-                current = reader.get(ns, event["documentKey"]["_id"])
-                if current is None and stream.full_document == "required":
-                    raise MongoError(HISTORY_LOST, f"fullDocument: required, and the document of "
-                                                   f"{event['documentKey']} is gone")
-                event["fullDocument"] = current
+    """Adds the documents the stream asked for: `updateLookup` (the document as it is now), post-images
+    (`whenAvailable` / `required`: the pre-image with the update applied) and pre-images
+    (`fullDocumentBeforeChange`), both from `config.system.preimages` (oplog/preimages.py)."""
+    reader = ctx.node.store.reader
+    for event in events:
+        ui = event.pop(COLLECTION_UUID, None)
+        kind = event["operationType"]
+        if kind not in ("update", "replace", "delete"):
+            continue
+        wants_post = kind == "update" and stream.full_document in ("whenAvailable", "required")
+        before = None
+        if (stream.before_change != "off" or wants_post) and ui is not None:
+            stored = reader.get(PREIMAGES_NS, preimage_id(ui, event["clusterTime"], parse_token(event["_id"]).index))
+            before = None if stored is None else stored.get("preImage")
+        if stream.before_change != "off":
+            if before is None and stream.before_change == "required":
+                raise _image_missing("pre", event)
+            event["fullDocumentBeforeChange"] = before
+        if kind == "update" and stream.full_document == "updateLookup":
+            ns = f"{event['ns']['db']}.{event['ns']['coll']}"
+            event["fullDocument"] = reader.get(ns, event["documentKey"]["_id"])
+        elif wants_post:
+            described = event["updateDescription"]
+            after = None if before is None else apply_oplog_update(before, {
+                "$set": described["updatedFields"], "$unset": dict.fromkeys(described["removedFields"], True)})
+            if after is None and stream.full_document == "required":
+                raise _image_missing("post", event)
+            event["fullDocument"] = after
     if stream.stages:
         tokens = {event["_id"]["_data"] for event in events}
         events = list(iter_pipeline(events, stream.stages, now=utcnow()))
@@ -242,6 +276,12 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
                                         "it impossible to resume the stream from that point. Only transformations "
                                         "that retain the unmodified _id field are allowed.")
     return events
+
+
+def _image_missing(kind: str, event: dict[str, Any]) -> MongoError:
+    return MongoError(NO_MATCHING_DOCUMENT, f"Change stream was configured to require a {kind}-image for all "
+                                            f"update, delete and replace events, but the {kind}-image was not "
+                                            f"found for event: {event['_id']}")
 
 
 def _reply(cursor: Cursor, stream: ChangeStream, batch: list[dict[str, Any]], *, first: bool,

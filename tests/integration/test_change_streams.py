@@ -179,3 +179,32 @@ async def test_a_motor_stream_survives_a_killed_primary_and_sees_every_majority_
         if client is not None:
             client.close()
         await asyncio.to_thread(rs.stop)
+
+
+def test_pre_and_post_images_on_every_member(rs: ReplicaSet) -> None:
+    client = rs.client()
+    db = client.cs
+    db.create_collection("imaged", changeStreamPreAndPostImages={"enabled": True})
+    coll = db.imaged.with_options(write_concern=WriteConcern(w=3))
+    coll.insert_one({"_id": 1, "n": 1, "keep": True})
+    secondary = next(m for m in rs.members if m is not rs.wait_primary())
+    on_secondary = rs.direct(secondary).cs.imaged
+    opts = {"full_document": "required", "full_document_before_change": "required", "max_await_time_ms": WAIT_MS}
+    with coll.watch(**opts) as stream, on_secondary.watch(**opts) as secondary_stream:
+        coll.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        coll.delete_one({"_id": 1})
+        for s in (stream, secondary_stream):
+            update, delete = _next(s), _next(s)
+            assert update is not None and delete is not None
+            assert update["fullDocumentBeforeChange"] == {"_id": 1, "n": 1, "keep": True}
+            assert update["fullDocument"] == {"_id": 1, "n": 2, "keep": True}
+            assert delete["fullDocumentBeforeChange"] == {"_id": 1, "n": 2, "keep": True}
+    # Without pre-images, `required` cannot be met: the stream fails rather than answer without one.
+    plain = db.plain
+    plain.insert_one({"_id": 1})
+    with plain.watch(full_document_before_change="required", max_await_time_ms=WAIT_MS) as stream:
+        plain.update_one({"_id": 1}, {"$set": {"x": 1}})
+        with pytest.raises(OperationFailure) as missing:
+            for _ in range(50):
+                stream.try_next()
+        assert missing.value.code == 47
