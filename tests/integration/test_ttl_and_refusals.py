@@ -85,7 +85,7 @@ def test_a_validator_refuses_invalid_writes_on_the_primary_and_replicates(rs: Re
     ({"createIndexes": "r", "indexes": [{"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}]}, 67),
     ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
     ({"create": "capped", "capped": True, "size": 4096}, 115),
-    ({"collMod": "r", "changeStreamPreAndPostImages": {"enabled": True}}, 115),
+    ({"collMod": "r", "viewOn": "x", "pipeline": []}, 115),
     ({"create": "bad_validator", "validator": {"$jsonSchema": {"format": "email"}}}, 2),
     ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 4}}, 2),
     ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}},
