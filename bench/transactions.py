@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import tempfile
 import time
 from typing import Any
@@ -23,19 +22,11 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.write_concern import WriteConcern
 
+from bench.loop_latency import percentiles
 from tests.support.replica_set import make_replica_set
 
 SIZES = (2, 10)
 LOAD_BATCH = 10_000
-
-
-def _percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _summary(samples: list[float]) -> dict[str, float]:
-    return {"p50_ms": statistics.median(samples) * 1000, "p99_ms": _percentile(samples, 0.99) * 1000}
 
 
 def time_rounds(client: MongoClient[dict[str, Any]], docs: int, rounds: int, size: int,
@@ -59,7 +50,7 @@ def time_rounds(client: MongoClient[dict[str, Any]], docs: int, rounds: int, siz
         with client.start_session() as session:
             session.with_transaction(body, write_concern=WriteConcern(w="majority"))
         in_txn.append(time.perf_counter() - started)
-    out = {"plain": _summary(plain), "transaction": _summary(in_txn)}
+    out: dict[str, Any] = {"plain": percentiles(plain), "transaction": percentiles(in_txn)}
     out["ratio"] = out["transaction"]["p50_ms"] / out["plain"]["p50_ms"]
     return out
 

@@ -22,7 +22,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 
 import datetime
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,25 +51,13 @@ class Collation:
 
     def fold(self, value: Any) -> Any:
         """`value` with every string folded (field names kept)."""
-        if isinstance(value, str):
-            return self.fold_string(value)
-        if isinstance(value, Mapping):
-            return {k: self.fold(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.fold(v) for v in value]
-        return value
+        return _map_strings(value, self.fold_string)
 
     def sort_form(self, value: Any) -> Any:
         """`value` as a sort compares it under this collation."""
-        if isinstance(value, str):
-            if self.strength >= 3:
-                return f"{value.casefold()}\x00{value.swapcase()}"
-            return self.fold_string(value)
-        if isinstance(value, Mapping):
-            return {k: self.sort_form(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.sort_form(v) for v in value]
-        return value
+        if self.strength >= 3:
+            return _map_strings(value, lambda text: f"{text.casefold()}\x00{text.swapcase()}")
+        return self.fold(value)
 
     def fold_filter(self, query: Any) -> Any:
         """A filter with its literal strings folded (not field names, nor the operands of `$regex`,
@@ -81,6 +69,17 @@ class Collation:
         if isinstance(query, str):
             return self.fold_string(query)
         return query
+
+
+def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` with `change` applied to every string in it (field names kept)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, Mapping):
+        return {k: _map_strings(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, change) for v in value]
+    return value
 
 
 class CollatedMatcher:

@@ -118,12 +118,13 @@ def _exclusive_flag(schema: Mapping[str, Any], key: str) -> Check:
     return lambda v: True
 
 
-def _length(schema: Mapping[str, Any], key: str) -> Check:
+def _size_bound(schema: Mapping[str, Any], key: str, kind: str) -> Check:
+    """`minLength`/`maxLength` (strings), `minProperties`/`maxProperties` (objects), `minItems`/
+    `maxItems` (arrays): a bound on the size of values of that kind."""
     n = _count(schema, key)
-    is_str = _BSON_TYPES["string"]
-    if key == "minLength":
-        return _applies_to(is_str, lambda v: len(v) >= n)
-    return _applies_to(is_str, lambda v: len(v) <= n)
+    if key.startswith("min"):
+        return _applies_to(_BSON_TYPES[kind], lambda v: len(v) >= n)
+    return _applies_to(_BSON_TYPES[kind], lambda v: len(v) <= n)
 
 
 def _pattern(schema: Mapping[str, Any]) -> Check:
@@ -181,13 +182,6 @@ def _additional_properties(schema: Mapping[str, Any]) -> Check:
     return _applies_to(_BSON_TYPES["object"], additional)
 
 
-def _property_count(schema: Mapping[str, Any], key: str) -> Check:
-    n = _count(schema, key)
-    if key == "minProperties":
-        return _applies_to(_BSON_TYPES["object"], lambda v: len(v) >= n)
-    return _applies_to(_BSON_TYPES["object"], lambda v: len(v) <= n)
-
-
 def _items(schema: Mapping[str, Any]) -> Check:
     items = schema["items"]
     is_array = _BSON_TYPES["array"]
@@ -199,13 +193,6 @@ def _items(schema: Mapping[str, Any]) -> Check:
             (checks[i](item) if i < len(checks) else extra_check(item)) for i, item in enumerate(v)))
     check = compile_schema(items)
     return _applies_to(is_array, lambda v: all(check(item) for item in v))
-
-
-def _item_count(schema: Mapping[str, Any], key: str) -> Check:
-    n = _count(schema, key)
-    if key == "minItems":
-        return _applies_to(_BSON_TYPES["array"], lambda v: len(v) >= n)
-    return _applies_to(_BSON_TYPES["array"], lambda v: len(v) <= n)
 
 
 def _unique_items(schema: Mapping[str, Any]) -> Check:
@@ -238,20 +225,20 @@ _KEYWORDS: dict[str, Callable[[Mapping[str, Any]], Check]] = {
     "properties": _properties,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
-    "minProperties": lambda s: _property_count(s, "minProperties"),
-    "maxProperties": lambda s: _property_count(s, "maxProperties"),
+    "minProperties": lambda s: _size_bound(s, "minProperties", "object"),
+    "maxProperties": lambda s: _size_bound(s, "maxProperties", "object"),
     "minimum": lambda s: _numeric_bound(s, "minimum"),
     "maximum": lambda s: _numeric_bound(s, "maximum"),
     "exclusiveMinimum": lambda s: _exclusive_flag(s, "exclusiveMinimum"),
     "exclusiveMaximum": lambda s: _exclusive_flag(s, "exclusiveMaximum"),
-    "minLength": lambda s: _length(s, "minLength"),
-    "maxLength": lambda s: _length(s, "maxLength"),
+    "minLength": lambda s: _size_bound(s, "minLength", "string"),
+    "maxLength": lambda s: _size_bound(s, "maxLength", "string"),
     "pattern": _pattern,
     "enum": _enum,
     "items": _items,
     "additionalItems": lambda s: (lambda v: True),  # read by `items`
-    "minItems": lambda s: _item_count(s, "minItems"),
-    "maxItems": lambda s: _item_count(s, "maxItems"),
+    "minItems": lambda s: _size_bound(s, "minItems", "array"),
+    "maxItems": lambda s: _size_bound(s, "maxItems", "array"),
     "uniqueItems": _unique_items,
     "allOf": lambda s: _combination(s, "allOf"),
     "anyOf": lambda s: _combination(s, "anyOf"),

@@ -56,6 +56,7 @@ class WriteEnv:
     session_fields: dict[str, Any] = field(default_factory=dict)
     last_entry: dict[str, Any] | None = None
     bypass_validation: bool = False  # the command's bypassDocumentValidation
+    validators: dict[str, Matcher] = field(default_factory=dict)  # compiled once per namespace and write
 
     def emit(self, entry: dict[str, Any]) -> dict[str, Any]:
         if self.session_fields and entry["op"] in "iud":
@@ -86,7 +87,9 @@ def check_valid(env: WriteEnv, ns: str, doc: Mapping[str, Any], before: Mapping[
     level = options.get("validationLevel", "strict")
     if not validator or level == "off":
         return
-    matcher = compile_filter(validator, now=env.now)
+    matcher = env.validators.get(ns)
+    if matcher is None:
+        matcher = env.validators[ns] = compile_filter(validator, now=env.now)
     if matcher.matches(doc) or (level == "moderate" and before is not None and not matcher.matches(before)):
         return
     if options.get("validationAction", "error") == "warn":

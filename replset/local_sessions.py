@@ -37,8 +37,7 @@ class LocalSessions:
         for session_id in session_ids:
             self._seen.pop(canonical_key(session_id), None)
 
-    def listing(self, now: datetime.datetime | None = None) -> list[dict[str, Any]]:
-        now = now or datetime.datetime.now(datetime.UTC)
+    def listing(self, now: datetime.datetime) -> list[dict[str, Any]]:
         while self._seen:
             _key, (_, last) = next(iter(self._seen.items()))
             if now - last <= TIMEOUT:

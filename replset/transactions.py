@@ -38,7 +38,7 @@ from base.errors import MongoError
 from base.optime import OpTime
 from oplog.apply import apply_entry
 from oplog.entry import SESSIONS_NS, command_entry, update_entry
-from oplog.sqlite_store import CollectionInfo, IndexInfo, SnapshotReader, StoreTxn
+from oplog.sqlite_store import SnapshotReader, StoreTxn
 from oplog.values import canonical_key
 from oplog.writes import WriteEnv
 from replset.txn_rules import NO_SUCH_TRANSACTION, WRITE_CONFLICT, TxnCall, TxnState, judge
@@ -162,15 +162,6 @@ class Transaction:
     def scan(self, ns: str) -> list[dict[str, Any]]:
         return _merged(self._snapshot().scan(ns), {key[1]: doc for key, doc in self.overlay.items() if key[0] == ns})
 
-    def count(self, ns: str) -> int:
-        return len(self.scan(ns))
-
-    def collection(self, ns: str) -> CollectionInfo | None:
-        return self._snapshot().collection(ns)
-
-    def indexes(self, ns: str) -> list[IndexInfo]:
-        return self._snapshot().indexes(ns)
-
     def close(self) -> None:
         if self.expiry is not None:
             self.expiry.cancel()
@@ -259,10 +250,12 @@ class Transactions:
         return current
 
     def _stored(self, lsid: dict[str, Any]) -> tuple[int, TxnState] | None:
+        """The session's last committed transaction, from its replicated record (a retryable write's
+        record has no `state`)."""
         record = self._node.store.reader.get(SESSIONS_NS, {"id": lsid["id"]})
-        if record is None or record.get("state") not in ("committed", "aborted"):
+        if record is None or record.get("state") != "committed":
             return None
-        return int(record.get("txnNum", -1)), TxnState(record["state"])
+        return int(record.get("txnNum", -1)), TxnState.COMMITTED
 
     def abort_on_error(self, txn: Transaction, err: MongoError) -> None:
         if txn.state is TxnState.IN_PROGRESS:
@@ -271,18 +264,19 @@ class Transactions:
     def _abort(self, txn: Transaction, reason: str) -> None:
         if txn.state is not TxnState.IN_PROGRESS:
             return
-        txn.state = TxnState.ABORTED
-        self._open.discard(txn)
-        self._release(txn)
-        txn.entries.clear()
-        txn.overlay.clear()
-        txn.close()
+        self._end(txn, TxnState.ABORTED)
         log.info("transaction %d aborted: %s", txn.number, reason)
 
-    def _release(self, txn: Transaction) -> None:
+    def _end(self, txn: Transaction, state: TxnState) -> None:
+        """Ends an open transaction: its documents are free for others, its snapshot closed."""
+        txn.state = state
+        self._open.discard(txn)
         for key in txn.overlay:
             if self._holders.get(key) is txn:
                 del self._holders[key]
+        txn.entries.clear()
+        txn.overlay.clear()
+        txn.close()
 
     def abort(self, txn: Transaction) -> None:
         self._abort(txn, "abortTransaction")
@@ -347,21 +341,13 @@ class Transactions:
                                | {"lsid": txn.lsid, "txnNumber": Int64(txn.number)})
             return OpTime.from_document(stamped)
 
-        if not entries:
-            txn.state = TxnState.COMMITTED
-            self._open.discard(txn)
-            txn.close()
-            return None
-        try:
-            optime = await self._node.submit_write(job, durable=False)
-        except MongoError as err:
-            self._abort(txn, f"the commit failed: {err.errmsg}")
-            raise
-        txn.state = TxnState.COMMITTED
+        optime = None
+        if entries:
+            try:
+                optime = await self._node.submit_write(job, durable=False)
+            except MongoError as err:
+                self._abort(txn, f"the commit failed: {err.errmsg}")
+                raise
         txn.commit_optime = optime
-        self._open.discard(txn)
-        self._release(txn)
-        txn.entries.clear()
-        txn.overlay.clear()
-        txn.close()
+        self._end(txn, TxnState.COMMITTED)
         return optime

@@ -78,3 +78,8 @@ def check_satisfiable(wc: WriteConcern, config: ReplSetConfig | None) -> MongoEr
 def timeout_error(wc: WriteConcern) -> MongoError:
     return MongoError(64, "waiting for replication timed out",
                       extra={"errInfo": {"wtimeout": True, "writeConcern": wc.to_document()}})
+
+
+def write_concern_error_field(error: MongoError) -> dict[str, Any]:
+    """A write concern failure as a reply's `writeConcernError` (the error document without `ok`)."""
+    return {k: v for k, v in error.to_document().items() if k != "ok"}

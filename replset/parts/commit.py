@@ -54,7 +54,7 @@ from replset.parts.insert import (
 )
 from replset.parts.names import table_dir
 from replset.parts.registry import PENDING, REACHED
-from replset.write_concern import MAJORITY, WriteConcern
+from replset.write_concern import MAJORITY, WriteConcern, write_concern_error_field
 from sync.peer import PeerClient, PeerError
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], d
     reply, optime = await node.submit_write(fn, durable=False, off_loop=off_loop)
     wce = await node.wait_for_write_concern(wc, optime or node.last_committed_optime)
     if wce is not None:
-        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+        reply["writeConcernError"] = write_concern_error_field(wce)
     while node.failpoints.is_on(HANG_AFTER_COMMIT):
         await asyncio.sleep(FAIL_POINT_POLL_S)   # test-only: nothing to wait on but the operator
     return reply

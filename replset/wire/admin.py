@@ -85,7 +85,7 @@ async def cmd_get_parameter(ctx: CommandContext) -> dict[str, Any]:
     every = _server_parameters(ctx.node)
     if ctx.cmd.get("getParameter") == "*":
         return {**every, "ok": 1.0}
-    wanted = [name for name in ctx.cmd if name not in _PARAMETER_ARGS]
+    wanted = [name for name in ctx.cmd if name not in _GENERIC_FIELDS and name != "getParameter"]
     reply: dict[str, Any] = {}
     for name in wanted:
         if name not in every:
@@ -102,7 +102,7 @@ async def cmd_set_parameter(ctx: CommandContext) -> dict[str, Any]:
     `ttlMonitorEnabled` (the TTL monitor's period, and whether it runs)."""
     if ctx.db != "admin":
         raise MongoError(13, "setParameter may only be run against the admin database.")
-    given = {k: v for k, v in ctx.cmd.items() if k not in _PARAMETER_ARGS and k != "setParameter"}
+    given = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "setParameter"}
     if not given:
         raise MongoError(2, "no option found to set, use help:true to see options")
     reply: dict[str, Any] = {}
@@ -130,10 +130,6 @@ async def cmd_set_parameter(ctx: CommandContext) -> dict[str, Any]:
 
 
 _SETTABLE = frozenset({"transactionLifetimeLimitSeconds", "ttlMonitorSleepSecs", "ttlMonitorEnabled"})
-
-
-_PARAMETER_ARGS = frozenset({"getParameter", "$db", "lsid", "$clusterTime", "$readPreference", "comment",
-                             "apiVersion", "apiStrict", "apiDeprecationErrors"})
 
 
 def _server_parameters(node: Node) -> dict[str, Any]:
@@ -422,9 +418,8 @@ def _index_exists(existing: dict[str, dict[str, Any]], spec: dict[str, Any]) -> 
 async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
     """Changes a TTL index's `expireAfterSeconds` and the collection's `validator`,
     `validationLevel`, `validationAction` and `changeStreamPreAndPostImages` (logged, so every
-    member changes them); a bare
-    `collMod` changes nothing (it is logged too: change streams show it as `modify`). Every other
-    option is refused (115): this member has no views."""
+    member changes them); a bare `collMod` changes nothing (it is logged too: change streams show it
+    as `modify`). Every other option is refused (115): this member has no views."""
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
@@ -554,7 +549,8 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
     return replset_status(ctx.node.status_view()) | {"ok": 1.0}
 
 
-# Options `create` keeps without acting on them, because they change nothing a client can observe here.
+# The options `create` takes: the validation and pre-image options it acts on, and the others because
+# they change nothing a client can observe here.
 _CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId",
                              "validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages"})
 
@@ -575,6 +571,8 @@ def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -
     if options.get("validationAction", "error") not in ("error", "warn"):
         raise MongoError(2, f"Enumeration value '{options['validationAction']}' for field 'validationAction' is "
                             "not a valid value.")
+
+
 _GENERIC_FIELDS = frozenset({
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "readConcern", "writeConcern",
     "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors", "autocommit",

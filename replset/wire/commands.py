@@ -29,7 +29,7 @@ from oplog.let_vars import bind_command
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.admission import Role
 from replset.wire.command_args import check_command
-from replset.write_concern import parse_write_concern
+from replset.write_concern import parse_write_concern, write_concern_error_field
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import SnapshotReader
@@ -302,7 +302,7 @@ class Dispatcher:
             return
         wce = await ctx.node.wait_for_write_concern(wc, ctx.node.last_committed_optime)
         if wce is not None:
-            reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+            reply["writeConcernError"] = write_concern_error_field(wce)
 
     @staticmethod
     def _enter_transaction(ctx: CommandContext) -> None:

@@ -19,6 +19,8 @@ from base.optime import OpTime
 from oplog.aggregate import Sampler, run_pipeline, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
 from oplog.collation import Collation, collated_matcher, collated_sort, has_strings, parse_collation
+from oplog.explain import query_planner
+from oplog.expressions import evaluate
 from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher
@@ -61,7 +63,7 @@ from replset.wire.write_batches import (
     result_reply,
     run_batch,
 )
-from replset.write_concern import parse_write_concern
+from replset.write_concern import parse_write_concern, write_concern_error_field
 
 MAX_WRITE_BATCH = 100_000
 DEFAULT_AWAIT_DATA_MS = 1000
@@ -121,7 +123,7 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
     reply = dict(reply)
     wce = await ctx.node.wait_for_write_concern(wc, optime or ctx.node.last_committed_optime)
     if wce is not None:
-        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+        reply["writeConcernError"] = write_concern_error_field(wce)
     return reply
 
 
@@ -132,13 +134,8 @@ async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dic
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
         # In a transaction: the whole command is one statement of it, its candidates found in it.
-        bypass = bool(ctx.cmd.get("bypassDocumentValidation"))
-
-        def statement(env: WriteEnv) -> dict[str, Any]:
-            env.bypass_validation = bypass
-            return result_reply(perform(env, ns, statements, ordered, None), update=field == "updates")
-
-        return dict(await ctx.node.transactions.run_statement(ctx.txn, statement))
+        return await run_write(ctx, lambda env: result_reply(perform(env, ns, statements, ordered, None),
+                                                             update=field == "updates"))
     return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
                            scanning=field != "documents")
 
@@ -657,8 +654,6 @@ def _collections_of(ctx: CommandContext) -> Callable[[str], Iterator[dict[str, A
 
 def _explain_aggregate(ctx: CommandContext, target: Any, pipeline: list[Any]) -> dict[str, Any]:
     """`aggregate` with `explain: true`: the plan of the collection read, then the stages as given."""
-    from oplog.explain import query_planner
-
     validate_pipeline(pipeline)
     first = pipeline[0] if pipeline and isinstance(pipeline[0], dict) else {}
     planner = query_planner(f"{ctx.db}.{target}", first.get("$match") or {})
@@ -671,13 +666,11 @@ def _local_sessions_stage(ctx: CommandContext, spec: Any) -> list[dict[str, Any]
     if not isinstance(spec, dict) or set(spec) - {"allUsers", "users"}:
         raise MongoError(40414 if not isinstance(spec, dict) else 40415,
                          "$listLocalSessions takes an object with 'allUsers' or 'users'")
-    return ctx.node.local_sessions.listing()
+    return ctx.node.local_sessions.listing(ctx.node.now())
 
 
 def _documents_stage(expr: Any) -> list[dict[str, Any]]:
     """`$documents`: the documents an expression (evaluated with no input document) gives."""
-    from oplog.expressions import evaluate
-
     docs = evaluate(expr, {}, now=utcnow())
     if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
         raise MongoError(5858203, "error during $documents stage: the value must be an array of objects")

@@ -7,7 +7,7 @@ from typing import Any
 from base.errors import MongoError
 from base.optime import OpTime
 from replset.wire.commands import CommandContext, command
-from replset.write_concern import parse_write_concern
+from replset.write_concern import parse_write_concern, write_concern_error_field
 
 
 def _admin_only(ctx: CommandContext) -> None:
@@ -43,5 +43,5 @@ async def _answer(ctx: CommandContext, optime: OpTime | None) -> dict[str, Any]:
     reply: dict[str, Any] = {"ok": 1.0}
     wce = await node.wait_for_write_concern(wc, optime or node.last_committed_optime)
     if wce is not None:
-        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+        reply["writeConcernError"] = write_concern_error_field(wce)
     return reply

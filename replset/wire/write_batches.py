@@ -37,7 +37,7 @@ from oplog.sort import sort_payloads
 from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import sessions
-from replset.write_concern import parse_write_concern
+from replset.write_concern import parse_write_concern, write_concern_error_field
 
 if TYPE_CHECKING:
     from replset.wire.commands import CommandContext
@@ -258,5 +258,5 @@ async def run_batch(ctx: CommandContext, ns: str, statements: list[Any], ordered
     reply = result_reply(batch.total, update=is_update)
     wce = await ctx.node.wait_for_write_concern(wc, batch.optime or ctx.node.last_committed_optime)
     if wce is not None:
-        reply["writeConcernError"] = {k: v for k, v in wce.to_document().items() if k != "ok"}
+        reply["writeConcernError"] = write_concern_error_field(wce)
     return reply
