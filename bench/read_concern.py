@@ -7,8 +7,9 @@ The collection holds `--docs` documents first (steady state: a loaded set, not a
 phase times `--reads` `find_one({_id})` round trips at each level and prints p50 / p99 in ms and the
 ratio of each p50 to the `local` p50 measured in the same phase:
 - `idle`: nothing else runs;
-- `busy`: four threads insert with `w:1` meanwhile (a majority read then waits for the newest of
-  their writes to be majority committed; a linearizable read also writes and waits for a no-op).
+- `busy`: four threads insert with `w:1` meanwhile (a majority read answers from the committed
+  snapshot holding the commit point; a linearizable read waits for its data to be majority committed,
+  then writes a no-op and waits for it too).
 """
 
 from __future__ import annotations

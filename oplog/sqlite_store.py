@@ -184,6 +184,16 @@ class _Reader:
         rows = self._conn.execute(f"SELECT doc FROM {info.table} ORDER BY rid").fetchall()
         return (_decode(r[0]) for r in rows)
 
+    SCAN_CHUNK = 1000
+
+    def scan_chunk(self, ns: str, table: str, after_rid: int) -> list[tuple[int, bytes]]:
+        """The next `SCAN_CHUNK` (rid, document) rows of a collection's table after `after_rid`."""
+        try:
+            return self._conn.execute(f"SELECT rid, doc FROM {table} WHERE rid > ? ORDER BY rid LIMIT ?",
+                                      (after_rid, self.SCAN_CHUNK)).fetchall()
+        except sqlite3.OperationalError:
+            raise MongoError(175, f"collection {ns} was dropped during the query") from None
+
     def count(self, ns: str) -> int:
         info = self.collection(ns)
         if info is None:
@@ -634,6 +644,7 @@ class SQLiteStore:
         self._thread_readers: list[_ReadConnection] = []
         self._thread_readers_lock = threading.Lock()
         self._checkpoint_conn: sqlite3.Connection | None = None
+        self._idle_snapshot_conns: list[sqlite3.Connection] | None = []  # None once the store is closed
         self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
         self._catalog = CatalogCache()
@@ -720,13 +731,29 @@ class SQLiteStore:
 
     def snapshot(self) -> SnapshotReader:
         """A reader that sees the data as committed now, for as long as it stays open: a read
-        transaction on a connection of its own (a multi-document transaction's snapshot). Close it
-        soon: a checkpoint cannot move the WAL's start past an open snapshot."""
-        conn = self._connect()
-        conn.execute("PRAGMA query_only=1")
+        transaction on a connection of its own (a multi-document transaction's snapshot, a snapshot
+        read's point in time, a majority read's committed snapshot). Close it soon: a checkpoint
+        cannot move the WAL's start past an open snapshot. Closed snapshots leave their connection
+        for the next (`IDLE_SNAPSHOT_CONNECTIONS`), so taking one costs two statements, not a
+        connection."""
+        with self._thread_readers_lock:
+            conn = self._idle_snapshot_conns.pop() if self._idle_snapshot_conns else None
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only=1")
         conn.execute("BEGIN")
         conn.execute("SELECT count(*) FROM meta").fetchone()  # the snapshot is taken at the first read
-        return SnapshotReader(conn)
+        return SnapshotReader(conn, self._snapshot_closed)
+
+    IDLE_SNAPSHOT_CONNECTIONS = 8
+
+    def _snapshot_closed(self, conn: sqlite3.Connection) -> None:
+        with self._thread_readers_lock:
+            if self._idle_snapshot_conns is not None and \
+                    len(self._idle_snapshot_conns) < self.IDLE_SNAPSHOT_CONNECTIONS:
+                self._idle_snapshot_conns.append(conn)
+                return
+        conn.close()
 
     def begin(self) -> StoreTxn:
         if self._txn is not None:
@@ -774,6 +801,9 @@ class SQLiteStore:
             for reader in self._thread_readers:
                 reader.close()
             self._thread_readers.clear()
+            for conn in self._idle_snapshot_conns or ():
+                conn.close()
+            self._idle_snapshot_conns = None
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
         self._writer.close()  # the last connection: SQLite checkpoints (with fsyncs) and removes the WAL
@@ -785,7 +815,6 @@ class SQLiteStore:
 
 
 class _ReadConnection(_Reader):
-    SCAN_CHUNK = 1000
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA query_only=1")
@@ -797,34 +826,81 @@ class _ReadConnection(_Reader):
     def scan(self, ns: str) -> Iterator[dict[str, Any]]:
         """Documents in natural order, read in chunks so a cursor over a big collection holds one
         chunk in memory, not the collection (each chunk sees the latest commit, like a yielding scan)."""
-        return (_decode(blob) for blob in _scan_bson(lambda: self, ns))
-
-    def scan_chunk(self, ns: str, table: str, after_rid: int) -> list[tuple[int, bytes]]:
-        """The next `SCAN_CHUNK` (rid, document) rows of a collection's table after `after_rid`."""
-        try:
-            return self._conn.execute(f"SELECT rid, doc FROM {table} WHERE rid > ? ORDER BY rid LIMIT ?",
-                                      (after_rid, self.SCAN_CHUNK)).fetchall()
-        except sqlite3.OperationalError:
-            raise MongoError(175, f"collection {ns} was dropped during the query") from None
+        return scan_chunked(lambda: self, ns)
 
     def close(self) -> None:
         self._conn.close()
 
 
 class SnapshotReader(_Reader):
-    """See `SQLiteStore.snapshot`. Used by one transaction at a time, from the event loop."""
+    """See `SQLiteStore.snapshot`. Safe to share between threads: one statement runs at a time, and
+    each statement's rows are read whole before the next may run (`_LockedConnection`)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+    def __init__(self, conn: sqlite3.Connection, on_close: Callable[[sqlite3.Connection], None]) -> None:
+        self._locked = _LockedConnection(conn)
+        self._conn = self._locked  # type: ignore[assignment]
+        self._on_close = on_close
+
+    def scan(self, ns: str) -> Iterator[dict[str, Any]]:
+        """Documents in natural order, read whole at the first one asked for (so on the thread that
+        iterates, and independent of the snapshot from then on)."""
+        def documents() -> Iterator[dict[str, Any]]:
+            yield from _Reader.scan(self, ns)
+
+        return documents()
+
+    def newest_entry(self) -> dict[str, Any] | None:
+        """The newest oplog entry this snapshot holds (what its data reflects), if any."""
+        row = self._conn.execute("SELECT entry FROM oplog ORDER BY ts DESC LIMIT 1").fetchone()
+        return None if row is None else _decode(row[0])
 
     def close(self) -> None:
+        conn = self._locked.detach()
+        if conn is None:
+            return
         try:
-            self._conn.execute("ROLLBACK")
-        finally:
-            self._conn.close()
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            conn.close()
+            return
+        self._on_close(conn)
 
 
-def _scan_bson(reader: Callable[[], _ReadConnection], ns: str) -> Iterator[bytes]:
+class _LockedConnection:
+    """A connection shared by threads: `execute` runs under a lock and returns the rows read whole."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._lock = threading.Lock()
+
+    def execute(self, sql: str, params: Any = ()) -> _Rows:
+        with self._lock:
+            if self._conn is None:
+                raise MongoError(239, "the snapshot this read used was let go (read it again)")
+            return _Rows(self._conn.execute(sql, params).fetchall())
+
+    def detach(self) -> sqlite3.Connection | None:
+        """The connection, taken away (None if it was already): statements on it fail from now on."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            return conn
+
+
+class _Rows(list[Any]):
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+
+def scan_chunked(reader: Callable[[], _ReadConnection | SnapshotReader], ns: str) -> Iterator[dict[str, Any]]:
+    """A collection's documents in natural order, `SCAN_CHUNK` rows per statement, each chunk read
+    through `reader()` (which may be another connection or snapshot each time)."""
+    return (_decode(blob) for blob in _scan_bson(reader, ns))
+
+
+def _scan_bson(reader: Callable[[], _ReadConnection | SnapshotReader], ns: str) -> Iterator[bytes]:
     """A collection's stored documents in natural order, `SCAN_CHUNK` rows per statement, each chunk
     read through `reader()` (the same connection, or the reader of whichever thread asks)."""
     info = reader().collection(ns)

@@ -51,6 +51,7 @@ class Cursor:
     read_concern: Any = None
     history_epoch: int = 0
     change_stream: Any = None  # a change stream's state (`replset.wire.change_streams.ChangeStream`)
+    view: Any = None  # a majority cursor's committed snapshot (`replset.committed_snapshots.MajorityView`)
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""

@@ -44,6 +44,7 @@ from oplog.entry import noop_entry
 from oplog.log_writer import LogWriter
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
+from replset.committed_snapshots import CommittedSnapshots
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
@@ -130,6 +131,7 @@ class Node:
         self.transactions = Transactions(self)
         self.ttl = TTLMonitor(self)
         self.snapshot_reads = SnapshotReads(self)
+        self.committed_snapshots = CommittedSnapshots(self.store, time.monotonic)  # majority reads
         self.local_sessions = LocalSessions()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -166,6 +168,7 @@ class Node:
         await self.ttl.stop()
         self.transactions.abort_all("the member is shutting down")
         self.snapshot_reads.close_all()
+        self.committed_snapshots.close_all()
         await self.parts.stop()
         await self.repl.stop()
         await self.writer.stop()
@@ -290,6 +293,7 @@ class Node:
         if self.last_durable_optime > self.last_committed_optime:
             self.last_durable_optime = self.last_committed_optime  # the log was cut back (rollback)
         self._oplog_advanced.fire()
+        self.committed_snapshots.on_commit(self._history_epoch, self.majority_read_target)
         self.repl.on_local_commit()
         self.parts.on_commit()
         self._maybe_trim_oplog()
@@ -317,6 +321,7 @@ class Node:
         """The oplog is being cut back (rollback) or dropped (initial sync), inside that transaction:
         a flush that began earlier proves nothing about the history that replaces it."""
         self._history_epoch += 1
+        self.committed_snapshots.close_all()
         self.parts.on_history_replaced()
         self.last_durable_optime = min(self.last_durable_optime, self.log.last)
 
@@ -402,6 +407,12 @@ class Node:
     @property
     def majority_commit_point(self) -> OpTime:
         return self.repl.commit_point
+
+    @property
+    def majority_read_target(self) -> OpTime:
+        """What a majority read must see at least: the commit point, or all this member applied when
+        it lags behind the commit point it knows (as mongod's committed snapshot)."""
+        return min(self.repl.commit_point, self.last_committed_optime)
 
     @property
     def history_epoch(self) -> int:

@@ -33,6 +33,7 @@ from replset.write_concern import parse_write_concern, write_concern_error_field
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import SnapshotReader
+    from replset.committed_snapshots import MajorityView
     from replset.node import Node
     from replset.transactions import Transaction
     from replset.wire.server import Connection
@@ -56,6 +57,9 @@ class CommandContext:
     txn: Transaction | None = None  # the multi-document transaction the command runs in
     snapshot: SnapshotReader | None = None  # a snapshot read's point in time (replset/snapshot_reads.py)
     snapshot_time: Timestamp | None = None
+    # A majority read's committed snapshot, bound for this command (replset/committed_snapshots.py);
+    # let go when the command ends.
+    majority_view: MajorityView | None = None
 
     @property
     def name(self) -> str:
@@ -237,6 +241,9 @@ class Dispatcher:
         else:
             if failure is not None and "writeConcernError" in failure and reply.get("ok"):
                 reply["writeConcernError"] = dict(failure["writeConcernError"])
+        finally:
+            if ctx.majority_view is not None:
+                ctx.majority_view.release()
         self._label(ctx, reply)
         if failure is not None and "errorLabels" in failure and (not reply.get("ok") or "writeConcernError" in reply):
             reply["errorLabels"] = list(failure["errorLabels"])

@@ -51,6 +51,7 @@ from replset.wire.oplog_reader import (
 )
 from replset.wire.read_waits import (
     before_read,
+    bind_view,
     read_concern_of,
     settle_batch,
     stamp_operation_time,
@@ -231,6 +232,8 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
         reader = ctx.txn  # the transaction's snapshot, its own writes over it
     elif ctx.snapshot is not None and ns != OPLOG_NS:
         reader = ctx.snapshot  # a snapshot read's point in time
+    elif ctx.majority_view is not None and ns != OPLOG_NS:
+        reader = ctx.majority_view  # a majority read's committed snapshot
     if ns == OPLOG_NS:
         docs = oplog_source(reader, oplog_start_key(query), reverse=reverse, before_key=oplog_end_key(query),
                             state=tail_state)
@@ -313,7 +316,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "tailable cursor requested on non capped collection")
     concern = read_concern_of(ctx)
     limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
-    epoch = await before_read(ctx, concern, limit_left)
+    epoch = await before_read(ctx, concern, limit_left, ns)
     off_loop = not runs_on_loop(ns, query, tailable)
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
@@ -322,7 +325,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
     elif (off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
-          and ctx.snapshot is None and collation is None):
+          and ctx.snapshot is None and ctx.majority_view is None and collation is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
     else:
@@ -330,7 +333,8 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
                                    tail_state=tail_state, off_loop=off_loop, collation=collation)
         docs = _query_pipeline(source, matcher, cmd, sort, skip, projection, collation=collation)
     cursor = Cursor(id=0, ns=ns, source=docs, limit=limit, tailable=tailable,
-                    await_data=bool(cmd.get("awaitData")), read_concern=concern, history_epoch=epoch)
+                    await_data=bool(cmd.get("awaitData")), read_concern=concern, history_epoch=epoch,
+                    view=ctx.majority_view)
     if off_loop:
         cursor.time_limit = limit_left
     if tailable:
@@ -420,7 +424,8 @@ async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
     batch, more = await _run_batch(ctx, cursor, batch_size)
     if cursor.read_concern is not None:
         try:
-            await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor))
+            await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor),
+                               cursor.view)
         except BaseException:
             await _release(ctx, cursor)
             raise
@@ -481,6 +486,9 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             return await change_streams.get_more(ctx, cursor, batch_size or 101, _int_arg(ctx.cmd, "maxTimeMS"))
         except MongoError as err:
             raise change_streams.resumable(err) from None
+    if cursor.view is not None:
+        bind_view(ctx.node, cursor.view)  # this batch reads the committed snapshot of now
+        ctx.majority_view = cursor.view  # (let go when the command ends)
     if cursor.time_limit is not None:
         try:
             batch, more = await _run_batch(ctx, cursor, batch_size)
@@ -521,7 +529,8 @@ async def _settle_more(ctx: CommandContext, cursor: Cursor) -> None:
     if cursor.read_concern is None or not cursor.read_concern.majority:
         return
     try:
-        await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor))
+        await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor),
+                           cursor.view)
     except BaseException:
         if ctx.node.cursors.take(cursor.id) is not None:
             await _release(ctx, cursor)
@@ -577,7 +586,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         ns = f"{ctx.db}.{target}"
     limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
     concern = read_concern_of(ctx)
-    epoch = await before_read(ctx, concern, limit)
+    epoch = await before_read(ctx, concern, limit, ns)
     now = utcnow()
     write_reply: dict[str, Any] = {}
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
@@ -621,7 +630,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             write_reply = await run_write(ctx, body)
             results = []
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
-    cursor = Cursor(id=0, ns=ns, source=iter(results), read_concern=concern, history_epoch=epoch)
+    cursor = Cursor(id=0, ns=ns, source=iter(results), read_concern=concern, history_epoch=epoch,
+                    view=ctx.majority_view)
     reply = await first_batch(ctx, cursor, batch_size, False)
     if "writeConcernError" in write_reply:
         reply["writeConcernError"] = write_reply["writeConcernError"]
@@ -643,7 +653,7 @@ def _collections_of(ctx: CommandContext) -> Callable[[str], Iterator[dict[str, A
     """How `$lookup` / `$unionWith` read another collection of the database: as the aggregate reads
     its own (a transaction's or a snapshot read's view, else the newest data from the reader of
     whichever query-pool thread runs the stage)."""
-    view: Any = ctx.txn if ctx.txn is not None else ctx.snapshot
+    view: Any = ctx.txn if ctx.txn is not None else ctx.snapshot or ctx.majority_view
 
     def read(coll: str) -> Iterator[dict[str, Any]]:
         ns = f"{ctx.db}.{coll}"
@@ -684,16 +694,16 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
     skip, limit = _int_arg(ctx.cmd, "skip"), abs(_int_arg(ctx.cmd, "limit"))
     concern = read_concern_of(ctx)
     time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
-    epoch = await before_read(ctx, concern, time_limit)
+    epoch = await before_read(ctx, concern, time_limit, ns)
     if not query and ns != OPLOG_NS:
-        store = ctx.node.store
-        n = await ctx.node.queries.run(lambda: store.thread_reader().count(ns))
+        view: Any = ctx.majority_view if ctx.majority_view is not None else ctx.node.store.any_thread_reader
+        n = await ctx.node.queries.run(lambda: view.count(ns))
     else:
         collation = parse_collation(ctx.cmd.get("collation"))
         matcher = collated_matcher(query, collation)
         source = collection_source(ctx, ns, query, off_loop=True, collation=collation)
         n = await ctx.node.queries.run(lambda: sum(1 for d in source if matcher.matches(d)), time_limit)
-    await settle_batch(ctx.node, concern, epoch, time_limit)
+    await settle_batch(ctx.node, concern, epoch, time_limit, ctx.majority_view)
     n = max(0, n - skip)
     if limit:
         n = min(n, limit)
@@ -713,7 +723,7 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
     matcher = collated_matcher(query, collation)
     concern = read_concern_of(ctx)
     time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
-    epoch = await before_read(ctx, concern, time_limit)
+    epoch = await before_read(ctx, concern, time_limit, ns)
     source = collection_source(ctx, ns, query, off_loop=True, collation=collation)
 
     def distinct_values() -> list[Any]:
@@ -727,7 +737,7 @@ async def cmd_distinct(ctx: CommandContext) -> dict[str, Any]:
         return [d["v"] for d in collated_sort([{"v": v} for v in seen.values()], {"v": 1}, collation)]
 
     values = await ctx.node.queries.run(distinct_values, time_limit)
-    await settle_batch(ctx.node, concern, epoch, time_limit)
+    await settle_batch(ctx.node, concern, epoch, time_limit, ctx.majority_view)
     reply: dict[str, Any] = {"values": values, "ok": 1.0}
     if ctx.snapshot_time is not None:
         reply["atClusterTime"] = ctx.snapshot_time

@@ -1,19 +1,21 @@
 """Read concerns carried out: the waits before a read and after each of its batches.
 
-Theory of operation. SQLite keeps one version of each document, so a `majority` read cannot open a
-snapshot at the commit point. It reads the member's current data instead and answers only once the
-commit point has reached every entry that data could reflect (MongoDB's speculative majority read):
+Theory of operation. A `majority` read of a collection answers from a committed snapshot
+(replset/committed_snapshots.py): the oldest SQLite snapshot this member kept that holds the commit
+point of the moment the read began, labelled with the newest entry it holds.
 
 1. `before_read` notes the member's history epoch (it moves when a rollback or a resync replaces
    entries) and waits for `afterClusterTime` / `afterOpTime`: applied past it, or for `majority`
-   the commit point past it. A primary asked for a time it has not reached writes a no-op, as mongod
-   does, so the wait ends.
+   the commit point (as far as this member applied) past it. A primary asked for a time it has not
+   reached writes a no-op, as mongod does, so the wait ends. A majority read is then bound to its
+   committed snapshot (`ctx.majority_view`; each getMore binds again, as a yielding read).
 2. The batch is read.
-3. `settle_batch` takes the newest optime this member has taken (`log.last`, at or past anything a
-   reader could have seen) and waits until the commit point reaches it. If the epoch moved meanwhile,
-   the data read may be rolled back: the read fails with InterruptedDueToReplStateChange (11602),
-   which drivers retry. `linearizable` then writes a no-op and waits for it to be majority
-   committed, so a deposed or cut-off primary fails the read instead of answering stale data.
+3. `settle_batch` waits until the commit point reaches what the batch could reflect: the snapshot's
+   label, or for a read of the newest data (`linearizable`, the oplog) the newest optime this member
+   has taken (`log.last`). If the epoch moved meanwhile, the data read may be rolled back: the read
+   fails with InterruptedDueToReplStateChange (11602), which drivers retry. `linearizable` then
+   writes a no-op and waits for it to be majority committed, so a deposed or cut-off primary fails
+   the read instead of answering stale data.
 
 Every wait is woken by the replication core's steps (no polling) and bounded by the operation's
 `maxTimeMS` (MaxTimeMSExpired, 50); without one it waits as long as the client does, as mongod's
@@ -33,6 +35,7 @@ from base.optime import OpTime
 from base.read_concern import (
     INVALID_OPTIONS,
     LINEARIZABLE,
+    MAJORITY,
     SNAPSHOT,
     ReadConcern,
     parse_read_concern,
@@ -40,8 +43,11 @@ from base.read_concern import (
 )
 from oplog.entry import noop_entry
 from oplog.writes import WriteEnv
+from replset.committed_snapshots import MajorityView
 from replset.query_pool import TimeLimit, time_limit_error
-from replset.write_concern import MAJORITY, WriteConcern
+from replset.wire.oplog_reader import OPLOG_NS
+from replset.write_concern import MAJORITY as W_MAJORITY
+from replset.write_concern import WriteConcern
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import SnapshotReader
@@ -65,9 +71,10 @@ def read_concern_of(ctx: CommandContext) -> ReadConcern:
     return concern
 
 
-async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimit) -> int:
+async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimit, ns: str | None = None) -> int:
     """Refusals and `afterClusterTime` / `afterOpTime` waits; returns the history epoch the read
-    starts in (pass it to `settle_batch`)."""
+    starts in (pass it to `settle_batch`). A `majority` read of the collection `ns` is given its
+    committed snapshot (`ctx.majority_view`, replset/committed_snapshots.py)."""
     node = ctx.node
     error = refusal(concern, in_transaction="txnNumber" in ctx.cmd and "autocommit" in ctx.cmd,
                     command=ctx.name)
@@ -84,7 +91,7 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
                                           f"than the current clusterTime {node.cluster_time}")
     if concern.waits:
         def point() -> OpTime:
-            return node.majority_commit_point if concern.majority else node.last_committed_optime
+            return node.majority_read_target if concern.majority else node.last_committed_optime
 
         def reached() -> bool:
             if concern.after_optime is not None:
@@ -96,7 +103,16 @@ async def before_read(ctx: CommandContext, concern: ReadConcern, limit: TimeLimi
                 node.last_committed_optime.ts < concern.after_cluster_time:
             await _write_noop(node, "advance to afterClusterTime")
         await wait_until(node, reached, limit)
+    if concern.level == MAJORITY and ctx.txn is None and ns is not None and ns != OPLOG_NS:
+        ctx.majority_view = MajorityView(node.committed_snapshots)
+        bind_view(node, ctx.majority_view)
     return epoch
+
+
+def bind_view(node: Node, view: MajorityView) -> None:
+    """Binds a majority read's view, for its next batch, to a committed snapshot holding everything
+    majority committed now."""
+    view.bind(node.history_epoch, node.majority_read_target)
 
 
 async def _snapshot_for(node: Node, concern: ReadConcern, limit: TimeLimit) -> tuple[SnapshotReader, Timestamp]:
@@ -116,18 +132,23 @@ async def _snapshot_for(node: Node, concern: ReadConcern, limit: TimeLimit) -> t
     return reads.keep(reader, optime.ts), optime.ts
 
 
-async def settle_batch(node: Node, concern: ReadConcern, epoch: int, limit: TimeLimit) -> None:
+async def settle_batch(node: Node, concern: ReadConcern, epoch: int, limit: TimeLimit,
+                       view: MajorityView | None = None) -> None:
     """After a batch was read: waits until what it read is majority committed (`majority`,
-    `linearizable`) and, for `linearizable`, that this member is still the primary of a majority."""
+    `linearizable`) and, for `linearizable`, that this member is still the primary of a majority.
+    A batch read through a committed snapshot (`view`) waits for that snapshot's label only; one
+    read from the newest data waits for the newest optime this member has taken."""
     if not concern.majority:
         return
-    target = node.log.last
+    bound = None if view is None else view.optime
+    target = node.log.last if bound is None else bound
 
     def reached() -> bool:
         nonlocal target
         if node.history_epoch != epoch:
             return True
-        target = min(target, node.log.last)  # a batch rolled back gave its optimes back
+        if bound is None:
+            target = min(target, node.log.last)  # a batch rolled back gave its optimes back
         return node.majority_commit_point >= target
 
     await wait_until(node, reached, limit)
@@ -144,7 +165,7 @@ async def _confirm_primary(node: Node, limit: TimeLimit) -> None:
     started = time.monotonic()
     optime = await _write_noop(node, "linearizable read")
     wtimeout_ms = 0 if limit.left_s is None else max(1, int((limit.left_s - (time.monotonic() - started)) * 1000))
-    error = await node.wait_for_write_concern(WriteConcern(w=MAJORITY, wtimeout_ms=wtimeout_ms), optime)
+    error = await node.wait_for_write_concern(WriteConcern(w=W_MAJORITY, wtimeout_ms=wtimeout_ms), optime)
     if limit.left_s is not None:
         limit.left_s -= time.monotonic() - started
     if error is not None:

@@ -71,6 +71,27 @@ def _reads_wait_for_a_majority(rs: ReplicaSet, db: Any, secondaries: list[Member
     assert majority.count_documents({}, maxTimeMS=20_000) == 2
 
 
+def test_a_majority_read_answers_from_the_committed_snapshot_without_waiting_for_newer_writes(
+        rs: ReplicaSet) -> None:
+    """Majority reads kept coming, so the member keeps committed snapshots: with a write that only the
+    primary holds, a majority read answers at once with the data as majority committed (without that
+    write), instead of waiting for the write to be committed."""
+    primary = rs.wait_primary()
+    db = rs.direct(primary).rc
+    db.committed.with_options(write_concern=WriteConcern(w="majority")).insert_one({"_id": "everywhere"})
+    majority = db.committed.with_options(read_concern=ReadConcern("majority"))
+    assert majority.find_one({"_id": "everywhere"}, max_time_ms=20_000) == {"_id": "everywhere"}
+    with fetching_stopped(rs, primary):
+        db.committed.with_options(write_concern=WriteConcern(w=1)).insert_one({"_id": "alone"})
+        assert [d["_id"] for d in majority.find({}, max_time_ms=5_000)] == ["everywhere"]
+        assert majority.find_one({"_id": "alone"}, max_time_ms=5_000) is None
+        assert majority.count_documents({}, maxTimeMS=5_000) == 1
+        assert majority.distinct("_id", maxTimeMS=5_000) == ["everywhere"]
+        assert db.committed.count_documents({}) == 2  # local: both
+    db.committed.with_options(write_concern=WriteConcern(w="majority", wtimeout=20_000)).insert_one({"_id": "after"})
+    assert sorted(majority.distinct("_id", maxTimeMS=20_000)) == ["after", "alone", "everywhere"]
+
+
 def test_linearizable_on_a_secondary_is_refused_as_not_primary(rs: ReplicaSet) -> None:
     primary = rs.wait_primary()
     secondary = _secondaries(rs, primary)[0]
