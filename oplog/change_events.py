@@ -4,7 +4,8 @@ An entry records a write's result (see `oplog.entry`), which is what a change ev
 
 * `i` -> `insert` with `fullDocument`;
 * `u` in operator form (`$set` / `$unset` of the changed paths) -> `update` with `updateDescription`
-  (`updatedFields`, `removedFields`, `truncatedArrays`: always empty, a changed array is logged whole);
+  (`updatedFields`, `removedFields`, `truncatedArrays`, with `showExpandedEvents` `disambiguatedPaths`:
+  the entry's `$set`, `$unset`, `$truncate` and `$disambiguated`, see `oplog.update`);
   a whole new document -> `replace` with `fullDocument`;
 * `d` -> `delete`;
 * commands: `drop` -> `drop`, `renameCollection` -> `rename` (with `to`), `dropDatabase` ->
@@ -37,6 +38,7 @@ from bson.timestamp import Timestamp
 
 from base.errors import MongoError
 from oplog.entry import flattened
+from oplog.update import DISAMBIGUATED, TRUNCATE
 
 INTERNAL_DBS = frozenset({"admin", "config", "local"})
 BAD_TOKEN = 50811  # ChangeStreamFatalError's neighbour: "KeyString format error" for a token we cannot read
@@ -156,14 +158,29 @@ def _events_of(entry: Mapping[str, Any], scope: StreamScope, first_index: int) -
         doc_key = {"_id": (entry.get("o2") or {}).get("_id")}
         if any(str(k).startswith("$") for k in o):
             return [event(0, {"operationType": "update", "ns": target, "documentKey": doc_key,
-                              "updateDescription": {"updatedFields": dict(o.get("$set") or {}),
-                                                    "removedFields": list(o.get("$unset") or {}),
-                                                    "truncatedArrays": []}})]
+                              "updateDescription": update_description(o, expanded=scope.expanded)})]
         return [event(0, {"operationType": "replace", "ns": target, "documentKey": doc_key,
                           "fullDocument": dict(o)})]
     if op == "c":
         return _command_events(entry, scope, event)
     return []
+
+
+def update_description(o: Mapping[str, Any], *, expanded: bool) -> dict[str, Any]:
+    """An update entry's `updateDescription`; `disambiguatedPaths` with `showExpandedEvents` only."""
+    description: dict[str, Any] = {
+        "updatedFields": dict(o.get("$set") or {}),
+        "removedFields": list(o.get("$unset") or {}),
+        "truncatedArrays": [{"field": path, "newSize": size} for path, size in (o.get(TRUNCATE) or {}).items()]}
+    if expanded:
+        description["disambiguatedPaths"] = dict(o.get(DISAMBIGUATED) or {})
+    return description
+
+
+def update_entry_of(description: Mapping[str, Any]) -> dict[str, Any]:
+    """The update entry an `updateDescription` describes (to apply it to a pre-image)."""
+    return {"$set": description["updatedFields"], "$unset": dict.fromkeys(description["removedFields"], True),
+            TRUNCATE: {t["field"]: t["newSize"] for t in description["truncatedArrays"]}}
 
 
 def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) -> list[dict[str, Any]]:

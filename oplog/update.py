@@ -31,6 +31,12 @@ that to the original document reproduces the new one (existing fields are replac
 in place, created ones are appended in the same sorted order), and applying it again
 changes nothing: the oplog entry describes the result, never the operation.
 
+Two more keys describe the result for change streams, as MongoDB's diff entries do:
+``$truncate: {path: new size}`` (a pipeline update that shortened an array logs the elements
+it changed and the new size, applied after the sets: still idempotent) and
+``$disambiguated: {path: [parts]}`` for a logged path with a numeric part, the parts that
+index arrays as integers (a change event's ``disambiguatedPaths``). Replication ignores the latter.
+
 Replacements (`apply_replacement`) keep the original ``_id`` first and log the whole new
 document. Upserts start from `upsert_seed` (the query's equality fields) and run with
 ``is_upsert_insert=True`` ($setOnInsert applies, ``_id`` ends up first). Pipeline-style
@@ -60,6 +66,7 @@ from oplog.update_paths import (
     ObjectNode,
     Placeholder,
     arithmetic,
+    array_index,
     bit_op,
     check_path,
     check_viable,
@@ -188,13 +195,61 @@ def _pipeline_oplog(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, An
     if not plain or list(new) != kept + [k for k in new if k not in old]:
         return deep_copy(new)
     out: dict[str, Any] = {}
-    sets = {k: deep_copy(v) for k, v in new.items()
-            if k not in old or bson.encode({"v": old[k]}) != bson.encode({"v": v})}
+    sets: dict[str, Any] = {}
+    truncated: dict[str, int] = {}
+    for k, v in new.items():
+        if k in old and _same(old[k], v):
+            continue
+        if k in old and isinstance(old[k], list) and isinstance(v, list):
+            _array_changes(k, old[k], v, sets, truncated)
+        else:
+            sets[k] = deep_copy(v)
     unsets = {k: True for k in old if k not in new}
     if sets:
         out["$set"] = sets
     if unsets:
         out["$unset"] = unsets
+    if truncated:
+        out[TRUNCATE] = truncated
+    return _disambiguated(out, new)
+
+
+TRUNCATE = "$truncate"
+DISAMBIGUATED = "$disambiguated"
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bson.encode({"v": a}) == bson.encode({"v": b})
+
+
+def _array_changes(name: str, old: list[Any], new: list[Any], sets: dict[str, Any],
+                   truncated: dict[str, int]) -> None:
+    """An array a pipeline changed, as MongoDB's diff logs it: the elements that differ (or were
+    added) by index, and the new size when it shrank."""
+    for i, value in enumerate(new):
+        if i >= len(old) or not _same(old[i], value):
+            sets[f"{name}.{i}"] = deep_copy(value)
+    if len(new) < len(old):
+        truncated[name] = len(new)
+
+
+def _disambiguated(out: dict[str, Any], new_doc: dict[str, Any]) -> dict[str, Any]:
+    """Adds `$disambiguated` for the logged paths with a numeric part: each part, an integer where it
+    indexes an array of the new document."""
+    paths: dict[str, list[Any]] = {}
+    for op in ("$set", "$unset", TRUNCATE):
+        for path in out.get(op) or {}:
+            parts = path.split(".")
+            if len(parts) < 2 or all(array_index(p) is None for p in parts):
+                continue
+            described: list[Any] = []
+            for i, part in enumerate(parts):
+                _found, container = get_path(new_doc, parts[:i])
+                described.append(int(part) if isinstance(container, list) and array_index(part) is not None
+                                 else part)
+            paths[path] = described
+    if paths:
+        out[DISAMBIGUATED] = paths
     return out
 
 
@@ -245,7 +300,7 @@ def apply_oplog_update(doc: dict[str, Any], o: Mapping[str, Any]) -> dict[str, A
     ops = [(op, path, value) for op in ("$set", "$unset")
            if isinstance(o.get(op), Mapping) for path, value in o[op].items()]
     try:
-        return _apply_oplog_ops(deep_copy(doc), ops)
+        current = _apply_oplog_ops(deep_copy(doc), ops)
     except MongoError:
         # Colliding or otherwise unusable paths (never produced by apply_update): one at a time.
         current = deep_copy(doc)
@@ -254,7 +309,12 @@ def apply_oplog_update(doc: dict[str, Any], o: Mapping[str, Any]) -> dict[str, A
                 _apply_oplog_ops(current, [op_path_value])
             except MongoError:
                 continue
-        return current
+    truncated = o.get(TRUNCATE)
+    for path, size in (truncated.items() if isinstance(truncated, Mapping) else ()):
+        found, array = get_path(current, str(path).split("."))
+        if found and isinstance(array, list) and isinstance(size, int) and 0 <= size < len(array):
+            del array[size:]
+    return current
 
 
 # -- parsing ------------------------------------------------------------------------
@@ -447,7 +507,7 @@ def _oplog_from_paths(log: list[tuple[str, ...]], new_doc: dict[str, Any]) -> di
         out["$set"] = sets
     if unsets:
         out["$unset"] = unsets
-    return out
+    return _disambiguated(out, new_doc)
 
 
 def _apply_oplog_ops(doc: dict[str, Any], ops: list[tuple[str, str, Any]]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from oplog.change_events import (
     events_of,
     parse_token,
     ts_key_of,
+    update_entry_of,
 )
 from oplog.codec_options import DOC_OPTIONS
 from oplog.preimages import PREIMAGES_NS, preimage_id
@@ -260,8 +261,7 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
             event["fullDocument"] = reader.get(ns, event["documentKey"]["_id"])
         elif wants_post:
             described = event["updateDescription"]
-            after = None if before is None else apply_oplog_update(before, {
-                "$set": described["updatedFields"], "$unset": dict.fromkeys(described["removedFields"], True)})
+            after = None if before is None else apply_oplog_update(before, update_entry_of(described))
             if after is None and stream.full_document == "required":
                 raise _image_missing("post", event)
             event["fullDocument"] = after

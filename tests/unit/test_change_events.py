@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from base.errors import MongoError
-from oplog.change_events import ResumePoint, StreamScope, events_of, parse_token, ts_key_of
+from oplog.change_events import ResumePoint, StreamScope, events_of, parse_token, ts_key_of, update_entry_of
 from oplog.entry import command_entry, delete_entry, insert_entry, noop_entry, update_entry
+from oplog.update import apply_oplog_update, apply_pipeline_update, apply_update
 
 WALL = datetime.datetime(2026, 1, 1)
 COLL = StreamScope("app", "users")
@@ -42,6 +43,23 @@ def test_insert_update_replace_delete() -> None:
     assert replace["operationType"] == "replace" and replace["fullDocument"] == {"_id": 1, "z": 9}
     [delete] = events_of(stamped(delete_entry("app.users", 1)), COLL)
     assert delete["operationType"] == "delete" and delete["documentKey"] == {"_id": 1}
+
+
+def test_an_update_describes_truncated_arrays_and_ambiguous_paths() -> None:
+    """A pipeline that shortens an array logs the new size (`truncatedArrays`), not the array; a path
+    with a numeric part is told apart (field name or array index) with `showExpandedEvents`."""
+    doc = {"_id": 1, "a": {"1": 1}, "b": [{"1": 1}], "array": ["foo", {"a": "bar"}, 1, 2, 3]}
+    shortened = apply_pipeline_update(doc, [{"$set": {"array": ["foo", {"a": "baz"}]}}], now=WALL)
+    [event] = events_of(stamped(update_entry("app.users", 1, shortened.oplog_update)), COLL)
+    assert event["updateDescription"] == {"updatedFields": {"array.1": {"a": "baz"}}, "removedFields": [],
+                                          "truncatedArrays": [{"field": "array", "newSize": 2}]}
+    assert apply_oplog_update(doc, update_entry_of(event["updateDescription"])) == shortened.document
+    numeric = apply_update(doc, {"$set": {"a.1": 2, "b.0.1": 2}}, now=WALL)
+    [plain] = events_of(stamped(update_entry("app.users", 1, numeric.oplog_update)), COLL)
+    assert "disambiguatedPaths" not in plain["updateDescription"]
+    [expanded] = events_of(stamped(update_entry("app.users", 1, numeric.oplog_update)),
+                           StreamScope("app", "users", expanded=True))
+    assert expanded["updateDescription"]["disambiguatedPaths"] == {"a.1": ["a", "1"], "b.0.1": ["b", 0, "1"]}
 
 
 def test_scopes_see_their_namespaces_only() -> None:
