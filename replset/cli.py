@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from base.member import MemberState
+from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
 from replset.wire.server import STALLED_MESSAGE_TIMEOUT_S, WRITE_STALL_TIMEOUT_S, WireLimits
 from sync.initial_sync_progress import copy_totals
@@ -129,6 +130,7 @@ class _Child:
     started_at: float = 0.0
     last_delay_s: float | None = None
     restart_at: float | None = None  # set while the member is down and waiting for its restart
+    given_up: bool = False  # it exited in a way a restart cannot mend
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
@@ -167,13 +169,21 @@ class _Supervisor:
                 continue
             assert child.process is not None
             code = child.process.poll()
-            if code is None:
+            if code is None or child.given_up:
+                continue
+            if code == EXIT_DBPATH_IN_USE:  # another process holds its data directory: restarting cannot help
+                child.given_up = True
+                print(f"member on port {child.port} exited: its data directory is in use by another process "
+                      f"(DBPathInUse); not restarting it (log: {child.log_path})", flush=True)
                 continue
             delay = restart_delay(child.last_delay_s, now - child.started_at)
             child.last_delay_s = delay
             child.restart_at = now + delay
             print(f"member on port {child.port} exited with code {code}; restarting in {delay:g} s "
                   f"(log: {child.log_path})", flush=True)
+
+    def all_given_up(self) -> bool:
+        return all(child.given_up for child in self.children)
 
     def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Terminates every running member, waits up to `timeout_s` in all, then kills what is left."""
@@ -193,6 +203,10 @@ class _Supervisor:
                       file=sys.stderr, flush=True)
                 child.process.kill()
                 child.process.wait()
+
+
+class _NoMembers(BaseException):
+    """Raised out of the start-up waits when no member can run (not an Exception, as `_Stopped`)."""
 
 
 class _Stopped(BaseException):
@@ -248,10 +262,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         def step() -> T:
             if stopping:
                 raise _Stopped
-            supervisor.check()
+            supervise()
             return predicate()
 
         return wait_until(step, timeout_s, what, interval_s=0.1)
+
+    def supervise() -> None:
+        supervisor.check()
+        if supervisor.all_given_up():
+            raise _NoMembers(f"every member's data directory under {args.dir} is in use by another process "
+                             "(is another `replset up` running there?)")
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -266,11 +286,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  status: http://127.0.0.1:{p + 1000}/replSetGetStatus")
         print("members that exit are restarted; press Ctrl-C to stop", flush=True)
         while not stopping:
-            supervisor.check()
+            supervise()
             time.sleep(SUPERVISE_POLL_S)
     except _Stopped:
         pass
-    except (TimeoutError, OperationFailure) as exc:
+    except (TimeoutError, OperationFailure, _NoMembers) as exc:
         print(f"replset up: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 
+from replset.dbpath_lock import EXIT_DBPATH_IN_USE, DBPathInUse, lock_dbpath, unlock_dbpath
 from replset.http import HttpServer
 from replset.node import Node, NodeOptions
 from replset.wire.commands import Dispatcher
@@ -44,6 +45,15 @@ async def serve(options: NodeOptions, limits: WireLimits | None = None) -> None:
 
 
 def run_node(options: NodeOptions, limits: WireLimits | None = None) -> None:
+    """Runs a member until SIGINT/SIGTERM. Exits with EXIT_DBPATH_IN_USE, having opened nothing, if
+    another process holds the data directory (replset/dbpath_lock.py)."""
+    lock = None
+    if options.dbpath is not None:
+        try:
+            lock = lock_dbpath(options.dbpath)
+        except DBPathInUse as err:
+            log.error("DBPathInUse (%d): %s; exiting", err.code, err)
+            sys.exit(EXIT_DBPATH_IN_USE)
     # The journal flusher's fsync runs in a thread; when it ends it must get the GIL back from a busy
     # event loop before the writes waiting on it can be acknowledged. The default 5 ms switch
     # interval would add up to 5 ms to every j:true and w:"majority" write under load.
@@ -54,3 +64,5 @@ def run_node(options: NodeOptions, limits: WireLimits | None = None) -> None:
         asyncio.run(serve(options, limits))
     else:
         uvloop.run(serve(options, limits))
+    if lock is not None:
+        unlock_dbpath(lock)

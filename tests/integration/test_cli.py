@@ -18,7 +18,9 @@ from bson.timestamp import Timestamp
 from pymongo import MongoClient
 
 from replset.cli import MAX_RESTART_DELAY_S, MIN_RESTART_DELAY_S, format_status, restart_delay
-from tests.support.members import REPO_ROOT, wait_for
+from replset.dbpath_lock import EXIT_DBPATH_IN_USE, LOCK_FILE
+from tests.support.members import REPO_ROOT, Member, free_port, wait_for
+from tests.support.replica_set import ReplicaSet
 
 
 def _optime(secs: int, inc: int, term: int = 1) -> dict[str, Any]:
@@ -96,6 +98,33 @@ def test_status_table_without_a_primary() -> None:
         ["127.0.0.1:41018 *", "SECONDARY", "1", "1795423387.3", "-"],
         ["127.0.0.1:41019", "(not reachable/healthy)", "0", "-", "-", "0"],
     ]
+
+
+def test_a_second_process_on_a_data_directory_exits_at_once_and_a_killed_one_leaves_no_lock(tmp_path: Any) -> None:
+    first = Member(dbpath=str(tmp_path / "m"))
+    rs = ReplicaSet([first])
+    rs.start()
+    try:
+        rs.initiate()
+        rs.direct(first).app.things.insert_one({"_id": 1})
+        assert first.process is not None
+        lock_file = tmp_path / "m" / LOCK_FILE
+        assert lock_file.read_text().strip() == str(first.process.pid)
+        second = subprocess.run(
+            [sys.executable, "-m", "replset", "node", "--port", str(free_port()), "--httpPort", str(free_port()),
+             "--replSet", "rs0", "--dbpath", str(tmp_path / "m")],
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+        assert second.returncode == EXIT_DBPATH_IN_USE
+        assert f"pid {first.process.pid}" in second.stderr and "DBPathInUse" in second.stderr
+        assert rs.direct(first).app.things.find_one() == {"_id": 1}
+        first.kill()  # kill -9: the OS lets the lock go; the file still names the dead pid
+        first.start()
+        rs.wait_primary()
+        assert rs.direct(first).app.things.find_one() == {"_id": 1}
+        rs.stop()
+        assert lock_file.read_text() == ""  # a clean shutdown empties it, as mongod's
+    finally:
+        rs.stop()
 
 
 def test_restart_delay_doubles_up_to_the_cap_and_resets_after_a_stable_run() -> None:
@@ -234,6 +263,16 @@ def test_up_restarts_a_killed_member_and_stops_all_on_sigint(tmp_path: Any) -> N
                        if m["name"] == f"127.0.0.1:{victim}")
             return row["stateStr"] == "SECONDARY" and row["health"] == 1
         wait_for(primary_sees_it, 20, f"the primary to see {victim} as a healthy SECONDARY")
+
+        # A second `up` on the same directory: its members find their data directories locked,
+        # exit at once, are not restarted, and it gives up; the running set is untouched.
+        second = subprocess.run(
+            [sys.executable, "-m", "replset", "up", "--nodes", "3", "--port", str(base), "--dir", str(tmp_path)],
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert second.stdout.count("is in use by another process (DBPathInUse); not restarting it") == 3
+        assert "is another `replset up` running there?" in second.stderr
+        assert all(_command(p, "ping")["ok"] == 1 for p in ports)
 
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0, str(out)
