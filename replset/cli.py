@@ -32,6 +32,10 @@ def _node_parser(sub: Any) -> None:
     p.add_argument("--httpPort", dest="http_port", type=int, default=None,
                    help="HTTP status port (default: port + 1000)")
     p.add_argument("--enableTestCommands", dest="enable_test_commands", action="store_true")
+    p.add_argument("--auth", action="store_true",
+                   help="clients must authenticate (SCRAM users in admin.system.users); needs --keyFile")
+    p.add_argument("--keyFile", dest="key_file", default=None, metavar="PATH",
+                   help="members authenticate to each other with this key (implies --auth)")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
     p.add_argument("--traceSQL", dest="trace_sql", default=None, metavar="FILE",
                    help="append every SQL statement the member runs to FILE (one JSON string a line), "
@@ -56,6 +60,11 @@ def _up_parser(sub: Any) -> None:
     p.add_argument("--dir", default="./data")
     p.add_argument("--replSet", dest="repl_set", default="rs0")
     p.add_argument("--enableTestCommands", dest="enable_test_commands", action="store_true")
+    p.add_argument("--auth", action="store_true",
+                   help="access control: a keyfile (mode 0600) under --dir for the members, and a first "
+                        "user with the root role from --user/--password (asked for when not given)")
+    p.add_argument("--user", default=None)
+    p.add_argument("--password", default=None)
 
 
 def _status_parser(sub: Any) -> None:
@@ -74,11 +83,23 @@ def _resync_parser(sub: Any) -> None:
 def cmd_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s [{args.port}] %(levelname)s %(name)s: %(message)s")
+    from replset.auth.keyfile import KeyFileError, read_keyfile
     from replset.server_main import run_node
 
+    if args.auth and not args.key_file:
+        print("--auth needs --keyFile: the members of a set must prove themselves to each other",
+              file=sys.stderr)
+        return 2
+    if args.key_file:
+        try:
+            read_keyfile(args.key_file)
+        except KeyFileError as err:
+            print(f"--keyFile: {err}", file=sys.stderr)
+            return 2
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath, bind_ip=args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
-                         http_port=args.http_port, trace_sql=args.trace_sql),
+                         http_port=args.http_port, trace_sql=args.trace_sql,
+                         auth=bool(args.auth or args.key_file), key_file=args.key_file),
              WireLimits(max_conns=args.max_conns, stalled_message_timeout_s=args.stalled_message_timeout_s,
                         write_stall_timeout_s=args.write_stall_timeout_s))
     return 0
@@ -151,6 +172,8 @@ class _Supervisor:
                    "--dbpath", dbpath]
             if args.enable_test_commands:
                 cmd.append("--enableTestCommands")
+            if args.auth:
+                cmd += ["--keyFile", keyfile_path(args.dir)]
             self.children.append(_Child(port, cmd, os.path.join(args.dir, f"{port}.log")))
 
     def start_all(self) -> None:
@@ -214,40 +237,95 @@ class _Stopped(BaseException):
     must not swallow it)."""
 
 
-def _client(host: str) -> Any:
+def _client(host: str, credentials: tuple[str, str] | None = None) -> Any:
     from pymongo import MongoClient
 
-    return MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=2000)
+    login = {} if credentials is None else {"username": credentials[0], "password": credentials[1]}
+    return MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=2000, **login)
 
 
-def _initiate_if_needed(hosts: list[str], repl_set: str, wait: Callable[..., Any]) -> None:
+def _initiate_if_needed(hosts: list[str], repl_set: str, wait: Callable[..., Any],
+                        credentials: tuple[str, str] | None = None) -> tuple[str, str] | None:
+    """Initiates a new set; returns the credentials the set needs from now on (None while it has no
+    user: the localhost exception serves)."""
     from pymongo.errors import OperationFailure
 
+    needed = None
     with _client(hosts[0]) as client:
         wait(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
         try:
             existing = client.admin.command("replSetGetConfig")["config"]
         except OperationFailure as exc:
-            if exc.code != 94:
+            if exc.code == 13 and credentials is not None:  # users exist: log in
+                with _client(hosts[0], credentials) as logged_in:
+                    existing = logged_in.admin.command("replSetGetConfig")["config"]
+                needed = credentials
+            elif exc.code == 94:  # not initiated yet
+                existing = None
+            else:
                 raise
-        else:
+        if existing is not None:
             configured = sorted(m["host"] for m in existing.get("members", []))
             if configured != sorted(hosts):
                 print(f"replset up: warning: the set on disk has members {', '.join(configured)}; "
                       f"`up` does not reconfigure an existing set (remove its --dir to start afresh)",
                       file=sys.stderr, flush=True)
-            return
+            return needed
         for host in hosts[1:]:  # replSetInitiate checks that every proposed member answers
             with _client(host) as other:
                 wait(lambda other=other: other.admin.command("ping"), 30, f"{host} to accept connections")
         config = {"_id": repl_set, "members": [{"_id": i, "host": h} for i, h in enumerate(hosts)]}
         client.admin.command("replSetInitiate", config)
+    return None
+
+
+KEYFILE_NAME = "keyfile"
+
+
+def keyfile_path(directory: str) -> str:
+    return os.path.abspath(os.path.join(directory, KEYFILE_NAME))
+
+
+def _first_user(args: argparse.Namespace, hosts: list[str]) -> None:
+    """With --auth: creates the first user (root, on the primary) through the localhost exception, if
+    none exists."""
+    from pymongo import MongoClient
+    from pymongo.errors import OperationFailure
+
+    user, password = args.user, args.password
+    with MongoClient(f"mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}",
+                     serverSelectionTimeoutMS=30000) as client:
+        try:
+            client.admin.command("usersInfo", 1)
+            return  # an authenticated-only command answered: users exist (it is refused while none do)
+        except OperationFailure as err:
+            if err.code != 13:
+                raise
+        if user is None or password is None:
+            if not sys.stdin.isatty():
+                print("no user yet: give --user and --password to create the first one", flush=True)
+                return
+            import getpass
+
+            user = user or input("first user's name: ")
+            password = password or getpass.getpass(f"password for {user}: ")
+        try:
+            client.admin.command("createUser", user, pwd=password, roles=["root"])
+        except OperationFailure as err:
+            if err.code == 13:
+                return  # users exist already (the localhost exception is over)
+            raise
+    print(f"created user {user} (root on admin)", flush=True)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     from pymongo.errors import OperationFailure
 
     os.makedirs(args.dir, exist_ok=True)
+    if args.auth and not os.path.exists(keyfile_path(args.dir)):
+        from replset.auth.keyfile import write_keyfile
+
+        write_keyfile(keyfile_path(args.dir))
     ports = [args.port + i for i in range(args.nodes)]
     hosts = [f"127.0.0.1:{p}" for p in ports]
     supervisor = _Supervisor(args, ports)
@@ -276,10 +354,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         supervisor.start_all()
-        _initiate_if_needed(hosts, args.repl_set, wait)
-        with _client(hosts[0]) as client:
+        given = (args.user, args.password) if args.user is not None and args.password is not None else None
+        credentials = _initiate_if_needed(hosts, args.repl_set, wait, given)
+        with _client(hosts[0], credentials) as client:
             wait(lambda: any(m["stateStr"] == "PRIMARY" for m in
                              client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
+        if args.auth:
+            _first_user(args, hosts)
         print(f"replica set {args.repl_set} is up")
         print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}")
         for p in ports:

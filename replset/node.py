@@ -38,12 +38,15 @@ from base.hello import HelloView
 from base.member import MemberState
 from base.messages import HeartbeatRequest, heartbeat_request
 from base.optime import NULL_OPTIME, OpTime
+from base.scram import make_credentials
 from base.votes import LastVote
 from oplog.codec_options import DOC_OPTIONS
 from oplog.entry import noop_entry
 from oplog.log_writer import LogWriter
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
+from replset.auth.keyfile import read_keyfile
+from replset.auth.users import INTERNAL_USER
 from replset.committed_snapshots import CommittedSnapshots
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
@@ -80,6 +83,8 @@ class NodeOptions:
     enable_test_commands: bool = False
     http_port: int | None = None
     trace_sql: str | None = None
+    auth: bool = False  # clients must authenticate (implied by a keyfile)
+    key_file: str | None = None  # members authenticate to each other as __system with its key
 
     @property
     def me(self) -> str:
@@ -133,6 +138,11 @@ class Node:
         self.snapshot_reads = SnapshotReads(self)
         self.committed_snapshots = CommittedSnapshots(self.store, time.monotonic)  # majority reads
         self.local_sessions = LocalSessions()
+        # What proves `__system@local` (the keyfile's key as its password), and that key for this
+        # member's own connections to the others; None without a keyfile.
+        self.internal_key = read_keyfile(options.key_file) if options.key_file else None
+        self.internal_credentials = None if self.internal_key is None else make_credentials(
+            INTERNAL_USER[0], self.internal_key)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -313,6 +323,12 @@ class Node:
             self.repl.on_local_durable()
             self._maybe_trim_oplog()  # the commit point may have moved, and trimming waits for it
 
+    def peer(self, host: str) -> PeerClient:
+        """A connection to another member (each user of one owns its own): with the test-only latency
+        and route fail points, and, with a keyfile, authenticated as __system."""
+        return PeerClient(host, latency_ms=self.failpoints.latency_ms, route=self.failpoints.peer_route,
+                          internal_key=self.internal_key)
+
     def request_flush(self) -> None:
         """A write waits for durability (`j: true`, `w: "majority"`, a secondary's applied batch)."""
         self.writer.request_flush()
@@ -490,7 +506,7 @@ class Node:
         req = HeartbeatRequest(config.name, -2, -1, "", -1, 0)  # no sender: they need not fetch anything yet
 
         async def probe(host: str) -> str | None:
-            client = PeerClient(host, latency_ms=self.failpoints.latency_ms)
+            client = self.peer(host)
             try:
                 reply = await client.command(heartbeat_request(req), timeout_s=5.0)
             except PeerError as exc:

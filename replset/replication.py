@@ -217,8 +217,7 @@ class Replication:
     def _client(self, host: str, kind: act.CallKind) -> PeerClient:
         client = self._clients.get((host, kind))
         if client is None:
-            client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
-                                route=self.node.failpoints.peer_route)
+            client = self.node.peer(host)
             self._clients[(host, kind)] = client
         return client
 
@@ -230,8 +229,7 @@ class Replication:
             return
         # A vote request gets a connection of its own: an abandoned round's request must not hold up the next.
         own = send.kind is act.CallKind.VOTE
-        client = (PeerClient(member.host, latency_ms=self.node.failpoints.latency_ms,
-                             route=self.node.failpoints.peer_route) if own else self._client(member.host, send.kind))
+        client = self.node.peer(member.host) if own else self._client(member.host, send.kind)
         try:
             body = self._with_holdings(send.body) if send.kind is act.CallKind.POSITIONS else send.body
             raw = await client.command(body, timeout_s=send.timeout_ms / 1000)
@@ -405,8 +403,7 @@ class Replication:
         self._config_fetches.add(host)
 
         async def fetch() -> None:
-            client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
-                                route=self.node.failpoints.peer_route)
+            client = self.node.peer(host)
             try:
                 req = HeartbeatRequest(self.node.options.repl_set, -2, -1, self.node.options.me, -1, self.node.term)
                 reply = await client.command(heartbeat_request(req), timeout_s=5.0)
@@ -615,8 +612,7 @@ class Replication:
 
     async def _hand_off(self, host: str) -> None:
         """Election handoff: ask a caught-up secondary to stand at once, without a dry run."""
-        client = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
-                            route=self.node.failpoints.peer_route)
+        client = self.node.peer(host)
         try:
             await client.command({"replSetStepUp": 1, "skipDryRun": True, "$db": "admin"},
                                  timeout_s=self.heartbeat_timeout_s)

@@ -190,7 +190,7 @@ class InitialSyncer:
         self._deferred = DeferredIndexes()
         node.repl.on_fetched()
         log.info("initial sync: starting an attempt from %s", source)
-        client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
+        client = node.peer(source)
         try:
             await self._reset_local_data(source)
             rbid = self._source_rbid = await self._rbid(client)

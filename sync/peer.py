@@ -24,8 +24,11 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bson.binary import Binary
+
 from base.codec import HEADER, MAX_MESSAGE_SIZE, decode_raw_reply, decode_reply, encode_op_msg_request
 from base.hello import MAX_WIRE_VERSION, MIN_WIRE_VERSION
+from base.scram import INTERNAL_USER_NAME, SHA256, client_exchange
 
 CONNECT_TIMEOUT_S = 2.0
 INTERNAL_HELLO = {"hello": 1, "internalClient": {"minWireVersion": MIN_WIRE_VERSION,
@@ -41,10 +44,15 @@ class PeerError(Exception):
         self.refused = refused
 
 
+class PeerAuthFailed(ValueError):
+    """The peer refused this member's keyfile credentials (or proved none of its own)."""
+
+
 class PeerClient:
     def __init__(self, host: str, *, latency_ms: Callable[[str], float] | None = None,
-                 route: Callable[[str], str] | None = None) -> None:
+                 route: Callable[[str], str] | None = None, internal_key: str | None = None) -> None:
         self.host = host
+        self._internal_key = internal_key  # with a keyfile: authenticate as __system@local on connect
         self._latency_ms = latency_ms
         self._route = route
         self._dialled = host  # the address the open connection goes to
@@ -80,7 +88,32 @@ class PeerClient:
             # The first message says this is a member (as mongod's internal connections do): a member
             # at its --maxConns limit still takes it, and it never counts as a client connection.
             await self._exchange(INTERNAL_HELLO, raw=True)
+            if self._internal_key is not None:
+                await self._authenticate(self._internal_key)
         return await self._exchange(body, raw)
+
+    async def _authenticate(self, key: str) -> None:
+        """SCRAM-SHA-256 as `__system@local`, the keyfile's key as the password; the peer's signature
+        is checked too (a peer without the key cannot pass for a member)."""
+        client = client_exchange(SHA256, INTERNAL_USER_NAME, key)
+        reply = await self._exchange({"saslStart": 1, "mechanism": SHA256, "$db": "local",
+                                      "payload": Binary(client.get_client_first().encode()),
+                                      "options": {"skipEmptyExchange": True}}, raw=False)
+        if not reply.get("ok"):
+            raise PeerAuthFailed(f"keyfile authentication refused: {reply.get('errmsg')}")
+        try:
+            client.set_server_first(bytes(reply["payload"]).decode())
+            final = client.get_client_final()
+        except Exception as exc:
+            raise PeerAuthFailed(f"keyfile authentication: {exc}") from None
+        reply = await self._exchange({"saslContinue": 1, "conversationId": reply["conversationId"], "$db": "local",
+                                      "payload": Binary(final.encode())}, raw=False)
+        if not reply.get("ok"):
+            raise PeerAuthFailed(f"keyfile authentication refused: {reply.get('errmsg')}")
+        try:
+            client.set_server_final(bytes(reply["payload"]).decode())
+        except Exception as exc:
+            raise PeerAuthFailed(f"keyfile authentication: the peer does not hold this key ({exc})") from None
 
     async def _exchange(self, body: Mapping[str, Any], raw: bool) -> Any:
         reader, writer = self._reader, self._writer

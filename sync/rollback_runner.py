@@ -38,7 +38,7 @@ from base.optime import OpTime
 from oplog.codec_options import DOC_OPTIONS
 from oplog.durable_files import fsync_path
 from oplog.sqlite_store import StoreTxn
-from sync.peer import PeerClient, PeerError
+from sync.peer import PeerError
 from sync.rollback import MAX_ROLLBACK_ENTRIES, RollbackPlan, plan_rollback, recalled
 from sync.rollback_flow import SCAN_WINDOW, Ending, Outcome, RollbackRun, ScanStep
 from sync.source_reads import kill_oplog_cursor, oplog_end, source_command
@@ -79,8 +79,7 @@ class RollbackRunner:
         self.node = node
         self.run_state = run
         self.source = run.source
-        self.client = PeerClient(run.source, latency_ms=node.failpoints.latency_ms,
-                                 route=node.failpoints.peer_route)
+        self.client = node.peer(run.source)
 
     async def run(self) -> Ending:
         """How the run ended; nothing changed unless it is ROLLED_BACK."""

@@ -236,7 +236,7 @@ class SyncWorker:
 
     async def _fetch(self, source: str) -> None:
         node = self.node
-        client = PeerClient(source, latency_ms=node.failpoints.latency_ms, route=node.failpoints.peer_route)
+        client = node.peer(source)
         cursor_id = 0
         try:
             await self._wait_while_stopped()
@@ -291,8 +291,7 @@ class SyncWorker:
     def _release_cursor(self, source: str, cursor_id: int) -> None:
         """Best effort: the source would otherwise keep our tailable cursor until it idles out."""
         async def kill() -> None:
-            client = PeerClient(source, latency_ms=self.node.failpoints.latency_ms,
-                                route=self.node.failpoints.peer_route)
+            client = self.node.peer(source)
             try:
                 await kill_oplog_cursor(client, cursor_id)
             finally:

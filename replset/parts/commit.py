@@ -149,8 +149,7 @@ class PrimaryLink:
     def _client(self, host: str) -> PeerClient:
         client = self._clients.get(host)
         if client is None:
-            client = self._clients[host] = PeerClient(host, latency_ms=self.node.failpoints.latency_ms,
-                                                      route=self.node.failpoints.peer_route)
+            client = self._clients[host] = self.node.peer(host)
         return client
 
     def _deadline_s(self) -> float:

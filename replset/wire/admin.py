@@ -22,6 +22,7 @@ from replset import __version__
 from replset.cursors import Cursor
 from replset.status import replset_status
 from replset.wire import system_namespaces
+from replset.wire.auth_commands import hello_auth_fields
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
@@ -43,8 +44,11 @@ async def cmd_hello(ctx: CommandContext) -> dict[str, Any]:
     if topology is not None:
         await _await_topology_change(ctx, topology, max_await)
     legacy = ctx.name != "hello"
-    return build_hello(node.hello_view(ctx.conn.id), legacy=legacy, hello_ok=bool(cmd.get("helloOk")),
-                       with_topology_version=True)
+    reply = build_hello(node.hello_view(ctx.conn.id), legacy=legacy, hello_ok=bool(cmd.get("helloOk")),
+                        with_topology_version=True)
+    if "saslSupportedMechs" in cmd or "speculativeAuthenticate" in cmd:
+        reply.update(hello_auth_fields(ctx))
+    return reply
 
 
 async def _await_topology_change(ctx: CommandContext, topology: Any, max_await: Any) -> None:
@@ -175,11 +179,6 @@ async def cmd_server_status(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_host_info(ctx: CommandContext) -> dict[str, Any]:
     return {"system": {"hostname": socket.gethostname(), "cpuArch": platform.machine()},
             "os": {"type": platform.system(), "name": platform.platform()}, "extra": {}, "ok": 1.0}
-
-
-@command("connectionStatus")
-async def cmd_connection_status(ctx: CommandContext) -> dict[str, Any]:
-    return {"authInfo": {"authenticatedUsers": [], "authenticatedUserRoles": []}, "ok": 1.0}
 
 
 @command("whatsmyuri")

@@ -26,6 +26,7 @@ from base.read_concern import parse_read_concern, refusal
 from oplog.collation import check_collations
 from oplog.entry import SESSIONS_NS
 from oplog.let_vars import bind_command
+from replset.auth.access import check_access
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.admission import Role
 from replset.wire.command_args import check_command
@@ -91,6 +92,7 @@ def load_commands() -> dict[str, CommandSpec]:
     """Every command, registered by importing the modules that define them."""
     from replset.wire import (  # noqa: F401
         admin,
+        auth_commands,
         crud,
         explain_cmd,
         parts_commands,
@@ -209,6 +211,8 @@ class Dispatcher:
             ctx.node.local_sessions.used(ctx.cmd["lsid"], ctx.node.now())
         failure = self._fail_command(ctx)
         try:
+            if ctx.node.options.auth:
+                check_access(ctx.node.store.reader, ctx.conn.auth, ctx.conn.peer, ctx.name, ctx.db, ctx.cmd)
             if failure is not None:
                 await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)

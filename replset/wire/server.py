@@ -36,6 +36,7 @@ from base.codec import (
     encode_op_reply,
 )
 from base.errors import MongoError
+from replset.auth.users import ConnectionAuth
 from replset.wire.admission import Admission, Role, Verdict, effective_max_conns, is_member_request
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Connection:
     client_metadata: dict[str, object] = field(default_factory=dict)
     role: Role = Role.CLIENT
     identify_deadline: float = 0.0  # loop time by which a PENDING connection must show it is a member
+    auth: ConnectionAuth = field(default_factory=ConnectionAuth)  # the users it proved to be
 
     def next_request_id(self) -> int:
         self.request_ids += 1

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import datetime
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -21,6 +18,7 @@ from replset.cli import MAX_RESTART_DELAY_S, MIN_RESTART_DELAY_S, format_status,
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE, LOCK_FILE
 from tests.support.members import REPO_ROOT, Member, free_port, wait_for
 from tests.support.replica_set import ReplicaSet
+from tests.support.up_process import Output, free_base_port, gone, listening
 
 
 def _optime(secs: int, inc: int, term: int = 1) -> dict[str, Any]:
@@ -141,64 +139,6 @@ def test_restart_delay_doubles_up_to_the_cap_and_resets_after_a_stable_run() -> 
 
 # -- `replset up` with a real set ------------------------------------------------------------------------
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_base_port(n: int) -> int:
-    """A base port P where P..P+n-1 and their HTTP ports P+1000.. are free (below the ephemeral range,
-    away from 27017/28017)."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 26000)
-        if all(_port_free(p) and _port_free(p + 1000) for p in range(base, base + n)):
-            return base
-    raise RuntimeError("no free port range found")
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-class _Output:
-    """Collects a child's stdout lines on a thread, so the test can wait on them with a deadline."""
-
-    def __init__(self, stream: Any) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
-
-    def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
-
-    def has(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines)
-
-
 def _direct(port: int) -> MongoClient[dict[str, Any]]:
     return MongoClient(f"mongodb://127.0.0.1:{port}/?directConnection=true", serverSelectionTimeoutMS=1000)
 
@@ -209,13 +149,13 @@ def _command(port: int, name: str) -> dict[str, Any]:
 
 
 def test_up_restarts_a_killed_member_and_stops_all_on_sigint(tmp_path: Any) -> None:
-    base = _free_base_port(3)
+    base = free_base_port(3)
     ports = [base, base + 1, base + 2]
     up = subprocess.Popen(
         [sys.executable, "-m", "replset", "up", "--nodes", "3", "--port", str(base), "--dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
         start_new_session=True)  # its own process group, which the members share: the cleanup kills it
-    out = _Output(up.stdout)
+    out = Output(up.stdout)
     pids: set[int] = set()
     try:
         wait_for(lambda: out.has("connection string") or up.poll() is not None, 60, "`up` to report the set")
@@ -276,10 +216,10 @@ def test_up_restarts_a_killed_member_and_stops_all_on_sigint(tmp_path: Any) -> N
 
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0, str(out)
-        assert all(_gone(pid) for pid in pids), f"members left running: {[p for p in pids if not _gone(p)]}"
+        assert all(gone(pid) for pid in pids), f"members left running: {[p for p in pids if not gone(p)]}"
         with pytest.raises(ProcessLookupError):
             os.killpg(up.pid, 0)  # nothing is left in the process group `up` led
-        assert not any(_listening(p) for p in ports)
+        assert not any(listening(p) for p in ports)
     finally:
         try:
             os.killpg(up.pid, signal.SIGKILL)  # `up` and its members, if anything is left

@@ -1,0 +1,1 @@
+"""Authentication and authorization: SCRAM users, roles, member keyfile auth."""

@@ -1,0 +1,23 @@
+"""The check every command passes when auth is on (`--auth`, `--keyFile`): the connection's users,
+their roles as stored now, and what the command needs (replset/auth/roles.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from replset.auth.roles import authorize
+from replset.auth.users import USERS_NS, ConnectionAuth, held_grants, is_loopback
+
+LOCALHOST_EXCEPTION = frozenset({"createUser", "replSetInitiate", "replSetGetStatus", "replSetGetConfig"})
+
+
+def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: str, cmd: Mapping[str, Any]) -> None:
+    """Refuses (13) a command the connection's users may not run. With no user created yet, a
+    connection from the loopback interface may initiate the set, see its status and configuration and
+    create the first user on `admin` (MongoDB's localhost exception; it ends with that user)."""
+    present, held = held_grants(reader, auth) if auth.users else (False, frozenset())
+    if (not present and name in LOCALHOST_EXCEPTION and db == "admin" and is_loopback(peer)
+            and reader.count(USERS_NS) == 0):
+        return
+    authorize(name, db, cmd, authenticated=present, held=held)

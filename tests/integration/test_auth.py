@@ -1,0 +1,171 @@
+"""Access control on a real set started with `replset up --auth`: a keyfile the members prove
+themselves with, a first user made through the localhost exception, SCRAM-SHA-256 and SCRAM-SHA-1
+logins from pymongo and motor, MongoDB's codes for the refused (13) and the failed (18), roles
+checked per command and database, SASLprep on passwords but not on user names (the drivers' auth
+spec users), and a member without the key that can neither replicate nor vote nor be synced from."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from replset.auth.keyfile import write_keyfile
+from tests.support.members import Member, wait_for
+from tests.support.up_process import running_up
+
+ADMIN = ("admin", "s3cret pass")
+
+
+@pytest.fixture(scope="module")
+def auth_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    directory = str(tmp_path_factory.mktemp("authset"))
+    with running_up(directory, extra_args=("--auth", "--user", ADMIN[0], "--password", ADMIN[1])) as (ports, out):
+        hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+        yield {"uri": f"mongodb://{hosts}/?replicaSet=rs0", "ports": ports, "out": out, "dir": directory}
+
+
+def _client(auth_set: dict[str, Any], **kwargs: Any) -> MongoClient[dict[str, Any]]:
+    return MongoClient(auth_set["uri"], serverSelectionTimeoutMS=10_000, **kwargs)
+
+
+def test_up_made_a_private_keyfile_and_the_first_user(auth_set: dict[str, Any]) -> None:
+    assert auth_set["out"].has(f"created user {ADMIN[0]} (root on admin)")
+    mode = os.stat(os.path.join(auth_set["dir"], "keyfile")).st_mode
+    assert stat.S_IMODE(mode) == 0o600
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as client:
+        users = client.admin.command("usersInfo", ADMIN[0])["users"]
+        assert users[0]["roles"] == [{"role": "root", "db": "admin"}]
+        assert "credentials" not in users[0] and users[0]["mechanisms"] == ["SCRAM-SHA-1", "SCRAM-SHA-256"]
+        shown = client.admin.command("usersInfo", ADMIN[0], showCredentials=True)["users"][0]["credentials"]
+        assert set(shown["SCRAM-SHA-256"]) == {"iterationCount", "salt", "storedKey", "serverKey"}
+        assert shown["SCRAM-SHA-256"]["iterationCount"] == 15_000 and shown["SCRAM-SHA-1"]["iterationCount"] == 10_000
+        assert ADMIN[1] not in repr(shown)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-1"])
+def test_pymongo_logs_in_with_each_mechanism_and_writes_with_majority(auth_set: dict[str, Any],
+                                                                      mechanism: str) -> None:
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1], authMechanism=mechanism) as client:
+        status = client.admin.command("connectionStatus")["authInfo"]
+        assert status["authenticatedUsers"] == [{"user": ADMIN[0], "db": "admin"}]
+        coll = client.app.get_collection("things", write_concern=WriteConcern(w="majority", wtimeout=20_000))
+        coll.insert_one({"mechanism": mechanism})
+        assert coll.count_documents({"mechanism": mechanism}) == 1
+
+
+async def test_motor_logs_in(auth_set: dict[str, Any]) -> None:
+    client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(
+        auth_set["uri"], username=ADMIN[0], password=ADMIN[1], serverSelectionTimeoutMS=10_000)
+    try:
+        await client.app.motor.insert_one({"_id": 1})
+        assert await client.app.motor.find_one() == {"_id": 1}
+    finally:
+        client.close()
+
+
+def test_refusals_carry_mongodbs_codes_and_roles_are_checked(auth_set: dict[str, Any]) -> None:
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+        admin.app.docs.insert_one({"_id": "seen"})
+        admin.admin.command("createUser", "reader", pwd="reader pwd", roles=[{"role": "read", "db": "app"}])
+        with pytest.raises(OperationFailure) as exists:
+            admin.admin.command("createUser", "reader", pwd="x", roles=[])
+        assert exists.value.code == 51003
+        with pytest.raises(OperationFailure) as bad_role:
+            admin.admin.command("createUser", "nobody", pwd="x", roles=["clusterAdmin@app"])
+        assert bad_role.value.code == 31
+    with _client(auth_set) as anonymous:
+        with pytest.raises(OperationFailure) as unauthenticated:
+            anonymous.app.docs.find_one()
+        assert unauthenticated.value.code == 13
+        assert anonymous.admin.command("ping")["ok"] == 1  # the handshake and ping need no user
+        with pytest.raises(OperationFailure) as exception_over:  # the localhost exception ended with a user
+            anonymous.admin.command("createUser", "sneaky", pwd="x", roles=["root"])
+        assert exception_over.value.code == 13
+        for member_only in ({"replSetHeartbeat": "rs0", "configVersion": 1, "from": "x:1", "term": 1},
+                            {"replSetRequestVotes": 1, "setName": "rs0", "dryRun": True, "term": 99,
+                             "candidateIndex": 0, "configVersion": 1, "lastAppliedOpTime": {}}):
+            with pytest.raises(OperationFailure) as refused:
+                anonymous.admin.command(member_only)
+            assert refused.value.code == 13
+    with _client(auth_set, username=ADMIN[0], password="wrong") as wrong:
+        with pytest.raises(OperationFailure) as failed:
+            wrong.app.docs.find_one()
+        assert failed.value.code == 18
+    with _client(auth_set, username="reader", password="reader pwd") as reader:
+        assert reader.app.docs.find_one({"_id": "seen"}) == {"_id": "seen"}
+        with pytest.raises(OperationFailure) as cannot_write:
+            reader.app.docs.insert_one({"_id": "nope"})
+        assert cannot_write.value.code == 13 and "not authorized on app" in str(cannot_write.value)
+        with pytest.raises(OperationFailure) as other_db:
+            reader.other.docs.find_one()
+        assert other_db.value.code == 13
+        with pytest.raises(OperationFailure) as no_admin:
+            reader.admin.command("replSetStepDown", 10)
+        assert no_admin.value.code == 13
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:  # a grant counts at once
+        admin.admin.command("grantRolesToUser", "reader", roles=[{"role": "readWrite", "db": "app"}])
+        with _client(auth_set, username="reader", password="reader pwd") as reader:
+            reader.app.docs.insert_one({"_id": "now allowed"})
+        admin.admin.command("dropUser", "reader")
+        with pytest.raises(OperationFailure) as dropped:
+            admin.admin.command("dropUser", "reader")
+        assert dropped.value.code == 11
+
+
+def test_the_auth_spec_users_saslprep_passwords_not_user_names(auth_set: dict[str, Any]) -> None:
+    """The drivers' auth spec: IX/IX and \u2168 (ROMAN NUMERAL NINE)/\u2163 (ROMAN NUMERAL FOUR),
+    SCRAM-SHA-256 only. Passwords are SASLprepped (a soft hyphen vanishes, \u2163 is IV); the name
+    \u2168 stays itself, so it is not IX."""
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+        admin.admin.command("createUser", "IX", pwd="IX", roles=["root"], mechanisms=["SCRAM-SHA-256"])
+        admin.admin.command("createUser", "\u2168", pwd="\u2163", roles=["root"], mechanisms=["SCRAM-SHA-256"])
+    for user, password in (("IX", "IX"), ("IX", "I\u00adX"), ("\u2168", "IV"), ("\u2168", "I\u00adV")):
+        with _client(auth_set, username=user, password=password, authMechanism="SCRAM-SHA-256") as client:
+            assert client.admin.command("connectionStatus")["authInfo"]["authenticatedUsers"] == [
+                {"user": user, "db": "admin"}]
+    with _client(auth_set, username="\u2168", password="IX", authMechanism="SCRAM-SHA-256") as client:
+        with pytest.raises(OperationFailure) as failed:
+            client.app.docs.find_one()
+        assert failed.value.code == 18
+    with _client(auth_set, username="IX", password="IX", authMechanism="SCRAM-SHA-1") as client:
+        with pytest.raises(OperationFailure):  # no SCRAM-SHA-1 credentials for this user
+            client.app.docs.find_one()
+
+
+def test_a_member_without_the_key_can_neither_replicate_nor_vote(auth_set: dict[str, Any],
+                                                                 tmp_path: Any) -> None:
+    other_key = str(tmp_path / "other.key")
+    write_keyfile(other_key)
+    intruder = Member(dbpath=str(tmp_path / "intruder"), extra_args=["--keyFile", other_key])
+    intruder.start()
+    try:
+        with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+            config = admin.admin.command("replSetGetConfig")["config"]
+            config["version"] += 1
+            config["members"].append({"_id": 9, "host": intruder.host, "votes": 1, "priority": 0})
+            admin.admin.command("replSetReconfig", config)
+
+            def seen_as_down() -> bool:
+                row = next(m for m in admin.admin.command("replSetGetStatus")["members"]
+                           if m["name"] == intruder.host)
+                return row["health"] == 0 and "Authentication failed" in row.get("lastHeartbeatMessage", "")
+            wait_for(seen_as_down, 30, "the primary to find the intruder cannot authenticate")
+            # The set goes on: 3 of 4 voters are a majority.
+            admin.app.after.with_options(write_concern=WriteConcern(w="majority", wtimeout=20_000)).insert_one({})
+            config["version"] += 1
+            config["members"] = [m for m in config["members"] if m["host"] != intruder.host]
+            admin.admin.command("replSetReconfig", config)
+        with intruder.direct_client(username=ADMIN[0], password=ADMIN[1]) as direct:
+            with pytest.raises(OperationFailure) as nothing:  # nothing was replicated to it, users included
+                direct.app.after.count_documents({})
+            assert nothing.value.code == 18
+    finally:
+        intruder.stop()
