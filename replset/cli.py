@@ -71,6 +71,16 @@ def _status_parser(sub: Any) -> None:
     p = sub.add_parser("status", help="print replSetGetStatus as a table")
     p.add_argument("--host", default="127.0.0.1:27017")
     p.add_argument("--json", action="store_true", help="print the raw document as relaxed extended JSON")
+    _login_args(p)
+
+
+def _login_args(p: Any) -> None:
+    p.add_argument("--user", default=None, help="log in as this user (a set with access control)")
+    p.add_argument("--password", default=None)
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    return None if args.user is None else (args.user, args.password or "")
 
 
 def _resync_parser(sub: Any) -> None:
@@ -78,6 +88,7 @@ def _resync_parser(sub: Any) -> None:
     p.add_argument("--host", required=True, help="the member (host:port) to resync; never the primary")
     p.add_argument("--no-wait", dest="wait", action="store_false",
                    help="return once the resync has started instead of showing its progress")
+    _login_args(p)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -502,7 +513,8 @@ def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[
     return "\n".join(lines)
 
 
-def _initial_sync_statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def _initial_sync_statuses(status: Mapping[str, Any], credentials: tuple[str, str] | None = None
+                           ) -> dict[str, Mapping[str, Any]]:
     """Asks each other member in STARTUP2 for its own initialSyncStatus (best effort)."""
     from pymongo.errors import PyMongoError
 
@@ -511,7 +523,7 @@ def _initial_sync_statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, 
         if m.get("self") or m.get("stateStr") != "STARTUP2":
             continue
         try:
-            with _client(str(m["name"])) as client:
+            with _client(str(m["name"]), credentials) as client:
                 theirs = client.admin.command("replSetGetStatus")
         except PyMongoError:
             continue
@@ -524,7 +536,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from pymongo.errors import ConnectionFailure, OperationFailure
 
     try:
-        with _client(args.host) as client:
+        with _client(args.host, _credentials(args)) as client:
             status = client.admin.command("replSetGetStatus")
     except ConnectionFailure:
         print(f"replset status: cannot reach {args.host}", file=sys.stderr)
@@ -538,7 +550,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         print(json_util.dumps(status, json_options=json_util.RELAXED_JSON_OPTIONS, indent=2))
     else:
-        print(format_status(status, _initial_sync_statuses(status)))
+        print(format_status(status, _initial_sync_statuses(status, _credentials(args))))
     return 0
 
 
@@ -549,7 +561,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
     from pymongo.errors import ConnectionFailure, OperationFailure
 
     try:
-        with _client(args.host) as client:
+        with _client(args.host, _credentials(args)) as client:
             reply = client.admin.command({"resync": 1, "wait": False})
             where = reply.get("previousDataCopiedTo")
             print(f"{args.host}: resync started" + (f"; its previous data is kept in {where}" if where else ""),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,7 @@ from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from replset.auth.keyfile import write_keyfile
-from tests.support.members import Member, wait_for
+from tests.support.members import REPO_ROOT, Member, wait_for
 from tests.support.up_process import running_up
 
 ADMIN = ("admin", "s3cret pass")
@@ -48,6 +50,13 @@ def test_up_made_a_private_keyfile_and_the_first_user(auth_set: dict[str, Any]) 
         assert set(shown["SCRAM-SHA-256"]) == {"iterationCount", "salt", "storedKey", "serverKey"}
         assert shown["SCRAM-SHA-256"]["iterationCount"] == 15_000 and shown["SCRAM-SHA-1"]["iterationCount"] == 10_000
         assert ADMIN[1] not in repr(shown)
+    host = f"127.0.0.1:{auth_set['ports'][0]}"
+    status = [sys.executable, "-m", "replset", "status", "--host", host]
+    refused = subprocess.run(status, capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert refused.returncode == 1 and "requires authentication (code 13)" in refused.stderr
+    table = subprocess.run([*status, "--user", ADMIN[0], "--password", ADMIN[1]], capture_output=True, text=True,
+                           cwd=REPO_ROOT, timeout=60, check=True).stdout
+    assert "PRIMARY" in table and table.count("SECONDARY") >= 2
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-1"])
