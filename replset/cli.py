@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 from base.member import MemberState
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
+from replset.tls import DISABLED, MODES, TlsConfigError, TlsSettings
 from replset.wire.server import STALLED_MESSAGE_TIMEOUT_S, WRITE_STALL_TIMEOUT_S, WireLimits
 from sync.initial_sync_progress import copy_totals
 
@@ -36,6 +38,13 @@ def _node_parser(sub: Any) -> None:
                    help="clients must authenticate (SCRAM users in admin.system.users); needs --keyFile")
     p.add_argument("--keyFile", dest="key_file", default=None, metavar="PATH",
                    help="members authenticate to each other with this key (implies --auth)")
+    p.add_argument("--tlsMode", dest="tls_mode", default=DISABLED, choices=MODES,
+                   help="requireTLS: the wire and HTTP ports take TLS connections only, and members use "
+                        "TLS to each other")
+    p.add_argument("--tlsCertificateKeyFile", dest="tls_cert_key_file", default=None, metavar="PEM",
+                   help="this member's certificate and private key")
+    p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM",
+                   help="the CA that signs the members' (and clients') certificates")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
     p.add_argument("--traceSQL", dest="trace_sql", default=None, metavar="FILE",
                    help="append every SQL statement the member runs to FILE (one JSON string a line), "
@@ -107,10 +116,18 @@ def cmd_node(args: argparse.Namespace) -> int:
         except KeyFileError as err:
             print(f"--keyFile: {err}", file=sys.stderr)
             return 2
+    tls = TlsSettings(args.tls_mode, args.tls_cert_key_file, args.tls_ca_file)
+    try:
+        tls.check()
+        tls.server_context()
+        tls.client_context()
+    except (TlsConfigError, OSError, ssl.SSLError) as err:
+        print(f"TLS: {err}", file=sys.stderr)
+        return 2
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath, bind_ip=args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
-                         auth=bool(args.auth or args.key_file), key_file=args.key_file),
+                         auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls),
              WireLimits(max_conns=args.max_conns, stalled_message_timeout_s=args.stalled_message_timeout_s,
                         write_stall_timeout_s=args.write_stall_timeout_s))
     return 0

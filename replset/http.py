@@ -10,8 +10,10 @@ tests wait on instead of sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +22,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from bson import json_util
 
 from base.errors import MongoError
+from base.scram import SHA256
+from replset.auth.http_auth import HttpAuth, lookup, needed, password_matches, user_grants
 from replset.parts.exchange import add_routes as add_part_routes
 from replset.parts.http_tables import add_routes as add_table_routes
 from replset.status import replset_status
@@ -63,8 +67,45 @@ async def _health(request: web.Request) -> web.Response:
                         content_type="application/json")
 
 
+def _auth_middleware(node: Node) -> Any:
+    """With auth on: a user (HTTP Basic) or a member's token on every route but `/health`
+    (replset/auth/http_auth.py); 401 without, 403 without the privilege."""
+    checker = HttpAuth(node.internal_key)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        wanted = needed(request.method, request.path)
+        if wanted is None:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if checker.member(header):
+            return await handler(request)
+        basic = checker.basic(header)
+        if basic is None:
+            return _unauthorized("authentication required")
+        uid, doc = lookup(node.store.reader, basic[0])
+        stored = None if doc is None else (doc.get("credentials") or {}).get(SHA256)
+        now = time.monotonic()
+        if stored is None or not (checker.remembered(uid, basic[1], now) or
+                                  await asyncio.to_thread(password_matches, stored, doc["user"], basic[1])):
+            return _unauthorized("Authentication failed.")
+        checker.remember(uid, basic[1], now)
+        if not any(g.covers(*wanted) for g in user_grants(doc)):
+            return _json_response(MongoError(13, f"not authorized on {wanted[1]} to use {request.path}").to_document(),
+                                  403)
+        return await handler(request)
+
+    return middleware
+
+
+def _unauthorized(message: str) -> web.Response:
+    response = _json_response(MongoError(18 if "failed" in message else 13, message).to_document(), 401)
+    response.headers["WWW-Authenticate"] = 'Basic realm="replset"'
+    return response
+
+
 def build_app(node: Node, connections: ConnectionStats | None = None) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[_auth_middleware(node)] if node.options.auth else [])
     app[NODE_KEY] = node
     if connections is not None:
         app[CONNECTIONS_KEY] = connections
@@ -99,10 +140,11 @@ class HttpServer:
     def __init__(self, node: Node, connections: ConnectionStats | None = None) -> None:
         logger = cast(logging.Logger, _RequestErrorLog(logging.getLogger("aiohttp.server")))
         self._runner = web.AppRunner(build_app(node, connections), access_log=None, logger=logger)
+        self._tls = node.options.tls.server_context()
 
     async def start(self, host: str, port: int) -> None:
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        await web.TCPSite(self._runner, host, port, ssl_context=self._tls).start()
 
     async def stop(self) -> None:
         await self._runner.cleanup()

@@ -25,9 +25,10 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import aiohttp
 import bson
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
@@ -45,6 +46,7 @@ from oplog.entry import noop_entry
 from oplog.log_writer import LogWriter
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
+from replset.auth.http_auth import member_token
 from replset.auth.keyfile import read_keyfile
 from replset.auth.users import INTERNAL_USER
 from replset.committed_snapshots import CommittedSnapshots
@@ -58,6 +60,7 @@ from replset.query_pool import QueryPool
 from replset.replication import Replication
 from replset.snapshot_reads import SnapshotReads
 from replset.status import StatusView
+from replset.tls import TlsSettings
 from replset.transactions import Transactions
 from replset.ttl_monitor import TTLMonitor
 from replset.write_concern import WriteConcern
@@ -85,6 +88,7 @@ class NodeOptions:
     trace_sql: str | None = None
     auth: bool = False  # clients must authenticate (implied by a keyfile)
     key_file: str | None = None  # members authenticate to each other as __system with its key
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def me(self) -> str:
@@ -143,6 +147,7 @@ class Node:
         self.internal_key = read_keyfile(options.key_file) if options.key_file else None
         self.internal_credentials = None if self.internal_key is None else make_credentials(
             INTERNAL_USER[0], self.internal_key)
+        self.peer_tls = options.tls.client_context()  # None without TLS
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -327,7 +332,18 @@ class Node:
         """A connection to another member (each user of one owns its own): with the test-only latency
         and route fail points, and, with a keyfile, authenticated as __system."""
         return PeerClient(host, latency_ms=self.failpoints.latency_ms, route=self.failpoints.peer_route,
-                          internal_key=self.internal_key)
+                          internal_key=self.internal_key, tls=self.peer_tls)
+
+    def http_session(self) -> aiohttp.ClientSession:
+        """For fetching from the other members' HTTP ports: their certificates checked with TLS on, and
+        with a keyfile the token that proves this member (replset/auth/http_auth.py)."""
+        connector = aiohttp.TCPConnector(ssl=self.peer_tls) if self.peer_tls is not None else None
+        headers = None if self.internal_key is None else {"Authorization": f"Bearer {member_token(self.internal_key)}"}
+        return aiohttp.ClientSession(connector=connector, headers=headers)
+
+    @property
+    def http_scheme(self) -> str:
+        return "https" if self.peer_tls is not None else "http"
 
     def request_flush(self) -> None:
         """A write waits for durability (`j: true`, `w: "majority"`, a secondary's applied batch)."""

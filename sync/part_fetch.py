@@ -81,9 +81,11 @@ async def _download(session: aiohttp.ClientSession, url: str, path: str, expecte
 
 async def fetch_part(session: aiohttp.ClientSession, source_http: str, ns: str, part: str,
                      checksums: Mapping[str, tuple[int, str]], directory: str, *,
-                     progress_timeout_s: float = PROGRESS_TIMEOUT_S) -> str:
+                     progress_timeout_s: float = PROGRESS_TIMEOUT_S, scheme: str = "http") -> str:
     """Fetches `part` of table `ns` from the member whose HTTP address is `source_http` ("host:port")
-    into `directory`; `checksums` (file -> (size, sha256)) are the part log's. Returns the part's path."""
+    into `directory`; `checksums` (file -> (size, sha256)) are the part log's; `scheme` "https" with
+    TLS on (the session then carries the context that checks the member's certificate). Returns the
+    part's path."""
     part_files.check_part_dir_name(part)
     files = sorted(part_files.check_file_name(name) for name in checksums if name != part_files.CHECKSUMS_FILE)
     if part_files.DATA_FILE not in files:
@@ -93,7 +95,7 @@ async def fetch_part(session: aiohttp.ClientSession, source_http: str, ns: str, 
     await asyncio.to_thread(os.makedirs, tmp)
     try:
         for name in files:
-            await _download(session, f"http://{source_http}/parts/{ns}/{part}/{name}", os.path.join(tmp, name),
+            await _download(session, f"{scheme}://{source_http}/parts/{ns}/{part}/{name}", os.path.join(tmp, name),
                             checksums[name], progress_timeout_s)
         await asyncio.to_thread(part_files.write_checksums, tmp, {name: checksums[name] for name in files})
         await asyncio.to_thread(fsync_path, tmp)

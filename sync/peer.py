@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,8 +51,10 @@ class PeerAuthFailed(ValueError):
 
 class PeerClient:
     def __init__(self, host: str, *, latency_ms: Callable[[str], float] | None = None,
-                 route: Callable[[str], str] | None = None, internal_key: str | None = None) -> None:
+                 route: Callable[[str], str] | None = None, internal_key: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self._tls = tls  # with TLS on: the context the peer's certificate is checked with
         self._internal_key = internal_key  # with a keyfile: authenticate as __system@local on connect
         self._latency_ms = latency_ms
         self._route = route
@@ -83,7 +86,9 @@ class PeerClient:
         if self._writer is None:
             host, port = address.rsplit(":", 1)
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+                asyncio.open_connection(host, int(port), ssl=self._tls,
+                                        server_hostname=self.host.rsplit(":", 1)[0] if self._tls else None),
+                CONNECT_TIMEOUT_S)
             self._dialled = address
             # The first message says this is a member (as mongod's internal connections do): a member
             # at its --maxConns limit still takes it, and it never counts as a client connection.

@@ -148,7 +148,7 @@ class PartsManager:
     # -- the loop --------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        self._session = aiohttp.ClientSession()
+        self._session = self.node.http_session()
         while True:
             try:
                 if self._rescan and not self._running:   # rebuilt once running tasks ended
@@ -690,7 +690,8 @@ class PartsManager:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
             await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,
                              checksums, rt.directory,
-                             progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000)
+                             progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000,
+                             scheme=self.node.http_scheme)
         except FetchFailed as exc:
             rt.failed_sources.setdefault(entry.new_part.name, set()).add(http)   # the next try goes elsewhere
             if isinstance(exc, PartMissing) and self.node.is_primary:

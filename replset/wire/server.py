@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 256 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake in this long is dropped
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 STALLED_MESSAGE_TIMEOUT_S = 30.0  # no byte for this long in the middle of a message: close
 WRITE_STALL_TIMEOUT_S = 60.0  # a client that reads none of WRITE_HIGH_WATER bytes for this long: close
@@ -99,7 +100,9 @@ class WireServer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._handle, host, port, limit=READ_CHUNK, backlog=1024)
+        tls = self._node.options.tls.server_context()
+        self._server = await asyncio.start_server(self._handle, host, port, limit=READ_CHUNK, backlog=1024,
+                                                  ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
 
     async def stop(self) -> None:
         if self._server is not None:

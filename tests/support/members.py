@@ -44,6 +44,7 @@ class Member:
     http_port: int = field(default_factory=free_port)
     repl_set: str = "rs0"
     extra_args: list[str] = field(default_factory=list)
+    client_kwargs: dict[str, Any] = field(default_factory=dict)  # what a client needs (TLS, a login)
     process: subprocess.Popen[bytes] | None = None
     log_path: str = ""
 
@@ -67,7 +68,7 @@ class Member:
 
     def direct_client(self, **kwargs: Any) -> MongoClient[dict[str, Any]]:
         kwargs.setdefault("serverSelectionTimeoutMS", 5000)
-        return MongoClient(f"mongodb://{self.host}/?directConnection=true", **kwargs)
+        return MongoClient(f"mongodb://{self.host}/?directConnection=true", **{**self.client_kwargs, **kwargs})
 
     def _ping(self) -> bool:
         if self.process is not None and self.process.poll() is not None:

@@ -46,7 +46,8 @@ class ReplicaSet:
         return client
 
     def client(self, **kwargs: Any) -> MongoClient[dict[str, Any]]:
-        client: MongoClient[dict[str, Any]] = MongoClient(self.uri, serverSelectionTimeoutMS=10000, **kwargs)
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.uri, serverSelectionTimeoutMS=10000, **{**self.members[0].client_kwargs, **kwargs})
         self.clients.append(client)
         return client
 

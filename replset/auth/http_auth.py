@@ -1,0 +1,91 @@
+"""Who may use the HTTP port when auth is on: every route but `/health` needs a user (HTTP Basic,
+checked against the same `admin.system.users` credentials as SCRAM logins: the password's SCRAM-SHA-256
+ClientKey must hash to the StoredKey) or, for members fetching parts from each other, the token the
+keyfile gives (`Authorization: Bearer <HMAC-SHA-256 of a fixed label under the key>`: it proves the key
+without sending it). The route then needs what the same request would need on the wire port: the
+status routes clusterMonitor, a table's routes read (GET) or readWrite (POST) on its database.
+
+A password check costs 15,000 PBKDF2 rounds, so it runs off the event loop and a success is
+remembered for `REMEMBER_S` (keyed by the user and a hash of the password, never the password).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from base.scram import SHA256, mechanism_password
+from replset.auth.roles import CLUSTER_MONITOR, READ, WRITE, Grant, grants
+from replset.auth.users import USERS_NS, user_id
+
+REMEMBER_S = 60.0
+_TOKEN_LABEL = b"replset member http"
+
+
+def member_token(key: str) -> str:
+    return hmac.new(key.encode(), _TOKEN_LABEL, hashlib.sha256).hexdigest()
+
+
+def password_matches(stored: Mapping[str, Any], user: str, password: str) -> bool:
+    """Whether `password` is the one `stored` (a SCRAM-SHA-256 credentials entry) was made from."""
+    import scramp.utils
+
+    prepped = scramp.utils.saslprep(mechanism_password(SHA256, user, password))
+    salted = hashlib.pbkdf2_hmac("sha256", prepped.encode(), base64.b64decode(stored["salt"]),
+                                 int(stored["iterationCount"]))
+    client_key = hmac.digest(salted, b"Client Key", hashlib.sha256)
+    return hmac.compare_digest(hashlib.sha256(client_key).digest(), base64.b64decode(stored["storedKey"]))
+
+
+def needed(method: str, path: str) -> tuple[str, str] | None:
+    """The privilege a route needs (class, database); None for `/health`."""
+    if path == "/health":
+        return None
+    parts = path.strip("/").split("/")
+    if len(parts) >= 2 and parts[0] in ("parts", "tables"):
+        db = parts[1].partition(".")[0]
+        return (WRITE if method == "POST" else READ), db
+    return CLUSTER_MONITOR, "admin"
+
+
+class HttpAuth:
+    def __init__(self, internal_key: str | None) -> None:
+        self._token = None if internal_key is None else member_token(internal_key)
+        self._remembered: dict[tuple[str, str], float] = {}  # (user id, password hash) -> until
+
+    def member(self, header: str) -> bool:
+        return self._token is not None and hmac.compare_digest(header, f"Bearer {self._token}")
+
+    @staticmethod
+    def basic(header: str) -> tuple[str, str] | None:
+        if not header.startswith("Basic "):
+            return None
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return user, password
+
+    def remembered(self, uid: str, password: str, now: float) -> bool:
+        until = self._remembered.get((uid, hashlib.sha256(password.encode()).hexdigest()))
+        return until is not None and until > now
+
+    def remember(self, uid: str, password: str, now: float) -> None:
+        if len(self._remembered) > 10_000:
+            self._remembered.clear()
+        self._remembered[(uid, hashlib.sha256(password.encode()).hexdigest())] = now + REMEMBER_S
+
+
+def user_grants(doc: Mapping[str, Any] | None) -> frozenset[Grant]:
+    return frozenset() if doc is None else grants(doc.get("roles") or [])
+
+
+def lookup(reader: Any, user: str) -> tuple[str, Mapping[str, Any] | None]:
+    """`name` (on admin) or `name@db`: the user's id and document."""
+    name, _, db = user.partition("@")
+    uid = user_id(name, db or "admin")
+    return uid, reader.get(USERS_NS, uid)
+

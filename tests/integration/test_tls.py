@@ -1,0 +1,125 @@
+"""A set with TLS and access control both on (`--tlsMode requireTLS`, certificates from a throwaway
+`trustme` CA, `--keyFile`): members replicate to each other over TLS, pymongo and motor connect with
+`tls=true&tlsCAFile=...` and log in, a plaintext client gets nowhere, the HTTP port speaks HTTPS and
+wants a user except on `/health`, and a killed primary is replaced with no acknowledged write lost."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trustme
+from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import MongoClient
+from pymongo.errors import ServerSelectionTimeoutError
+from pymongo.write_concern import WriteConcern
+
+from replset.auth.keyfile import write_keyfile
+from tests.support.members import Member, wait_for
+from tests.support.replica_set import ReplicaSet
+
+USER, PASSWORD = "ops", "tls and auth"
+
+
+@pytest.fixture(scope="module")
+def secure_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    base = tmp_path_factory.mktemp("tlsset")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, pem_file, key_file = str(base / "ca.pem"), str(base / "member.pem"), str(base / "keyfile")
+    ca.cert_pem.write_to_path(ca_file)
+    server.private_key_and_cert_chain_pem.write_to_path(pem_file)
+    write_keyfile(key_file)
+    tls_args = ["--tlsMode", "requireTLS", "--tlsCertificateKeyFile", pem_file, "--tlsCAFile", ca_file]
+    tls_client = {"tls": True, "tlsCAFile": ca_file}
+    members = [Member(dbpath=str(base / f"m{i}"), extra_args=[*tls_args, "--keyFile", key_file],
+                      client_kwargs=dict(tls_client)) for i in range(3)]
+    rs = ReplicaSet(members)
+    rs.start()
+    try:
+        primary = rs.initiate()  # through the localhost exception: no user yet
+        with rs.direct(primary) as client:
+            client.admin.command("createUser", USER, pwd=PASSWORD, roles=["root"])
+        for m in members:
+            m.client_kwargs.update(username=USER, password=PASSWORD)
+        yield {"rs": rs, "ca_file": ca_file, "tls_client": tls_client}
+    finally:
+        rs.stop()
+
+
+def test_members_replicate_over_tls_and_drivers_connect_with_the_ca(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    with rs.client() as client:
+        coll = client.app.get_collection("secure", write_concern=WriteConcern(w=3, wtimeout=20_000))
+        coll.insert_one({"_id": 1, "over": "tls"})  # every member has it: they fetched over TLS
+
+        def all_healthy() -> bool:  # (heartbeats, over TLS with the key, bring the states in)
+            status = client.admin.command("replSetGetStatus")
+            return (sorted(m["stateStr"] for m in status["members"]) == ["PRIMARY", "SECONDARY", "SECONDARY"]
+                    and all(m["health"] == 1 for m in status["members"]))
+        wait_for(all_healthy, 30, "every member healthy in the primary's view")
+    with MongoClient(rs.uri, serverSelectionTimeoutMS=1500) as plaintext:
+        with pytest.raises(ServerSelectionTimeoutError):
+            plaintext.admin.command("ping")
+
+
+async def test_motor_connects_with_tls(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(
+        rs.uri, username=USER, password=PASSWORD, serverSelectionTimeoutMS=10_000, **secure_set["tls_client"])
+    try:
+        await client.app.motor_tls.insert_one({"_id": "m"})
+        assert await client.app.motor_tls.find_one() == {"_id": "m"}
+    finally:
+        client.close()
+
+
+def _get(url: str, ca_file: str, user: str | None = None, password: str | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url)
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=ca_file)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_http_port_speaks_https_and_wants_a_user(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    ca_file = secure_set["ca_file"]
+    port = rs.members[0].http_port
+    assert _get(f"https://127.0.0.1:{port}/health", ca_file)[0] == 200
+    code, body = _get(f"https://127.0.0.1:{port}/replSetGetStatus", ca_file)
+    assert code == 401 and body["code"] == 13
+    code, body = _get(f"https://127.0.0.1:{port}/replSetGetStatus", ca_file, USER, "wrong")
+    assert code == 401 and body["code"] == 18
+    code, body = _get(f"https://127.0.0.1:{port}/replSetGetStatus", ca_file, USER, PASSWORD)
+    assert code == 200 and body["set"] == "rs0" and len(body["members"]) == 3
+    with pytest.raises(OSError):  # plain HTTP on the TLS port: refused or cut off
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_failover_with_tls_and_auth_keeps_acknowledged_writes(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    with rs.client() as client:
+        coll = client.app.get_collection("failover", write_concern=WriteConcern(w="majority", wtimeout=20_000))
+        coll.insert_many([{"_id": i} for i in range(100)])
+        old = rs.wait_primary()
+        old.kill()
+        try:
+            new = wait_for(lambda: (p := rs.primary()) is not None and p is not old and p, 30, "a new primary")
+            assert new is not old
+            coll.insert_one({"_id": "after"})
+            assert coll.count_documents({}) == 101
+        finally:
+            old.start()
+        with rs.direct(old) as direct:  # the old primary rejoins over TLS with the key and catches up
+            wait_for(lambda: direct.app.failover.count_documents({}) == 101, 30, "the old primary to catch up")
