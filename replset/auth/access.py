@@ -12,12 +12,14 @@ from replset.auth.users import USERS_NS, ConnectionAuth, held_grants, is_loopbac
 LOCALHOST_EXCEPTION = frozenset({"createUser", "replSetInitiate", "replSetGetStatus", "replSetGetConfig"})
 
 
-def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: str, cmd: Mapping[str, Any]) -> None:
+def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: str, cmd: Mapping[str, Any], *,
+                 test_commands: bool = False) -> None:
     """Refuses (13) a command the connection's users may not run. With no user created yet, a
     connection from the loopback interface may initiate the set, see its status and configuration and
-    create the first user on `admin` (MongoDB's localhost exception; it ends with that user)."""
+    create the first user on `admin` (MongoDB's localhost exception; it ends with that user); with
+    `--enableTestCommands`, set fail points too (tests route peer traffic before the set exists)."""
     present, held = held_grants(reader, auth) if auth.users else (False, frozenset())
-    if (not present and name in LOCALHOST_EXCEPTION and db == "admin" and is_loopback(peer)
-            and reader.count(USERS_NS) == 0):
+    excepted = name in LOCALHOST_EXCEPTION or (test_commands and name == "configureFailPoint")
+    if not present and excepted and db == "admin" and is_loopback(peer) and reader.count(USERS_NS) == 0:
         return
     authorize(name, db, cmd, authenticated=present, held=held)

@@ -47,13 +47,14 @@ import bson
 import pytest
 from bson.raw_bson import RawBSONDocument
 from motor.motor_asyncio import AsyncIOMotorClient
-from pymongo import MongoClient, ReadPreference
+from pymongo import ReadPreference
 from pymongo.errors import DuplicateKeyError, PyMongoError, WriteConcernError
 
-from tests.support.members import wait_for
+from tests.support.members import Member, wait_for
 from tests.support.nemesis import Nemesis, nemesis_run
 from tests.support.proxy import FaultProxy
 from tests.support.replica_set import FAST_SETTINGS, ReplicaSet, make_replica_set
+from tests.support.secure import create_first_user, secure_options
 
 SETTINGS = dict(FAST_SETTINGS)
 CLIENTS = 4
@@ -162,19 +163,19 @@ async def part_client_loop(client: AsyncIOMotorClient[dict[str, Any]], history: 
                 await asyncio.sleep(0.2)
 
 
-def part_keys(host: str) -> Counter[str]:
-    with MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+def part_keys(member: Member) -> Counter[str]:
+    with member.direct_client(serverSelectionTimeoutMS=10000) as client:
         return Counter(r["k"] for r in client[DB].cursor_command("selectParts", "blocks", columns=["k"]))
 
 
-def active_parts(host: str) -> list[str]:
-    with MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+def active_parts(member: Member) -> list[str]:
+    with member.direct_client(serverSelectionTimeoutMS=10000) as client:
         return sorted(p["name"] for p in client[DB].command({"partsStatus": "blocks"})["parts"] if p["active"])
 
 
 def wait_parts_converged(rs: ReplicaSet, timeout_s: float) -> None:
     def same() -> bool:
-        views = [active_parts(m.host) for m in rs.members]
+        views = [active_parts(m) for m in rs.members]
         return all(v == views[0] for v in views)
 
     try:
@@ -185,11 +186,11 @@ def wait_parts_converged(rs: ReplicaSet, timeout_s: float) -> None:
 
 def describe_parts(rs: ReplicaSet) -> str:
     """Each member's active parts (those not on every member) and the head of its queue, for a failure."""
-    views = {m.host: set(active_parts(m.host)) for m in rs.members}
+    views = {m.host: set(active_parts(m)) for m in rs.members}
     everywhere = set.intersection(*views.values())
     lines = []
     for m in rs.members:
-        with MongoClient(f"mongodb://{m.host}/?directConnection=true", serverSelectionTimeoutMS=10000) as client:
+        with m.direct_client(serverSelectionTimeoutMS=10000) as client:
             queue = client[DB].command({"partsReplicationQueue": "blocks"})["queue"]
         lines.append(f"  {m.host}: {len(views[m.host])} parts, only here {sorted(views[m.host] - everywhere)[:8]}, "
                      f"queue {len(queue)}")
@@ -216,11 +217,10 @@ def check_parts(history: PartHistory, keys: dict[str, Counter[str]]) -> list[str
 # --- the final state ---------------------------------------------------------------------------------------
 
 
-def read_member(host: str) -> dict[str, list[RawBSONDocument]]:
+def read_member(member: Member) -> dict[str, list[RawBSONDocument]]:
     """Every replicated collection of the member (all but `local`), raw documents sorted by _id."""
-    with MongoClient(f"mongodb://{host}/?directConnection=true", document_class=RawBSONDocument,
-                     serverSelectionTimeoutMS=10000,
-                     read_preference=ReadPreference.SECONDARY_PREFERRED) as client:
+    with member.direct_client(document_class=RawBSONDocument, serverSelectionTimeoutMS=10000,
+                              read_preference=ReadPreference.SECONDARY_PREFERRED) as client:
         out: dict[str, list[RawBSONDocument]] = {}
         for db_name in sorted(client.list_database_names()):
             if db_name == "local":
@@ -284,7 +284,7 @@ def read_quiet_set(rs: ReplicaSet, timeout_s: float) -> dict[str, dict[str, list
     while True:
         wait_converged(rs, max(1.0, deadline - time.monotonic()))
         before = applied_optimes(rs)
-        data = {m.host: read_member(m.host) for m in rs.members}
+        data = {m.host: read_member(m) for m in rs.members}
         if bson.encode({"o": list(applied_optimes(rs).items())}) == bson.encode({"o": list(before.items())}):
             return data
         if time.monotonic() > deadline:
@@ -423,20 +423,29 @@ class RunResult:
 TOTALS: list[RunResult] = []
 
 
-async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: float) -> RunResult:
-    rs = make_replica_set(str(tmp_path), members)
+async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: float,
+                      secure: bool = False) -> RunResult:
+    """`secure`: every member with TLS and keyfile auth, every client over TLS as a root user."""
+    extra: list[str] = []
+    client_options: dict[str, Any] = {}
+    if secure:
+        extra, client_options, _ca = secure_options(tmp_path / "secrets")
+    rs = make_replica_set(str(tmp_path), members, extra_args=tuple(extra))
+    for m in rs.members:
+        m.client_kwargs.update(client_options)
     history = History()
     parts = PartHistory()
-    async with nemesis_run(rs, seed, SETTINGS) as run:
+    async with nemesis_run(rs, seed, SETTINGS, after_initiate=create_first_user if secure else None) as run:
+        options = {**CLIENT_OPTIONS, **rs.members[0].client_kwargs}
         rng = random.Random(seed)
         await asyncio.to_thread(lambda: rs.client()[DB].command(
             {"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}, {"name": "n", "type": "int64"}],
              "orderBy": ["k"]}))
-        part_client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
+        part_client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **options)
         run.clients.append(part_client)
         run.spawn(part_client_loop(part_client, parts, run.stop_workload))
         for i in range(CLIENTS):
-            client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **CLIENT_OPTIONS)
+            client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, **options)
             run.clients.append(client)
             run.spawn(client_loop(i, client, history, run.stop_workload, random.Random(rng.random())))
         await _until(lambda: len(history.with_outcome("ok")) >= WARM_UP_ACKS, WARM_UP_TIMEOUT_S,
@@ -448,7 +457,7 @@ async def run_nemesis(tmp_path: Path, *, members: int, seed: int, duration_s: fl
         data = await asyncio.to_thread(read_quiet_set, rs, CONVERGE_TIMEOUT_S)
         rollback = {m.host: read_rollback_files(m.dbpath) for m in rs.members}
         await asyncio.to_thread(wait_parts_converged, rs, CONVERGE_TIMEOUT_S)
-        keys = {m.host: await asyncio.to_thread(part_keys, m.host) for m in rs.members}
+        keys = {m.host: await asyncio.to_thread(part_keys, m) for m in rs.members}
         result = RunResult(members, seed, run.nemesis, history, check(history, data, rollback), parts,
                            check_parts(parts, keys))
     nemesis, proxy = run.nemesis, run.proxy
@@ -496,6 +505,13 @@ def seed_for(default: int) -> int:
 @pytest.mark.parametrize(("members", "seed"), [(3, 7103), (5, 7105)])
 async def test_nemesis_short(tmp_path: Path, members: int, seed: int) -> None:
     await run_nemesis(tmp_path, members=members, seed=seed_for(seed), duration_s=25)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", [7203])
+async def test_nemesis_with_tls_and_auth(tmp_path: Path, seed: int) -> None:
+    """The same run with every member behind TLS and keyfile auth, every client logged in over TLS."""
+    await run_nemesis(tmp_path, members=3, seed=seed_for(seed), duration_s=25, secure=True)
 
 
 @pytest.mark.soak

@@ -14,40 +14,27 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import trustme
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import MongoClient
 from pymongo.errors import ServerSelectionTimeoutError
 from pymongo.write_concern import WriteConcern
 
-from replset.auth.keyfile import write_keyfile
 from tests.support.members import Member, wait_for
 from tests.support.replica_set import ReplicaSet
-
-USER, PASSWORD = "ops", "tls and auth"
+from tests.support.secure import PASSWORD, USER, create_first_user, secure_options
 
 
 @pytest.fixture(scope="module")
 def secure_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("tlsset")
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    ca_file, pem_file, key_file = str(base / "ca.pem"), str(base / "member.pem"), str(base / "keyfile")
-    ca.cert_pem.write_to_path(ca_file)
-    server.private_key_and_cert_chain_pem.write_to_path(pem_file)
-    write_keyfile(key_file)
-    tls_args = ["--tlsMode", "requireTLS", "--tlsCertificateKeyFile", pem_file, "--tlsCAFile", ca_file]
-    tls_client = {"tls": True, "tlsCAFile": ca_file}
-    members = [Member(dbpath=str(base / f"m{i}"), extra_args=[*tls_args, "--keyFile", key_file],
-                      client_kwargs=dict(tls_client)) for i in range(3)]
+    args, tls_client, ca_file = secure_options(base / "secrets")
+    members = [Member(dbpath=str(base / f"m{i}"), extra_args=list(args), client_kwargs=dict(tls_client))
+               for i in range(3)]
     rs = ReplicaSet(members)
     rs.start()
     try:
-        primary = rs.initiate()  # through the localhost exception: no user yet
-        with rs.direct(primary) as client:
-            client.admin.command("createUser", USER, pwd=PASSWORD, roles=["root"])
-        for m in members:
-            m.client_kwargs.update(username=USER, password=PASSWORD)
+        rs.initiate()  # through the localhost exception: no user yet
+        create_first_user(rs)
         yield {"rs": rs, "ca_file": ca_file, "tls_client": tls_client}
     finally:
         rs.stop()

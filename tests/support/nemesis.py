@@ -258,7 +258,8 @@ class NemesisRun:
 
 
 @contextlib.asynccontextmanager
-async def nemesis_run(rs: ReplicaSet, seed: int, settings: dict[str, Any]) -> AsyncIterator[NemesisRun]:
+async def nemesis_run(rs: ReplicaSet, seed: int, settings: dict[str, Any],
+                      after_initiate: Callable[[ReplicaSet], None] | None = None) -> AsyncIterator[NemesisRun]:
     """Starts `rs` with every member's peer traffic through a fault proxy (routes set before initiate)
     and initiates it; afterwards stops the workload's tasks and clients, heals, stops the proxy and the
     set. The nemesis's timeline is printed when the body fails."""
@@ -269,6 +270,8 @@ async def nemesis_run(rs: ReplicaSet, seed: int, settings: dict[str, Any]) -> As
         await asyncio.to_thread(rs.start)
         await asyncio.to_thread(run.nemesis.connect)
         await asyncio.to_thread(rs.initiate, settings)
+        if after_initiate is not None:
+            await asyncio.to_thread(after_initiate, rs)
         yield run
     except BaseException:
         print(run.nemesis.describe())
