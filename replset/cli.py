@@ -29,7 +29,9 @@ def _node_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, default=27017)
     p.add_argument("--replSet", dest="repl_set", default="rs0")
     p.add_argument("--dbpath", default="./data/db")
-    p.add_argument("--bind_ip", default="127.0.0.1")
+    p.add_argument("--bind_ip", default="127.0.0.1",
+                   help="comma-separated addresses both ports listen on (default: 127.0.0.1 only)")
+    p.add_argument("--bind_ip_all", action="store_true", help="listen on every IPv4 and IPv6 interface")
     p.add_argument("--oplogSizeMB", dest="oplog_size_mb", type=int, default=1024)
     p.add_argument("--httpPort", dest="http_port", type=int, default=None,
                    help="HTTP status port (default: port + 1000)")
@@ -124,7 +126,11 @@ def cmd_node(args: argparse.Namespace) -> int:
     except (TlsConfigError, OSError, ssl.SSLError) as err:
         print(f"TLS: {err}", file=sys.stderr)
         return 2
-    run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath, bind_ip=args.bind_ip,
+    if args.bind_ip_all and args.bind_ip != "127.0.0.1":
+        print("--bind_ip and --bind_ip_all are exclusive", file=sys.stderr)
+        return 2
+    run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath,
+                         bind_ip="*" if args.bind_ip_all else args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
                          auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls),

@@ -142,9 +142,11 @@ class HttpServer:
         self._runner = web.AppRunner(build_app(node, connections), access_log=None, logger=logger)
         self._tls = node.options.tls.server_context()
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, hosts: str | list[str] | None, port: int) -> None:
+        """Listens on `hosts` (one, a list, or None for every interface)."""
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, ssl_context=self._tls).start()
+        for host in hosts if isinstance(hosts, list) else [hosts]:
+            await web.TCPSite(self._runner, host, port, ssl_context=self._tls).start()
 
     async def stop(self) -> None:
         await self._runner.cleanup()

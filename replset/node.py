@@ -92,8 +92,16 @@ class NodeOptions:
 
     @property
     def me(self) -> str:
-        host = "127.0.0.1" if self.bind_ip in ("0.0.0.0", "::") else self.bind_ip
+        first = self.bind_ip.split(",")[0].strip()
+        host = "127.0.0.1" if first in ("0.0.0.0", "::", "*") else first
         return f"{host}:{self.port}".lower()
+
+    @property
+    def listen_hosts(self) -> list[str] | None:
+        """The addresses both ports listen on: `--bind_ip`'s comma-separated list, or None (every
+        interface, IPv4 and IPv6) for `--bind_ip_all` (`*`)."""
+        hosts = [h.strip() for h in self.bind_ip.split(",") if h.strip()]
+        return None if "*" in hosts else hosts
 
     @property
     def http_address(self) -> str:

@@ -23,9 +23,9 @@ async def serve(options: NodeOptions, limits: WireLimits | None = None) -> None:
     await node.start()
     wire = WireServer(node, Dispatcher(node), limits)
     http = HttpServer(node, wire.admission.snapshot)
-    await wire.start(options.bind_ip, options.port)
+    await wire.start(options.listen_hosts, options.port)
     http_port = options.http_port if options.http_port is not None else options.port + 1000
-    await http.start(options.bind_ip, http_port)
+    await http.start(options.listen_hosts, http_port)
     log.info("member %s listening (wire %d, http %d, maxConns %d), state %s", options.me, options.port,
              http_port, wire.admission.max_conns, node.state.name)
     # What start-up allocated lives as long as the process: out of the collector's reach, a full

@@ -189,7 +189,14 @@ async def cmd_whatsmyuri(ctx: CommandContext) -> dict[str, Any]:
 @command("getCmdLineOpts")
 async def cmd_get_cmd_line_opts(ctx: CommandContext) -> dict[str, Any]:
     opts = ctx.node.options
-    return {"argv": ["replset", "node"], "parsed": {"net": {"port": opts.port, "bindIp": opts.bind_ip},
+    net: dict[str, Any] = {"port": opts.port, **({"bindIpAll": True} if opts.listen_hosts is None
+                                                 else {"bindIp": opts.bind_ip})}
+    if opts.tls.on:
+        net["tls"] = {"mode": opts.tls.mode}
+    security = {"authorization": "enabled"} if opts.auth else {}
+    if opts.key_file:
+        security["keyFile"] = opts.key_file
+    return {"argv": ["replset", "node"], "parsed": {"net": net, **({"security": security} if security else {}),
             "replication": {"replSet": opts.repl_set, "oplogSizeMB": opts.oplog_size_mb},
             "storage": {"dbPath": opts.dbpath}}, "ok": 1.0}
 

@@ -99,7 +99,7 @@ class WireServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str | list[str] | None, port: int) -> None:
         tls = self._node.options.tls.server_context()
         self._server = await asyncio.start_server(self._handle, host, port, limit=READ_CHUNK, backlog=1024,
                                                   ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
