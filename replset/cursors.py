@@ -52,6 +52,7 @@ class Cursor:
     history_epoch: int = 0
     change_stream: Any = None  # a change stream's state (`replset.wire.change_streams.ChangeStream`)
     view: Any = None  # a majority cursor's committed snapshot (`replset.committed_snapshots.MajorityView`)
+    owners: tuple[tuple[str, str], ...] = ()  # with auth on: the users whose connection opened it
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""
@@ -111,6 +112,9 @@ class CursorRegistry:
             cid = self._rng.getrandbits(62) or next(self._ids)
             if cid not in self._cursors:
                 return cid
+
+    def peek(self, cursor_id: int) -> Cursor | None:
+        return self._cursors.get(cursor_id)
 
     def get(self, cursor_id: int, ns: str, now_ms: int) -> Cursor:
         cursor = self._cursors.get(cursor_id)

@@ -121,6 +121,7 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     cursor.id = node.cursors.new_id()
     from replset.wire.crud import now_ms  # the cursor registry's clock
 
+    cursor.owners = tuple(ctx.conn.auth.users)
     node.cursors.register(cursor, now_ms())
     return _reply(cursor, stream, batch, first=True)
 

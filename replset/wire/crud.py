@@ -431,6 +431,7 @@ async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
             raise
     if more and not single_batch:
         cursor.id = ctx.node.cursors.new_id()
+        cursor.owners = tuple(ctx.conn.auth.users)
         ctx.node.cursors.register(cursor, now_ms())
     elif more:
         await _release(ctx, cursor)
@@ -473,6 +474,7 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx, 'collection')}"
     registry = ctx.node.cursors
     cursor = registry.get(int(cursor_id), ns, now_ms())
+    check_owner(ctx, cursor)
     report = ctx.cmd.get(POSITIONS_FIELD)
     if report is not None and ns == OPLOG_NS:
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
@@ -537,6 +539,12 @@ async def _settle_more(ctx: CommandContext, cursor: Cursor) -> None:
         raise
 
 
+def check_owner(ctx: CommandContext, cursor: Cursor) -> None:
+    """With auth on, a cursor is its users' only: another connection's getMore or killCursors is 13."""
+    if ctx.node.options.auth and not set(cursor.owners) <= set(ctx.conn.auth.users):
+        raise MongoError(13, f"cursor id {cursor.id} was not created by the authenticated user")
+
+
 @command("killCursors")
 async def cmd_kill_cursors(ctx: CommandContext) -> dict[str, Any]:
     ids = ctx.cmd.get("cursors")
@@ -544,6 +552,9 @@ async def cmd_kill_cursors(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(9, "killCursors requires a 'cursors' array")
     killed, not_found = [], []
     for cid in ids:
+        found = ctx.node.cursors.peek(int(cid))
+        if found is not None:
+            check_owner(ctx, found)
         cursor = ctx.node.cursors.take(int(cid))
         (killed if cursor is not None else not_found).append(Int64(cid))
         if cursor is not None:

@@ -119,6 +119,19 @@ def test_refusals_carry_mongodbs_codes_and_roles_are_checked(auth_set: dict[str,
         with pytest.raises(OperationFailure) as no_admin:
             reader.admin.command("replSetStepDown", 10)
         assert no_admin.value.code == 13
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:  # a cursor is its user's
+        admin.app.docs.insert_many([{"n": i} for i in range(5)])
+        reply = admin.app.command({"find": "docs", "batchSize": 1})
+        cursor_id = reply["cursor"]["id"]
+        primary = admin.primary
+        with MongoClient(f"mongodb://{primary[0]}:{primary[1]}/?directConnection=true", username="reader",
+                         password="reader pwd", serverSelectionTimeoutMS=10_000) as other:
+            for command in ({"getMore": cursor_id, "collection": "docs"}, {"killCursors": "docs",
+                                                                            "cursors": [cursor_id]}):
+                with pytest.raises(OperationFailure) as not_theirs:
+                    other.app.command(command)
+                assert not_theirs.value.code == 13
+        assert admin.app.command({"getMore": cursor_id, "collection": "docs"})["cursor"]["nextBatch"]
     with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:  # a grant counts at once
         admin.admin.command("grantRolesToUser", "reader", roles=[{"role": "readWrite", "db": "app"}])
         with _client(auth_set, username="reader", password="reader pwd") as reader:
