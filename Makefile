@@ -14,7 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# The MongoDB Node.js driver, for the tests that log in with it (tests/integration/test_auth.py).
+NODE_STAMP := build/node/.installed
+$(NODE_STAMP):
+	mkdir -p build/node
+	cd build/node && npm install --no-audit --no-fund --silent mongodb@7.9.0
+	touch $(NODE_STAMP)
+
+install: $(STAMP) $(NODE_STAMP)
 
 run: $(STAMP)
 	$(BIN)/replset up --nodes $(NODES) --port $(PORT) --dir $(DIR)
@@ -22,7 +29,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint
+test: $(STAMP) $(NODE_STAMP) lint
 	$(BIN)/pytest
 
 bench: $(STAMP)

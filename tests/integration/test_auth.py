@@ -6,10 +6,13 @@ spec users), and a member without the key that can neither replicate nor vote no
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,6 +81,46 @@ async def test_motor_logs_in(auth_set: dict[str, Any]) -> None:
         assert await client.app.motor.find_one() == {"_id": 1}
     finally:
         client.close()
+
+
+NODE_MODULES = os.path.join(REPO_ROOT, "build", "node", "node_modules")
+NODE_LOGIN = """
+const { MongoClient } = require("mongodb");
+(async () => {
+  const client = new MongoClient(process.env.URI, { serverSelectionTimeoutMS: 10000 });
+  try {
+    await client.connect();
+    const status = await client.db("admin").command({ connectionStatus: 1 });
+    await client.db("app").collection("node").insertOne({ mechanism: process.env.MECHANISM });
+    const n = await client.db("app").collection("node").countDocuments({ mechanism: process.env.MECHANISM });
+    console.log(JSON.stringify({ users: status.authInfo.authenticatedUsers, n }));
+  } catch (err) {
+    console.log(JSON.stringify({ error: err.message, code: err.code }));
+  } finally {
+    await client.close();
+  }
+})();
+"""
+
+
+@pytest.mark.parametrize(("mechanism", "password", "expected"), [
+    ("SCRAM-SHA-256", ADMIN[1], None), ("SCRAM-SHA-1", ADMIN[1], None), ("SCRAM-SHA-256", "wrong", 18)])
+def test_the_node_driver_logs_in(auth_set: dict[str, Any], mechanism: str, password: str,
+                                 expected: int | None) -> None:
+    """The MongoDB Node.js driver (`make install` puts it under build/node)."""
+    node = shutil.which("node")
+    assert node is not None and os.path.isdir(os.path.join(NODE_MODULES, "mongodb")), \
+        "the Node.js driver is missing: run `make install` (it needs node and npm)"
+    hosts = ",".join(f"127.0.0.1:{p}" for p in auth_set["ports"])
+    uri = (f"mongodb://{ADMIN[0]}:{urllib.parse.quote(password)}@{hosts}/?replicaSet=rs0"
+           f"&authMechanism={mechanism}")
+    done = subprocess.run([node, "-e", NODE_LOGIN], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NODE_PATH": NODE_MODULES, "URI": uri, "MECHANISM": mechanism})
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if expected is None:
+        assert result == {"users": [{"user": ADMIN[0], "db": "admin"}], "n": 1}, done.stderr
+    else:
+        assert result["code"] == expected, result
 
 
 def test_refusals_carry_mongodbs_codes_and_roles_are_checked(auth_set: dict[str, Any]) -> None:
