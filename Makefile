@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.read_concern
 	$(BIN)/python -m bench.change_streams
 	$(BIN)/python -m bench.transactions
+	$(BIN)/python -m bench.security
 
 soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
