@@ -14,11 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
-# The MongoDB Node.js driver, for the tests that log in with it (tests/integration/test_auth.py).
+# The MongoDB Node.js driver and mongosh, for the tests that log in with them (tests/integration/test_auth.py).
 NODE_STAMP := build/node/.installed
 $(NODE_STAMP):
 	mkdir -p build/node
-	cd build/node && npm install --no-audit --no-fund --silent mongodb@7.9.0
+	cd build/node && npm install --no-audit --no-fund --silent mongodb@7.9.0 mongosh@2.12.0
 	touch $(NODE_STAMP)
 
 install: $(STAMP) $(NODE_STAMP)

@@ -107,7 +107,7 @@ const { MongoClient } = require("mongodb");
     ("SCRAM-SHA-256", ADMIN[1], None), ("SCRAM-SHA-1", ADMIN[1], None), ("SCRAM-SHA-256", "wrong", 18)])
 def test_the_node_driver_logs_in(auth_set: dict[str, Any], mechanism: str, password: str,
                                  expected: int | None) -> None:
-    """The MongoDB Node.js driver (`make install` puts it under build/node)."""
+    """The MongoDB Node.js driver (`make install` puts it and mongosh under build/node)."""
     node = shutil.which("node")
     assert node is not None and os.path.isdir(os.path.join(NODE_MODULES, "mongodb")), \
         "the Node.js driver is missing: run `make install` (it needs node and npm)"
@@ -121,6 +121,20 @@ def test_the_node_driver_logs_in(auth_set: dict[str, Any], mechanism: str, passw
         assert result == {"users": [{"user": ADMIN[0], "db": "admin"}], "n": 1}, done.stderr
     else:
         assert result["code"] == expected, result
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-1"])
+def test_mongosh_logs_in(auth_set: dict[str, Any], mechanism: str) -> None:
+    mongosh = os.path.join(NODE_MODULES, ".bin", "mongosh")
+    assert os.path.exists(mongosh), "mongosh is missing: run `make install` (it needs node and npm)"
+    hosts = ",".join(f"127.0.0.1:{p}" for p in auth_set["ports"])
+    uri = (f"mongodb://{ADMIN[0]}:{urllib.parse.quote(ADMIN[1])}@{hosts}/?replicaSet=rs0"
+           f"&authMechanism={mechanism}")
+    done = subprocess.run([mongosh, uri, "--quiet", "--norc", "--eval",
+                           "JSON.stringify(db.runCommand({connectionStatus: 1}).authInfo.authenticatedUsers)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [{"user": ADMIN[0], "db": "admin"}]
 
 
 def test_refusals_carry_mongodbs_codes_and_roles_are_checked(auth_set: dict[str, Any]) -> None:
