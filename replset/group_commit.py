@@ -63,7 +63,11 @@ class GroupCommitWriter:
     def __init__(self, store: SQLiteStore, on_commit: Callable[[], None],
                  on_abort: Callable[[], None] | None = None, *,
                  position: Callable[[], Any] = lambda: None,
-                 on_durable: Callable[[Any], None] = lambda _position: None) -> None:
+                 on_durable: Callable[[Any], None] = lambda _position: None,
+                 observe_batch: Callable[[int], None] = lambda _size: None,
+                 observe_fsync: Callable[[float], None] = lambda _seconds: None) -> None:
+        self._observe_batch = observe_batch  # each committed batch's size (metrics)
+        self._observe_fsync = observe_fsync  # each journal fsync's time (metrics)
         self._on_abort = on_abort or (lambda: None)
         self._store = store
         self._on_commit = on_commit
@@ -176,6 +180,7 @@ class GroupCommitWriter:
             seq, position = self.committed_seq, self._position()
             if seq > self.durable_seq:
                 self._flushing = True
+                started = time.perf_counter()
                 try:
                     await self._sync_wal(loop)
                 except OSError as exc:
@@ -184,6 +189,7 @@ class GroupCommitWriter:
                     log.critical("fsync of the journal failed, shutting down: %s", exc)
                     os._exit(70)
                 self._flushing = False
+                self._observe_fsync(time.perf_counter() - started)
                 self.flushes += 1
                 self.durable_seq = seq
                 self._on_durable(position)
@@ -310,6 +316,7 @@ class GroupCommitWriter:
             return len(batch)
         self.batches += 1
         self.requests += len(batch)
+        self._observe_batch(len(batch))
         self.committed_seq += 1
         # The writers' continuations are queued before whatever `on_commit` wakes (tailing getMores,
         # position reports): a w:1 reply does not wait behind the replication traffic it causes.

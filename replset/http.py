@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from bson import json_util
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from base.errors import MongoError
 from base.scram import SHA256
@@ -112,6 +113,8 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/replSetGetStatus", _status)
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
+    node.metrics.watch(node, connections)
+    app.router.add_get("/metrics", make_aiohttp_handler(node.metrics.registry))
     add_part_routes(app, node)
     add_table_routes(app, node)
     return app

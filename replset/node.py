@@ -54,6 +54,7 @@ from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
 from replset.local_sessions import LocalSessions
+from replset.metrics import Metrics
 from replset.parts.manager import PartsManager
 from replset.pulse import Pulse
 from replset.query_pool import QueryPool
@@ -132,8 +133,11 @@ class Node:
         self.topology_counter = 0
         self._state_changed = Pulse()
         self._oplog_advanced = Pulse()
+        self.metrics = Metrics()
         self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort,
-                                        position=self._flush_position, on_durable=self._on_durable)
+                                        position=self._flush_position, on_durable=self._on_durable,
+                                        observe_batch=self.metrics.group_commit_batch.observe,
+                                        observe_fsync=self.metrics.fsync.observe)
         self._connection_ids = 0
         self.shutting_down = False
         self._trimming = False
@@ -493,7 +497,11 @@ class Node:
 
     async def wait_for_write_concern(self, wc: WriteConcern, optime: OpTime) -> MongoError | None:
         """Waits until the write at `optime` satisfies `wc`; returns a writeConcernError or None."""
-        return await self.repl.wait_for_write_concern(wc, optime)
+        started = time.perf_counter()
+        try:
+            return await self.repl.wait_for_write_concern(wc, optime)
+        finally:
+            self.metrics.write_concern_wait.labels(str(wc.w)).observe(time.perf_counter() - started)
 
     # -- replica-set configuration ----------------------------------------------------
     async def initiate(self, raw: dict[str, Any] | None) -> None:

@@ -296,6 +296,7 @@ class Replication:
         self.core.noop_written(now_ms(), term, ok=ok, wall=self.node.now())
         if self.node.is_primary:
             log.info("became primary in term %d", term)
+            self.node.metrics.elections.inc()
         self._carry_out()
 
     async def _forget_min_valid(self, optime: OpTime) -> None:

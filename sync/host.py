@@ -35,6 +35,17 @@ class Failpoints(Protocol):
     def peer_route(self, host: str) -> str: ...
 
 
+class Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class SyncMetrics(Protocol):
+    """The member's event series the replication shells observe (`replset.metrics.Metrics`)."""
+
+    @property
+    def apply_batch(self) -> Observer: ...
+
+
 class Writer(Protocol):
     """The group-commit writer: `fn` runs inside the next storage transaction."""
 
@@ -109,6 +120,7 @@ class SyncHost(Protocol):
     log: LogWriter
     writer: Writer
     failpoints: Failpoints
+    metrics: SyncMetrics
     options: Options
     rbid: int
     shutting_down: bool

@@ -413,6 +413,7 @@ class SyncWorker:
             while len(batch) < MAX_APPLY_BATCH and not self._buffer.empty():
                 batch.extend(self._buffer.get_nowait())
                 taken += 1
+            self.node.metrics.apply_batch.observe(len(batch))
             try:
                 # In slices: one transaction holds the event loop while it applies, and heartbeats
                 # must not wait for 5,000 entries.
