@@ -397,6 +397,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             _first_user(args, hosts)
         print(f"replica set {args.repl_set} is up")
         print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}")
+        print(f"  live page: http://127.0.0.1:{ports[0] + 1000}/ (on every member's HTTP port)")
         for p in ports:
             print(f"  status: http://127.0.0.1:{p + 1000}/replSetGetStatus")
         print("members that exit are restarted; press Ctrl-C to stop", flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import pathlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -105,6 +106,28 @@ def _unauthorized(message: str) -> web.Response:
     return response
 
 
+PAGE_DIR = pathlib.Path(__file__).parent / "page"
+
+
+async def _page(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(PAGE_DIR / "index.html")
+
+
+async def _page_data(request: web.Request) -> web.Response:
+    """What the live page draws: `replSetGetStatus`, the oplog's size and window, the elections this
+    member saw."""
+    node = request.app[NODE_KEY]
+    status: dict[str, Any] = (replset_status(node.status_view()) | {"ok": 1.0}) if node.config is not None else \
+        MongoError(94, "no replset config has been received").to_document()
+    entries, size = node.store.oplog_totals
+    oldest = node.store.reader.oplog_oldest_key()
+    window = None if oldest is None or not node.last_committed_optime.secs else \
+        max(0, node.last_committed_optime.secs - (oldest >> 32))
+    return _json_response({"me": node.options.me, "status": status,
+                           "oplog": {"entries": entries, "bytes": size, "windowSeconds": window},
+                           "elections": list(node.elections)})
+
+
 def build_app(node: Node, connections: ConnectionStats | None = None) -> web.Application:
     app = web.Application(middlewares=[_auth_middleware(node)] if node.options.auth else [])
     app[NODE_KEY] = node
@@ -113,6 +136,9 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/replSetGetStatus", _status)
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
+    app.router.add_get("/", _page)
+    app.router.add_get("/page/data", _page_data)
+    app.router.add_static("/page/", PAGE_DIR)
     node.metrics.watch(node, connections)
     app.router.add_get("/metrics", make_aiohttp_handler(node.metrics.registry))
     add_part_routes(app, node)

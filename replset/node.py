@@ -19,6 +19,7 @@ for state changes are woken by events, never by polling timers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import logging
 import os
@@ -134,6 +135,7 @@ class Node:
         self._state_changed = Pulse()
         self._oplog_advanced = Pulse()
         self.metrics = Metrics()
+        self.elections: collections.deque[dict[str, Any]] = collections.deque(maxlen=10)  # won here, newest last
         self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort,
                                         position=self._flush_position, on_durable=self._on_durable,
                                         observe_batch=self.metrics.group_commit_batch.observe,

@@ -297,6 +297,8 @@ class Replication:
         if self.node.is_primary:
             log.info("became primary in term %d", term)
             self.node.metrics.elections.inc()
+            self.node.elections.append({"term": term, "primary": self.node.options.me,
+                                        "at": self.node.now().isoformat(timespec="seconds")})
         self._carry_out()
 
     async def _forget_min_valid(self, optime: OpTime) -> None:
