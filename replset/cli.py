@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import io
 import os
 import signal
 import ssl
@@ -48,6 +48,8 @@ def _node_parser(sub: Any) -> None:
     p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM",
                    help="the CA that signs the members' (and clients') certificates")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
+    p.add_argument("--logFormat", dest="log_format", default="text", choices=("text", "json"),
+                   help="json: MongoDB-style structured lines (t, s, c, id, ctx, msg, attr)")
     p.add_argument("--traceSQL", dest="trace_sql", default=None, metavar="FILE",
                    help="append every SQL statement the member runs to FILE (one JSON string a line), "
                         "to check query plans")
@@ -103,8 +105,9 @@ def _resync_parser(sub: Any) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s [{args.port}] %(levelname)s %(name)s: %(message)s")
+    from replset.structured_log import configure
+
+    configure(args.log_level, args.log_format, args.port)
     from replset.auth.keyfile import KeyFileError, read_keyfile
     from replset.server_main import run_node
 
@@ -437,12 +440,25 @@ def _optime_order(optime: Any) -> tuple[int, int, int]:
 
 
 def progress_bar(fraction: float, width: int = 20) -> str:
+    """A plain-text bar, for output that is not a terminal."""
     filled = round(min(max(fraction, 0.0), 1.0) * width)
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def format_initial_sync(name: str, status: Mapping[str, Any]) -> str:
-    """One line for a member's `initialSyncStatus`: a bar of bytes copied, documents, time left. Pure."""
+def rich_bar(fraction: float, width: int = 20) -> str:
+    """`rich`'s progress bar, rendered for a colour terminal."""
+    from rich.console import Console
+    from rich.progress_bar import ProgressBar
+
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="256", width=width)
+    console.print(ProgressBar(total=1.0, completed=min(max(fraction, 0.0), 1.0), width=width), end="")
+    out = console.file.getvalue()
+    assert isinstance(out, str)
+    return out
+
+
+def initial_sync_progress(status: Mapping[str, Any]) -> tuple[float, str]:
+    """(fraction done, phase) of a member's `initialSyncStatus`. Pure."""
     totals = copy_totals(status)
     if totals.bytes_to_copy:
         fraction = totals.bytes_copied / totals.bytes_to_copy
@@ -451,14 +467,21 @@ def format_initial_sync(name: str, status: Mapping[str, Any]) -> str:
     else:
         fraction = 1.0 if "initialSyncOplogEnd" in status else 0.0
     if "initialSyncEnd" in status:
-        phase, fraction = "done", 1.0
-    elif "initialSyncOplogEnd" in status:
-        phase = f"applying the oplog ({int(status.get('appliedOps', 0)):,} entries)"
-    elif not status.get("databases", {}).get("databasesToClone"):
-        phase = "starting"
-    else:
-        phase = "cloning"
-    parts = [f"initial sync {name}", progress_bar(fraction), f"{min(fraction, 1.0):4.0%}",
+        return 1.0, "done"
+    if "initialSyncOplogEnd" in status:
+        return fraction, f"applying the oplog ({int(status.get('appliedOps', 0)):,} entries)"
+    if not status.get("databases", {}).get("databasesToClone"):
+        return fraction, "starting"
+    return fraction, "cloning"
+
+
+def format_initial_sync(name: str, status: Mapping[str, Any],
+                        bar: Callable[[float], str] = progress_bar) -> str:
+    """One line for a member's `initialSyncStatus`: a bar of bytes copied, documents, time left. Pure
+    (the bar as `bar` draws it)."""
+    totals = copy_totals(status)
+    fraction, phase = initial_sync_progress(status)
+    parts = [f"initial sync {name}", bar(fraction), f"{min(fraction, 1.0):4.0%}",
              f"{totals.documents_copied:,}/{totals.documents_to_copy:,} documents",
              f"{totals.bytes_copied / 1e6:.1f}/{totals.bytes_to_copy / 1e6:.1f} MB", phase]
     if totals.remaining_ms is not None and phase == "cloning":
@@ -469,7 +492,8 @@ def format_initial_sync(name: str, status: Mapping[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[str, Any]] | None = None,
+                  bar: Callable[[float], str] = progress_bar) -> str:
     """Renders a replSetGetStatus document as a human-readable table. Pure.
 
     Lag is the primary's optime seconds minus the member's (from this member's point of
@@ -529,7 +553,7 @@ def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[
     if me is not None and isinstance(status.get("initialSyncStatus"), Mapping) \
             and me.get("stateStr") == "STARTUP2":
         syncing[str(me["name"])] = status["initialSyncStatus"]
-    notes = [format_initial_sync(str(m.get("name")), syncing[str(m.get("name"))]) for m in members
+    notes = [format_initial_sync(str(m.get("name")), syncing[str(m.get("name"))], bar) for m in members
              if str(m.get("name")) in syncing]
     notes += [f"{m.get('name')}: {m['infoMessage']}" for m in members if m.get("infoMessage")]
     if notes:
@@ -574,11 +598,52 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         print(json_util.dumps(status, json_options=json_util.RELAXED_JSON_OPTIONS, indent=2))
     else:
-        print(format_status(status, _initial_sync_statuses(status, _credentials(args))))
+        # A colour terminal gets rich's bar; a pipe or a file the plain one.
+        bar = rich_bar if sys.stdout.isatty() else progress_bar
+        print(format_status(status, _initial_sync_statuses(status, _credentials(args)), bar))
     return 0
 
 
 RESYNC_POLL_S = 0.5
+
+
+class _ResyncDisplay:
+    """An initial sync's progress while `resync` waits: a live `rich` progress bar on a terminal, a
+    line per change otherwise (a log file, a pipe)."""
+
+    def __init__(self, host: str, *, live: bool) -> None:
+        self._host = host
+        self._progress: Any = None
+        self._task: Any = None
+        self._last = ""
+        if live:
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("initial sync {task.description}"), BarColumn(),
+                                      TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
+                                      TimeElapsedColumn())
+            self._task = self._progress.add_task(host, total=1.0, detail="starting")
+
+    def __enter__(self) -> _ResyncDisplay:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def show(self, status: Mapping[str, Any]) -> None:
+        if self._progress is not None:
+            fraction, phase = initial_sync_progress(status)
+            totals = copy_totals(status)
+            self._progress.update(self._task, completed=min(fraction, 1.0),
+                                  detail=f"{totals.documents_copied:,}/{totals.documents_to_copy:,} documents  {phase}")
+            return
+        line = format_initial_sync(self._host, status)
+        if line != self._last:
+            print(line, flush=True)
+            self._last = line
 
 
 def cmd_resync(args: argparse.Namespace) -> int:
@@ -593,18 +658,17 @@ def cmd_resync(args: argparse.Namespace) -> int:
             if not args.wait:
                 return 0
             started = time.monotonic()
-            last_line = ""
-            while True:
-                status = client.admin.command("replSetGetStatus")
-                if status.get("myState") == MemberState.SECONDARY:
-                    print(f"{args.host}: SECONDARY again after {time.monotonic() - started:.1f} s", flush=True)
-                    return 0
-                progress = status.get("initialSyncStatus")
-                line = format_initial_sync(args.host, progress) if isinstance(progress, Mapping) else ""
-                if line and line != last_line:
-                    print(line, flush=True)
-                    last_line = line
-                time.sleep(RESYNC_POLL_S)  # an operator's progress display: poll the member's status
+            with _ResyncDisplay(args.host, live=sys.stdout.isatty()) as display:
+                while True:
+                    status = client.admin.command("replSetGetStatus")
+                    if status.get("myState") == MemberState.SECONDARY:
+                        break
+                    progress = status.get("initialSyncStatus")
+                    if isinstance(progress, Mapping):
+                        display.show(progress)
+                    time.sleep(RESYNC_POLL_S)  # an operator's progress display: poll the member's status
+            print(f"{args.host}: SECONDARY again after {time.monotonic() - started:.1f} s", flush=True)
+            return 0
     except ConnectionFailure:
         print(f"replset resync: cannot reach {args.host}", file=sys.stderr)
     except OperationFailure as exc:

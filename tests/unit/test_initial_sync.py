@@ -20,7 +20,7 @@ from base.errors import MongoError
 from base.optime import OpTime
 from oplog.sqlite_store import DeferredIndexes, SQLiteStore, StoreTxn
 from oplog.values import canonical_key
-from replset.cli import format_initial_sync, format_status, progress_bar
+from replset.cli import format_initial_sync, format_status, progress_bar, rich_bar
 from sync.initial_sync import InitialSyncer, InitialSyncFailed, apply_for_initial_sync, retry_delay_s
 from sync.initial_sync_progress import (
     AttemptInfo,
@@ -120,6 +120,10 @@ def test_progress_line_for_the_cli() -> None:
                     "0.0/0.0 MB  cloning  ~4 s left  (1 failed attempt)")
     starting = format_initial_sync("h:1", {"databases": {"databasesToClone": 0}})
     assert "starting" in starting and "[....................]" in starting
+    # On a colour terminal, rich's bar: 36% of 20 cells drawn in the bar's colour, the rest in the back one.
+    coloured = format_initial_sync("127.0.0.1:27019", initial_sync_status(_progress(), _at(2000)), rich_bar)
+    assert "\x1b[" in coloured and "━" in coloured and coloured.endswith("(1 failed attempt)")
+    assert "━" * 7 in rich_bar(0.36) and rich_bar(0.0) != rich_bar(1.0)
 
 
 def test_status_table_adds_progress_and_info_messages() -> None:
