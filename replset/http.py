@@ -123,9 +123,12 @@ async def _page_data(request: web.Request) -> web.Response:
     oldest = node.store.reader.oplog_oldest_key()
     window = None if oldest is None or not node.last_committed_optime.secs else \
         max(0, node.last_committed_optime.secs - (oldest >> 32))
+    tables = [{"table": ns, "activeParts": len(rt.queue.current), "queue": len(rt.queue.entries),
+               "postponed": sum(1 for e in rt.queue.entries if e.postpone_reason)}
+              for ns, rt in sorted(node.parts.tables.items())]
     return _json_response({"me": node.options.me, "status": status,
                            "oplog": {"entries": entries, "bytes": size, "windowSeconds": window},
-                           "elections": list(node.elections)})
+                           "elections": list(node.elections), "partsTables": tables})
 
 
 def build_app(node: Node, connections: ConnectionStats | None = None) -> web.Application:

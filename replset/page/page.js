@@ -135,6 +135,22 @@ function drawSummary(data) {
   }
 }
 
+function drawParts(data) {
+  const tables = data.partsTables || [];
+  document.getElementById("parts-panel").hidden = tables.length === 0;
+  const body = document.querySelector("#parts-table tbody");
+  body.replaceChildren();
+  for (const t of tables) {
+    const tr = document.createElement("tr");
+    for (const text of [t.table, t.activeParts, t.queue, t.postponed]) {
+      const td = document.createElement("td");
+      td.textContent = String(text);
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+}
+
 async function poll() {
   const footer = document.getElementById("updated");
   try {
@@ -145,6 +161,7 @@ async function poll() {
       drawGraph(data);
       drawTable(data);
       drawSummary(data);
+      drawParts(data);
     }
     footer.textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
     footer.className = "";

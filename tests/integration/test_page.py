@@ -24,6 +24,7 @@ from tests.support.replica_set import ReplicaSet, make_replica_set
 
 MEMBER = re.compile(r'class="member [^"]*" data-name="([^"]+)" data-state="([^"]+)"')
 EDGE = re.compile(r'class="sync-edge" data-from="([^"]+)" data-to="([^"]+)"')
+PARTS_ROW = re.compile(r"<tr><td>app\.blocks</td><td>1</td>")
 ARTIFACTS = Path(REPO_ROOT) / "build" / "artifacts"
 
 
@@ -73,6 +74,13 @@ def test_the_page_draws_the_set_its_chains_and_a_paused_member(rs: ReplicaSet) -
         members, edges = drawn(chromium, s1)  # a secondary's page shows the whole set too
         return sorted(members.values()) == ["PRIMARY", "SECONDARY", "SECONDARY"] and len(edges) == 2
     wait_for(three_members_two_edges, 30, "the page to draw three members and two sync edges")
+
+    with rs.client() as client:  # a parts table gets a row of its own
+        client.app.command({"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}],
+                            "orderBy": ["k"]})
+        client.app.command({"insertBlock": "blocks", "rows": [{"k": "a"}, {"k": "b"}]})
+    wait_for(lambda: PARTS_ROW.search(_browser(chromium, "--dump-dom", f"http://127.0.0.1:{s1.http_port}/"))
+             is not None, 30, "the page to show the parts table with its part")
 
     with rs.direct(s1) as client:
         client.admin.command("replSetSyncFrom", primary.host)
