@@ -10,9 +10,10 @@ Two kinds of series:
   `..._pingMs`, `..._configVersion`, `..._uptime`, `..._electionDate`. This product's own, `replset_*`:
   each member's lag behind the primary, the commit point and this member's applied and durable
   optimes, the oplog's entries, bytes and window, rollbacks, elections won, client and member
-  connections, and (once a table exists) the part log's queue.
+  connections, and (once a table exists) the part log's queue and its postponed entries.
 - Events, counted where they happen (one observation per batch, never per document): write-concern
-  waits by `w`, group-commit batch sizes, journal fsync times, applied batch sizes.
+  waits by `w`, group-commit batch sizes, journal fsync times, fetched and applied batch sizes, bytes
+  of parts fetched.
 """
 
 from __future__ import annotations
@@ -82,11 +83,15 @@ class StateCollector(Collector):
                 family.add_metric([kind], count)
             yield family
         if node.parts.tables:
-            family = GaugeMetricFamily("replset_part_queue_length", "part-log entries waiting to be carried "
+            queued = GaugeMetricFamily("replset_part_queue_length", "part-log entries waiting to be carried "
                                        "out, by table", labels=["table"])
+            postponed = GaugeMetricFamily("replset_part_queue_postponed", "of those, the ones postponed (a "
+                                          "reason to wait), by table", labels=["table"])
             for ns, rt in node.parts.tables.items():
-                family.add_metric([ns], len(rt.queue.entries))
-            yield family
+                queued.add_metric([ns], len(rt.queue.entries))
+                postponed.add_metric([ns], sum(1 for e in rt.queue.entries if e.postpone_reason))
+            yield queued
+            yield postponed
 
     def _status_series(self, status: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("mongodb_rs_ok", "1 when replSetGetStatus answers", value=1)
@@ -144,7 +149,11 @@ class Metrics:
                                buckets=TIME_BUCKETS, registry=self.registry)
         self.apply_batch = Histogram("replset_apply_batch_size", "oplog entries a secondary applied in one batch",
                                      buckets=SIZE_BUCKETS, registry=self.registry)
+        self.fetch_batch = Histogram("replset_fetch_batch_size", "oplog entries a secondary fetched in one batch",
+                                     buckets=SIZE_BUCKETS, registry=self.registry)
         self.elections = Counter("replset_elections_won", "elections this member won", registry=self.registry)
+        self.part_fetch_bytes = Counter("replset_part_fetch_bytes", "bytes of parts fetched from other members",
+                                        registry=self.registry)
 
     def watch(self, node: Node, connections: Callable[[], dict[str, int]] | None) -> None:
         self.registry.register(StateCollector(node, connections))

@@ -44,6 +44,8 @@ class SyncMetrics(Protocol):
 
     @property
     def apply_batch(self) -> Observer: ...
+    @property
+    def fetch_batch(self) -> Observer: ...
 
 
 class Writer(Protocol):

@@ -395,6 +395,7 @@ class SyncWorker:
     async def _enqueue(self, entries: list[FetchedEntry]) -> None:
         if not entries:
             return
+        self.node.metrics.fetch_batch.observe(len(entries))
         self.last_fetched = OpTime.from_document(entries[-1][0])
         self.node.repl.on_fetched()
         await self._buffer.put(entries)

@@ -705,6 +705,7 @@ class PartsManager:
                             self.leader.not_held(rt.table.ns, part.name, member)
             raise
         rt.failed_sources.pop(entry.new_part.name, None)
+        self.node.metrics.part_fetch_bytes.inc(sum(size for size, _digest in checksums.values()))
         return part, checksums
 
     def _fetch_source(self, rt: TableRuntime, part: PartInfo, doc: dict[str, Any]

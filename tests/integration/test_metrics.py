@@ -79,4 +79,21 @@ def test_the_replica_set_series_agree_with_repl_set_get_status(rs: ReplicaSet) -
     assert value(on_primary, "replset_fsync_seconds_count") >= 1
     assert value(on_primary, "replset_elections_won_total") == 1
     secondary = next(m for m in rs.members if m is not primary)
-    assert value(scrape(secondary), "replset_apply_batch_size_sum") >= WRITES
+    on_secondary = scrape(secondary)
+    assert value(on_secondary, "replset_apply_batch_size_sum") >= WRITES
+    assert value(on_secondary, "replset_fetch_batch_size_sum") >= WRITES
+
+
+def test_parts_tables_have_their_queue_and_fetch_series(rs: ReplicaSet) -> None:
+    primary = rs.wait_primary()
+    with rs.client() as client:
+        client.app.command({"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}],
+                            "orderBy": ["k"]})
+        client.app.command({"insertBlock": "blocks", "rows": [{"k": str(i)} for i in range(100)]})
+    secondary = next(m for m in rs.members if m is not primary)
+    # The secondary fetches the part from the primary's HTTP port.
+    wait_for(lambda: value(scrape(secondary), "replset_part_fetch_bytes_total") > 0, 30,
+             "the secondary to count the bytes of the part it fetched")
+    on_primary = scrape(primary)
+    assert value(on_primary, "replset_part_queue_length", table="app.blocks") >= 0
+    assert value(on_primary, "replset_part_queue_postponed", table="app.blocks") >= 0
