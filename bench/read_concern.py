@@ -27,6 +27,7 @@ from pymongo import MongoClient
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from bench.progress import loading
 from tests.support.replica_set import make_replica_set
 
 LEVELS = ("local", "majority", "linearizable")
@@ -87,9 +88,11 @@ def main() -> None:
             rs.start()
             primary = rs.initiate()
             client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://{primary.host}/?directConnection=true")
-            for start in range(0, args.docs, LOAD_BATCH):
-                client.bench.items.insert_many([{"_id": i, "v": i, "pad": "y" * 100}
-                                                for i in range(start, min(args.docs, start + LOAD_BATCH))])
+            with loading("loading", args.docs) as advance:
+                for start in range(0, args.docs, LOAD_BATCH):
+                    batch = [{"_id": i, "v": i, "pad": "y" * 100} for i in range(start, min(args.docs, start + LOAD_BATCH))]
+                    client.bench.items.insert_many(batch)
+                    advance(len(batch))
             results["idle"] = time_reads(client, args.docs, args.reads, rng)
             stop = threading.Event()
             counts = [0] * WRITERS

@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
 
+from bench.progress import loading
 from bench.wire_load import NullServer, insert_message, proc_cpu_s, run_load, timed_calls
 from tests.support.replica_set import ReplicaSet, make_replica_set
 
@@ -105,6 +107,7 @@ class Bench:
             raise RuntimeError("no primary after initiate")
         self.primary = primary
         self.pids: list[int] = []
+        self._advance: Callable[[int], None] = lambda _n: None
         self.find_primary()
 
     def _cpu(self) -> list[float]:
@@ -176,15 +179,18 @@ class Bench:
                         size = batches.pop()
                     try:
                         coll.insert_many([{"n": i, "pad": "x" * PAD} for i in range(size)], ordered=False)
+                        self._advance(size)
                     except PyMongoError as exc:
                         errors.append(str(exc)[:200])
                         return
 
-        threads = [threading.Thread(target=work) for _ in range(PREFILL_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with loading("prefill", docs) as advance:
+            self._advance = advance
+            threads = [threading.Thread(target=work) for _ in range(PREFILL_THREADS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         if errors:
             raise RuntimeError(f"prefill failed: {errors[0]}")
         with MongoClient(self.rs.uri, serverSelectionTimeoutMS=10_000) as client:

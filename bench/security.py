@@ -25,6 +25,7 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
 from bench.loop_latency import percentiles
+from bench.progress import loading
 from bench.wire_load import timed_calls
 from tests.support.replica_set import ReplicaSet, make_replica_set
 from tests.support.secure import create_first_user, secure_options
@@ -102,9 +103,11 @@ def measure(base: Path, secure: bool, docs: int, seconds: float) -> dict[str, Fi
         rs.initiate()
         if secure:
             create_first_user(rs)
-        with rs.client() as client:
+        with rs.client() as client, loading("loading", docs) as advance:
             for start in range(0, docs, 10_000):
-                client[DB][COLL].insert_many([{"n": i, "pad": "x" * PAD} for i in range(start, min(docs, start + 10_000))])
+                batch = [{"n": i, "pad": "x" * PAD} for i in range(start, min(docs, start + 10_000))]
+                client[DB][COLL].insert_many(batch)
+                advance(len(batch))
         out: dict[str, Figure | float] = {
             "w1_c1": c1(rs, 1, seconds), "majority_c1": c1(rs, "majority", seconds),
             "majority_c64": asyncio.run(_c64(rs, seconds)), "connect_ms": connect_ms(rs)}

@@ -23,6 +23,7 @@ from pymongo import MongoClient
 from pymongo.write_concern import WriteConcern
 
 from bench.loop_latency import percentiles
+from bench.progress import loading
 from tests.support.replica_set import make_replica_set
 
 SIZES = (2, 10)
@@ -69,9 +70,11 @@ def main() -> None:
             rs.start()
             rs.initiate()
             client: MongoClient[dict[str, Any]] = MongoClient(rs.uri)
-            for start in range(0, args.docs, LOAD_BATCH):
-                client.bench.accounts.insert_many([{"_id": i, "n": 0, "pad": "y" * 100}
-                                                   for i in range(start, min(args.docs, start + LOAD_BATCH))])
+            with loading("loading", args.docs) as advance:
+                for start in range(0, args.docs, LOAD_BATCH):
+                    batch = [{"_id": i, "n": 0, "pad": "y" * 100} for i in range(start, min(args.docs, start + LOAD_BATCH))]
+                    client.bench.accounts.insert_many(batch)
+                    advance(len(batch))
             for size in SIZES:
                 results[f"{size} documents"] = time_rounds(client, args.docs, args.rounds, size, rng)
             client.close()
