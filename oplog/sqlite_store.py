@@ -283,6 +283,9 @@ class StoreTxn(_Reader):
         self._conn = conn
         self._savepoints = 0
         self._savepoint_totals: dict[str, tuple[int, int]] = {}
+        # Namespaces whose documents this transaction wrote (a savepoint rolled back may leave some
+        # here: "may have changed"). The store keeps the last commit's (`SQLiteStore.last_changed`).
+        self.changed: set[str] = set()
         # (entries, bytes) of the oplog as this transaction leaves it: kept incrementally, so no
         # statement ever has to count or sum the oplog.
         self.oplog_totals = oplog_totals
@@ -368,6 +371,7 @@ class StoreTxn(_Reader):
 
     def drop_collection(self, ns: str) -> int | None:
         """Drops a collection; returns the number of indexes it had, or None if absent."""
+        self.changed.add(ns)
         if self._deferred is not None:
             self._deferred.forget(ns)
         self._catalog_changed()
@@ -384,6 +388,7 @@ class StoreTxn(_Reader):
         return len(indexes)
 
     def rename_collection(self, source: str, target: str) -> None:
+        self.changed.update((source, target))
         self._catalog_changed()
         self._conn.execute("UPDATE collections SET ns=? WHERE ns=?", (target, source))
         self._conn.execute("UPDATE indexes SET ns=? WHERE ns=?", (target, source))
@@ -481,6 +486,7 @@ class StoreTxn(_Reader):
 
     def insert(self, ns: str, doc: dict[str, Any], *, upsert: bool = False) -> None:
         """Inserts a document; with `upsert` an existing `_id` is replaced (oplog replay)."""
+        self.changed.add(ns)
         info = self.collection(ns) or self.create_collection(ns)
         idkey = canonical_key(doc["_id"])
         if upsert and self._conn.execute(f"SELECT 1 FROM {info.table} WHERE idkey=?", (idkey,)).fetchone():
@@ -499,6 +505,7 @@ class StoreTxn(_Reader):
 
     def replace(self, ns: str, doc: dict[str, Any]) -> bool:
         """Replaces the document with the same `_id`; False if there is none."""
+        self.changed.add(ns)
         info = self.collection(ns)
         if info is None:
             return False
@@ -517,6 +524,7 @@ class StoreTxn(_Reader):
         return True
 
     def delete(self, ns: str, id_value: Any) -> bool:
+        self.changed.add(ns)
         info = self.collection(ns)
         if info is None:
             return False
@@ -645,6 +653,7 @@ class SQLiteStore:
         self._thread_readers_lock = threading.Lock()
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._idle_snapshot_conns: list[sqlite3.Connection] | None = []  # None once the store is closed
+        self.last_changed: set[str] = set()  # namespaces the last commit wrote (StoreTxn.changed)
         self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
         self._catalog = CatalogCache()
@@ -766,6 +775,7 @@ class SQLiteStore:
         """Commits the open transaction (written to the WAL, not fsynced: see `sync_wal`)."""
         self._writer.execute("COMMIT")
         if self._txn is not None:
+            self.last_changed = self._txn.changed
             self.oplog_totals = self._txn.oplog_totals
             self.reader.oplog_trimmed_through = self._txn.oplog_trimmed_through
         self._txn = None

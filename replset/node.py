@@ -49,7 +49,7 @@ from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
 from replset.auth.http_auth import member_token
 from replset.auth.keyfile import read_keyfile
-from replset.auth.users import INTERNAL_USER
+from replset.auth.users import INTERNAL_USER, USERS_NS, UserGrants
 from replset.committed_snapshots import CommittedSnapshots
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
@@ -162,6 +162,7 @@ class Node:
         self.internal_credentials = None if self.internal_key is None else make_credentials(
             INTERNAL_USER[0], self.internal_key)
         self.peer_tls = options.tls.client_context()  # None without TLS
+        self.user_grants = UserGrants()  # what stored users' roles grant (cleared when they change)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -319,6 +320,8 @@ class Node:
 
     def _on_commit(self) -> None:
         self.last_committed_optime = self.log.last
+        if USERS_NS in self.store.last_changed:
+            self.user_grants.clear()
         if self.last_durable_optime > self.last_committed_optime:
             self.last_durable_optime = self.last_committed_optime  # the log was cut back (rollback)
         self._oplog_advanced.fire()
@@ -368,6 +371,7 @@ class Node:
         a flush that began earlier proves nothing about the history that replaces it."""
         self._history_epoch += 1
         self.committed_snapshots.close_all()
+        self.user_grants.clear()
         self.parts.on_history_replaced()
         self.last_durable_optime = min(self.last_durable_optime, self.log.last)
 

@@ -7,18 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from replset.auth.roles import authorize
-from replset.auth.users import USERS_NS, ConnectionAuth, held_grants, is_loopback
+from replset.auth.users import USERS_NS, ConnectionAuth, UserGrants, held_grants, is_loopback
 
 LOCALHOST_EXCEPTION = frozenset({"createUser", "replSetInitiate", "replSetGetStatus", "replSetGetConfig"})
 
 
 def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: str, cmd: Mapping[str, Any], *,
-                 test_commands: bool = False) -> None:
+                 test_commands: bool = False, cache: UserGrants | None = None) -> None:
     """Refuses (13) a command the connection's users may not run. With no user created yet, a
     connection from the loopback interface may initiate the set, see its status and configuration and
     create the first user on `admin` (MongoDB's localhost exception; it ends with that user); with
     `--enableTestCommands`, set fail points too (tests route peer traffic before the set exists)."""
-    present, held = held_grants(reader, auth) if auth.users else (False, frozenset())
+    present, held = held_grants(reader, auth, cache) if auth.users else (False, frozenset())
     excepted = name in LOCALHOST_EXCEPTION or (test_commands and name == "configureFailPoint")
     if not present and excepted and db == "admin" and is_loopback(peer) and reader.count(USERS_NS) == 0:
         return

@@ -44,7 +44,26 @@ class ConnectionAuth:
         self.users = [u for u in self.users if u[1] != db]
 
 
-def held_grants(reader: Any, auth: ConnectionAuth) -> tuple[bool, frozenset[Grant]]:
+class UserGrants:
+    """What each stored user's roles grant, read once and kept until `admin.system.users` changes (the
+    member clears it after any commit that wrote there, and when a rollback or a resync replaces its
+    data): a command's check costs a dictionary lookup, and a grant or a drop still counts at once."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, frozenset[Grant] | None] = {}
+
+    def clear(self) -> None:
+        self._known.clear()
+
+    def of(self, reader: Any, uid: str) -> frozenset[Grant] | None:
+        """The user's grants, or None if there is no such user."""
+        if uid not in self._known:
+            doc = reader.get(USERS_NS, uid)
+            self._known[uid] = None if doc is None else grants(doc.get("roles") or [])
+        return self._known[uid]
+
+
+def held_grants(reader: Any, auth: ConnectionAuth, cache: UserGrants | None = None) -> tuple[bool, frozenset[Grant]]:
     """(whether any user of the connection still exists, what their roles grant now)."""
     out: set[Grant] = set()
     present = False
@@ -53,10 +72,10 @@ def held_grants(reader: Any, auth: ConnectionAuth) -> tuple[bool, frozenset[Gran
             present = True
             out |= INTERNAL_GRANTS
             continue
-        doc = reader.get(USERS_NS, user_id(user, db))
-        if doc is not None:
+        held = (cache or UserGrants()).of(reader, user_id(user, db))
+        if held is not None:
             present = True
-            out |= grants(doc.get("roles") or [])
+            out |= held
     return present, frozenset(out)
 
 

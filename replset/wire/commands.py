@@ -213,7 +213,7 @@ class Dispatcher:
         try:
             if ctx.node.options.auth:
                 check_access(ctx.node.store.reader, ctx.conn.auth, ctx.conn.peer, ctx.name, ctx.db, ctx.cmd,
-                             test_commands=ctx.node.options.enable_test_commands)
+                             test_commands=ctx.node.options.enable_test_commands, cache=ctx.node.user_grants)
             if failure is not None:
                 await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
