@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
+import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +22,7 @@ from pymongo import MongoClient
 from pymongo.errors import ServerSelectionTimeoutError
 from pymongo.write_concern import WriteConcern
 
-from tests.support.members import Member, wait_for
+from tests.support.members import REPO_ROOT, Member, wait_for
 from tests.support.replica_set import ReplicaSet
 from tests.support.secure import PASSWORD, USER, create_first_user, secure_options
 
@@ -65,6 +68,20 @@ async def test_motor_connects_with_tls(secure_set: dict[str, Any]) -> None:
         assert await client.app.motor_tls.find_one() == {"_id": "m"}
     finally:
         client.close()
+
+
+def test_mongosh_connects_with_tls(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    mongosh = os.path.join(REPO_ROOT, "build", "node", "node_modules", ".bin", "mongosh")
+    assert os.path.exists(mongosh), "mongosh is missing: run `make install`"
+    hosts = ",".join(m.host for m in rs.members)
+    uri = (f"mongodb://{USER}:{urllib.parse.quote(PASSWORD)}@{hosts}/?replicaSet=rs0&tls=true"
+           f"&tlsCAFile={urllib.parse.quote(secure_set['ca_file'])}")
+    done = subprocess.run([mongosh, uri, "--quiet", "--norc", "--eval",
+                           "JSON.stringify(db.runCommand({connectionStatus: 1}).authInfo.authenticatedUsers)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [{"user": USER, "db": "admin"}]
 
 
 def _get(url: str, ca_file: str, user: str | None = None, password: str | None = None) -> tuple[int, Any]:
