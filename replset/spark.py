@@ -58,12 +58,14 @@ may find a part gone and fail.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import decimal
 import io
 import itertools
 import logging
 import os
+import ssl
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -73,7 +75,7 @@ from typing import Any
 import aiohttp
 import pyarrow as pa
 from bson.decimal128 import Decimal128
-from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern
+from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern, uri_parser
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -431,15 +433,26 @@ class PartsReader(DataSourceReader):
         for name, http, checksums in partition.parts:
             with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
                 sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in checksums}
-                asyncio.run(_fetch(http, ns, name, sums, directory))   # every byte checked, as a member's
+                # every byte checked, as a member's; with the URI's login and TLS settings
+                asyncio.run(fetch_with_uri(self.options["uri"], http, ns, name, sums, directory))
                 schema = pa.schema([pa.field(n, t) for n, t in wanted.items()])
                 for data in part_files.iter_part(os.path.join(directory, name), table, READ_BATCH_ROWS):
                     yield from data.select(list(wanted)).cast(schema).to_batches()
 
 
-async def _fetch(http: str, ns: str, part: str, sums: dict[str, tuple[int, str]], directory: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        await fetch_part(session, http, ns, part, sums, directory)
+async def fetch_with_uri(uri: str, http: str, ns: str, part: str, sums: dict[str, tuple[int, str]],
+                         directory: str) -> None:
+    """Fetches a part from a member's HTTP port as the connection string says to reach the set: its
+    user and password as HTTP Basic (a set with access control), HTTPS checked against its
+    `tlsCAFile` when it asks for TLS."""
+    parsed = uri_parser.parse_uri(uri)
+    options = parsed["options"]
+    tls = bool(options.get("tls") or options.get("ssl"))
+    login = f"{parsed['username']}:{parsed['password'] or ''}".encode()
+    headers = {"Authorization": "Basic " + base64.b64encode(login).decode()} if parsed.get("username") else None
+    connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=options.get("tlsCAFile"))) if tls else None
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+        await fetch_part(session, http, ns, part, sums, directory, scheme="https" if tls else "http")
 
 
 def _may_hold(table: TableDef, pid: str, filters: list[Filter]) -> bool:

@@ -5,6 +5,7 @@ wants a user except on `/health`, and a killed primary is replaced with no ackno
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ from pymongo import MongoClient
 from pymongo.errors import ServerSelectionTimeoutError
 from pymongo.write_concern import WriteConcern
 
+from replset.spark import fetch_with_uri
+from sync.part_fetch import FetchFailed
 from tests.support.members import REPO_ROOT, Member, wait_for
 from tests.support.replica_set import ReplicaSet
 from tests.support.secure import PASSWORD, USER, create_first_user, secure_options
@@ -82,6 +86,29 @@ def test_mongosh_connects_with_tls(secure_set: dict[str, Any]) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [{"user": USER, "db": "admin"}]
+
+
+def test_the_spark_source_fetches_parts_over_https_with_the_uris_login(secure_set: dict[str, Any],
+                                                                        tmp_path: Path) -> None:
+    """What the Spark source's reader does for each part, without Spark: the part files come from a
+    member's HTTPS port, with the connection string's user as HTTP Basic and its CA."""
+    rs: ReplicaSet = secure_set["rs"]
+    with rs.client() as client:
+        client.app.command({"createPartsTable": "blocks", "columns": [{"name": "k", "type": "string"}],
+                            "orderBy": ["k"]})
+        client.app.command({"insertBlock": "blocks", "rows": [{"k": "x"}, {"k": "y"}]})
+        copy = client.app.get_collection("system.parts.blocks.replicas").find_one()
+    assert copy is not None
+    hosts = ",".join(m.host for m in rs.members)
+    uri = (f"mongodb://{USER}:{urllib.parse.quote(PASSWORD)}@{hosts}/?replicaSet=rs0&tls=true"
+           f"&tlsCAFile={urllib.parse.quote(secure_set['ca_file'])}")
+    sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in copy["checksums"]}
+    asyncio.run(fetch_with_uri(uri, str(copy["http"]), "app.blocks", copy["part"], sums, str(tmp_path)))
+    assert (tmp_path / copy["part"]).is_dir()
+    anonymous = uri.replace(f"{USER}:{urllib.parse.quote(PASSWORD)}@", "")
+    with pytest.raises(FetchFailed, match="401"):
+        asyncio.run(fetch_with_uri(anonymous, str(copy["http"]), "app.blocks", copy["part"], sums,
+                                   str(tmp_path / "again")))
 
 
 def _get(url: str, ca_file: str, user: str | None = None, password: str | None = None) -> tuple[int, Any]:
