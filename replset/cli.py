@@ -78,6 +78,9 @@ def _up_parser(sub: Any) -> None:
                         "user with the root role from --user/--password (asked for when not given)")
     p.add_argument("--user", default=None)
     p.add_argument("--password", default=None)
+    p.add_argument("--tlsCertificateKeyFile", dest="tls_cert_key_file", default=None, metavar="PEM",
+                   help="TLS (requireTLS) on every member with this certificate and key (give --tlsCAFile too)")
+    p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM")
 
 
 def _status_parser(sub: Any) -> None:
@@ -90,6 +93,8 @@ def _status_parser(sub: Any) -> None:
 def _login_args(p: Any) -> None:
     p.add_argument("--user", default=None, help="log in as this user (a set with access control)")
     p.add_argument("--password", default=None)
+    p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM",
+                   help="connect with TLS, checking the member's certificate against this CA")
 
 
 def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -211,6 +216,10 @@ class _Supervisor:
                 cmd.append("--enableTestCommands")
             if args.auth:
                 cmd += ["--keyFile", keyfile_path(args.dir)]
+            if args.tls_cert_key_file:
+                cmd += ["--tlsMode", "requireTLS", "--tlsCertificateKeyFile", os.path.abspath(args.tls_cert_key_file)]
+                if args.tls_ca_file:
+                    cmd += ["--tlsCAFile", os.path.abspath(args.tls_ca_file)]
             self.children.append(_Child(port, cmd, os.path.join(args.dir, f"{port}.log")))
 
     def start_all(self) -> None:
@@ -274,27 +283,37 @@ class _Stopped(BaseException):
     must not swallow it)."""
 
 
-def _client(host: str, credentials: tuple[str, str] | None = None) -> Any:
+def _client(host: str, credentials: tuple[str, str] | None = None, tls: dict[str, Any] | None = None) -> Any:
     from pymongo import MongoClient
 
     login = {} if credentials is None else {"username": credentials[0], "password": credentials[1]}
-    return MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=2000, **login)
+    return MongoClient(f"mongodb://{host}/?directConnection=true", serverSelectionTimeoutMS=2000, **login,
+                       **(tls or {}))
+
+
+def _tls_client(args: argparse.Namespace) -> dict[str, Any]:
+    """The driver's TLS options for `--tlsCAFile` (status, resync) or a set `up` runs with TLS."""
+    ca = getattr(args, "tls_ca_file", None)
+    if ca:
+        return {"tls": True, "tlsCAFile": ca}
+    return {"tls": True} if getattr(args, "tls_cert_key_file", None) else {}
 
 
 def _initiate_if_needed(hosts: list[str], repl_set: str, wait: Callable[..., Any],
-                        credentials: tuple[str, str] | None = None) -> tuple[str, str] | None:
+                        credentials: tuple[str, str] | None = None,
+                        tls: dict[str, Any] | None = None) -> tuple[str, str] | None:
     """Initiates a new set; returns the credentials the set needs from now on (None while it has no
     user: the localhost exception serves)."""
     from pymongo.errors import OperationFailure
 
     needed = None
-    with _client(hosts[0]) as client:
+    with _client(hosts[0], tls=tls) as client:
         wait(lambda: client.admin.command("ping"), 30, f"{hosts[0]} to accept connections")
         try:
             existing = client.admin.command("replSetGetConfig")["config"]
         except OperationFailure as exc:
             if exc.code == 13 and credentials is not None:  # users exist: log in
-                with _client(hosts[0], credentials) as logged_in:
+                with _client(hosts[0], credentials, tls) as logged_in:
                     existing = logged_in.admin.command("replSetGetConfig")["config"]
                 needed = credentials
             elif exc.code == 94:  # not initiated yet
@@ -309,7 +328,7 @@ def _initiate_if_needed(hosts: list[str], repl_set: str, wait: Callable[..., Any
                       file=sys.stderr, flush=True)
             return needed
         for host in hosts[1:]:  # replSetInitiate checks that every proposed member answers
-            with _client(host) as other:
+            with _client(host, tls=tls) as other:
                 wait(lambda other=other: other.admin.command("ping"), 30, f"{host} to accept connections")
         config = {"_id": repl_set, "members": [{"_id": i, "host": h} for i, h in enumerate(hosts)]}
         client.admin.command("replSetInitiate", config)
@@ -331,7 +350,7 @@ def _first_user(args: argparse.Namespace, hosts: list[str]) -> None:
 
     user, password = args.user, args.password
     with MongoClient(f"mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}",
-                     serverSelectionTimeoutMS=30000) as client:
+                     serverSelectionTimeoutMS=30000, **_tls_client(args)) as client:
         try:
             client.admin.command("usersInfo", 1)
             return  # an authenticated-only command answered: users exist (it is refused while none do)
@@ -392,17 +411,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         supervisor.start_all()
         given = (args.user, args.password) if args.user is not None and args.password is not None else None
-        credentials = _initiate_if_needed(hosts, args.repl_set, wait, given)
-        with _client(hosts[0], credentials) as client:
+        credentials = _initiate_if_needed(hosts, args.repl_set, wait, given, _tls_client(args))
+        with _client(hosts[0], credentials, _tls_client(args)) as client:
             wait(lambda: any(m["stateStr"] == "PRIMARY" for m in
                              client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
         if args.auth:
             _first_user(args, hosts)
         print(f"replica set {args.repl_set} is up")
-        print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}")
-        print(f"  live page: http://127.0.0.1:{ports[0] + 1000}/ (on every member's HTTP port)")
+        tls_options = f"&tls=true&tlsCAFile={os.path.abspath(args.tls_ca_file)}" if args.tls_ca_file else \
+            ("&tls=true" if args.tls_cert_key_file else "")
+        print(f"  connection string: mongodb://{','.join(hosts)}/?replicaSet={args.repl_set}{tls_options}")
+        scheme = "https" if args.tls_cert_key_file else "http"
+        print(f"  live page: {scheme}://127.0.0.1:{ports[0] + 1000}/ (on every member's HTTP port)")
         for p in ports:
-            print(f"  status: http://127.0.0.1:{p + 1000}/replSetGetStatus")
+            print(f"  status: {scheme}://127.0.0.1:{p + 1000}/replSetGetStatus")
         print("members that exit are restarted; press Ctrl-C to stop", flush=True)
         while not stopping:
             supervise()
@@ -561,8 +583,8 @@ def format_status(status: Mapping[str, Any], initial_sync: Mapping[str, Mapping[
     return "\n".join(lines)
 
 
-def _initial_sync_statuses(status: Mapping[str, Any], credentials: tuple[str, str] | None = None
-                           ) -> dict[str, Mapping[str, Any]]:
+def _initial_sync_statuses(status: Mapping[str, Any], credentials: tuple[str, str] | None = None,
+                           tls: dict[str, Any] | None = None) -> dict[str, Mapping[str, Any]]:
     """Asks each other member in STARTUP2 for its own initialSyncStatus (best effort)."""
     from pymongo.errors import PyMongoError
 
@@ -571,7 +593,7 @@ def _initial_sync_statuses(status: Mapping[str, Any], credentials: tuple[str, st
         if m.get("self") or m.get("stateStr") != "STARTUP2":
             continue
         try:
-            with _client(str(m["name"]), credentials) as client:
+            with _client(str(m["name"]), credentials, tls) as client:
                 theirs = client.admin.command("replSetGetStatus")
         except PyMongoError:
             continue
@@ -584,7 +606,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from pymongo.errors import ConnectionFailure, OperationFailure
 
     try:
-        with _client(args.host, _credentials(args)) as client:
+        with _client(args.host, _credentials(args), _tls_client(args)) as client:
             status = client.admin.command("replSetGetStatus")
     except ConnectionFailure:
         print(f"replset status: cannot reach {args.host}", file=sys.stderr)
@@ -600,7 +622,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         # A colour terminal gets rich's bar; a pipe or a file the plain one.
         bar = rich_bar if sys.stdout.isatty() else progress_bar
-        print(format_status(status, _initial_sync_statuses(status, _credentials(args)), bar))
+        print(format_status(status, _initial_sync_statuses(status, _credentials(args), _tls_client(args)), bar))
     return 0
 
 
@@ -650,7 +672,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
     from pymongo.errors import ConnectionFailure, OperationFailure
 
     try:
-        with _client(args.host, _credentials(args)) as client:
+        with _client(args.host, _credentials(args), _tls_client(args)) as client:
             reply = client.admin.command({"resync": 1, "wait": False})
             where = reply.get("previousDataCopiedTo")
             print(f"{args.host}: resync started" + (f"; its previous data is kept in {where}" if where else ""),

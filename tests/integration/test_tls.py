@@ -11,6 +11,7 @@ import json
 import os
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -72,6 +73,14 @@ async def test_motor_connects_with_tls(secure_set: dict[str, Any]) -> None:
         assert await client.app.motor_tls.find_one() == {"_id": "m"}
     finally:
         client.close()
+
+
+def test_replset_status_connects_with_tls(secure_set: dict[str, Any]) -> None:
+    rs: ReplicaSet = secure_set["rs"]
+    table = subprocess.run([sys.executable, "-m", "replset", "status", "--host", rs.members[1].host,
+                            "--user", USER, "--password", PASSWORD, "--tlsCAFile", secure_set["ca_file"]],
+                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=True).stdout
+    assert "PRIMARY" in table and table.count("SECONDARY") >= 2
 
 
 def test_mongosh_connects_with_tls(secure_set: dict[str, Any]) -> None:
