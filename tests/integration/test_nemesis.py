@@ -504,7 +504,7 @@ def seed_for(default: int) -> int:
 
 @pytest.mark.parametrize(("members", "seed"), [(3, 7103), (5, 7105)])
 async def test_nemesis_short(tmp_path: Path, members: int, seed: int) -> None:
-    await run_nemesis(tmp_path, members=members, seed=seed_for(seed), duration_s=25)
+    await run_nemesis(tmp_path, members=members, seed=seed_for(seed), duration_s=20)
 
 
 @pytest.mark.soak

@@ -160,7 +160,7 @@ async def run(tmp_path: Path, seed: int, duration_s: float) -> None:
 
 
 async def test_majority_and_linearizable_reads_under_faults(tmp_path: Path) -> None:
-    await run(tmp_path, seed_for(8103), duration_s=25)
+    await run(tmp_path, seed_for(8103), duration_s=18)
 
 
 @pytest.mark.soak
