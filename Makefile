@@ -29,8 +29,11 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The pure tests (unit, property, simulator) on both cores; then the real-process ones, one at a time
+# (their timing checks want the machine to themselves).
 test: $(STAMP) $(NODE_STAMP) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 tests/unit tests/property tests/sim
+	$(BIN)/pytest --ignore=tests/unit --ignore=tests/property --ignore=tests/sim
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.member
