@@ -182,7 +182,7 @@ def _check_id(value: Any) -> None:
 def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> WriteResult:
     result = WriteResult()
     ensure_collection(env, ns)
-    ui = _ui(env, ns)
+    ui = collection_ui(env, ns)
 
     def run_one(i: int) -> None:
         doc = prepare_insert_document(docs[i])
@@ -193,7 +193,8 @@ def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> 
     return _run_statements(env, len(docs), ordered, result, run_one)
 
 
-def _ui(env: WriteEnv, ns: str) -> Any:
+def collection_ui(env: WriteEnv, ns: str) -> Any:
+    """The collection's UUID for its entries' `ui` (None before it exists)."""
     info = env.txn.collection(ns)
     return None if info is None else info.uuid
 
@@ -287,7 +288,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
     matcher = collated_matcher(q, parse_collation(spec.get("collation")))
     array_filters = spec.get("arrayFilters")
     matched = 0
-    ui = _ui(env, ns)
+    ui = collection_ui(env, ns)
     for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"), candidates)):
         matched += 1
         outcome = compute_update(doc, u, env, matcher, array_filters)
@@ -302,7 +303,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
         doc = upsert_document(q, u, env, array_filters)
         check_valid(env, ns, doc)
         ensure_collection(env, ns)
-        env.emit(insert_entry(ns, doc, _ui(env, ns)))
+        env.emit(insert_entry(ns, doc, collection_ui(env, ns)))
         result.n += 1
         result.upserted.append({"index": index, "_id": doc["_id"]})
 
@@ -330,7 +331,7 @@ def delete_one_statement(env: WriteEnv, ns: str, spec: Any, result: WriteResult,
     if limit not in (0, 1):
         raise MongoError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
     matcher = collated_matcher(q, parse_collation(spec.get("collation")))
-    ui = _ui(env, ns)
+    ui = collection_ui(env, ns)
     for doc in list(matching_documents(env.txn, ns, q, matcher, spec.get("sort"), candidates)):
         env.emit(delete_entry(ns, doc["_id"], ui))
         result.n += 1
@@ -364,7 +365,7 @@ def find_and_modify(env: WriteEnv, ns: str, cmd: Mapping[str, Any],
     doc = next(matching_documents(env.txn, ns, q, matcher, cmd.get("sort"), candidates), None)
     if remove:
         if doc is not None:
-            env.emit(delete_entry(ns, doc["_id"], _ui(env, ns)))
+            env.emit(delete_entry(ns, doc["_id"], collection_ui(env, ns)))
         return {"lastErrorObject": {"n": int(doc is not None)}, "value": doc}
     return _find_and_update(env, ns, cmd, q, u, matcher, doc)
 
@@ -382,13 +383,13 @@ def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[
         new_doc = upsert_document(q, u, env, array_filters)
         check_valid(env, ns, new_doc)
         ensure_collection(env, ns)
-        env.emit(insert_entry(ns, new_doc, _ui(env, ns)))
+        env.emit(insert_entry(ns, new_doc, collection_ui(env, ns)))
         value = new_doc if cmd.get("new") else None
         return {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": new_doc["_id"]},
                 "value": value}
     outcome = compute_update(doc, u, env, matcher, array_filters)
     if outcome.modified and outcome.oplog_update is not None:
         check_valid(env, ns, outcome.document, doc)
-        env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, _ui(env, ns)))
+        env.emit(update_entry(ns, doc["_id"], outcome.oplog_update, collection_ui(env, ns)))
     value = outcome.document if cmd.get("new") else doc
     return {"lastErrorObject": {"n": 1, "updatedExisting": True}, "value": value}

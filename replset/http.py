@@ -44,11 +44,16 @@ def _json_response(doc: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=body, status=status, content_type="application/json")
 
 
-async def _status(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
+def _status_document(node: Node) -> dict[str, Any]:
+    """`replSetGetStatus`, or its error (94) before the member has a configuration."""
     if node.config is None:
-        return _json_response(MongoError(94, "no replset config has been received").to_document(), 503)
-    return _json_response(replset_status(node.status_view()) | {"ok": 1.0})
+        return MongoError(94, "no replset config has been received").to_document()
+    return replset_status(node.status_view()) | {"ok": 1.0}
+
+
+async def _status(request: web.Request) -> web.Response:
+    doc = _status_document(request.app[NODE_KEY])
+    return _json_response(doc, 200 if doc["ok"] else 503)
 
 
 async def _hello(request: web.Request) -> web.Response:
@@ -117,14 +122,11 @@ async def _page_data(request: web.Request) -> web.Response:
     """What the live page draws: `replSetGetStatus`, the oplog's size and window, the elections this
     member saw."""
     node = request.app[NODE_KEY]
-    status: dict[str, Any] = (replset_status(node.status_view()) | {"ok": 1.0}) if node.config is not None else \
-        MongoError(94, "no replset config has been received").to_document()
+    status = _status_document(node)
     entries, size = node.store.oplog_totals
-    oldest = node.store.reader.oplog_oldest_key()
-    window = None if oldest is None or not node.last_committed_optime.secs else \
-        max(0, node.last_committed_optime.secs - (oldest >> 32))
+    window = node.oplog_window_s()
     tables = [{"table": ns, "activeParts": len(rt.queue.current), "queue": len(rt.queue.entries),
-               "postponed": sum(1 for e in rt.queue.entries if e.postpone_reason)}
+               "postponed": rt.queue.postponed()}
               for ns, rt in sorted(node.parts.tables.items())]
     return _json_response({"me": node.options.me, "status": status,
                            "oplog": {"entries": entries, "bytes": size, "windowSeconds": window},

@@ -89,7 +89,7 @@ class StateCollector(Collector):
                                           "reason to wait), by table", labels=["table"])
             for ns, rt in node.parts.tables.items():
                 queued.add_metric([ns], len(rt.queue.entries))
-                postponed.add_metric([ns], sum(1 for e in rt.queue.entries if e.postpone_reason))
+                postponed.add_metric([ns], rt.queue.postponed())
             yield queued
             yield postponed
 
@@ -127,11 +127,10 @@ class StateCollector(Collector):
         entries, size = self._node.store.oplog_totals
         yield GaugeMetricFamily("replset_oplog_entries", "entries in local.oplog.rs", value=entries)
         yield GaugeMetricFamily("replset_oplog_bytes", "bytes of entries in local.oplog.rs", value=size)
-        oldest = self._node.store.reader.oplog_oldest_key()
-        newest = self._node.last_committed_optime
-        if oldest is not None and newest.secs:
+        window = self._node.oplog_window_s()
+        if window is not None:
             yield GaugeMetricFamily("replset_oplog_window_seconds", "time between the oldest and the newest "
-                                    "entry of the oplog", value=max(0, newest.secs - (oldest >> 32)))
+                                    "entry of the oplog", value=window)
 
 
 class Metrics:

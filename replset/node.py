@@ -458,6 +458,12 @@ class Node:
     def majority_commit_point(self) -> OpTime:
         return self.repl.commit_point
 
+    def oplog_window_s(self) -> int | None:
+        """Seconds between the oldest entry of the oplog and the newest this member applied."""
+        oldest = self.store.reader.oplog_oldest_key()
+        newest = self.last_committed_optime
+        return None if oldest is None or not newest.secs else max(0, newest.secs - (oldest >> 32))
+
     @property
     def majority_read_target(self) -> OpTime:
         """What a majority read must see at least: the commit point, or all this member applied when

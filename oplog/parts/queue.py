@@ -171,6 +171,10 @@ class ReplicationQueue:
 
     # -- queueing --------------------------------------------------------------------------------
 
+    def postponed(self) -> int:
+        """How many waiting entries have a reason to wait."""
+        return sum(1 for e in self.entries if e.postpone_reason)
+
     def add(self, entry: QueueEntry) -> bool:
         """Queues a task once (False: its log document was queued before)."""
         name = entry.node_name

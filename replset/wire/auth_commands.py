@@ -19,7 +19,7 @@ from bson.binary import Binary
 from base.errors import MongoError
 from base.scram import MECHANISMS, AuthenticationFailed, ScramConversation, make_credentials
 from oplog.entry import delete_entry, update_entry
-from oplog.writes import WriteEnv, insert_documents
+from oplog.writes import WriteEnv, collection_ui, insert_documents
 from replset.auth.roles import USER_ADMIN, check_role_name
 from replset.auth.users import INTERNAL_USER, USERS_NS, held_grants, public_user, user_id
 from replset.wire.commands import CommandContext, command
@@ -206,17 +206,12 @@ def _existing(env: WriteEnv, user: str, db: str) -> dict[str, Any]:
     return doc
 
 
-def _ui(env: WriteEnv) -> Any:
-    info = env.txn.collection(USERS_NS)
-    return None if info is None else info.uuid
-
-
 async def _change_user(ctx: CommandContext, user: str, change: Any) -> dict[str, Any]:
     def body(env: WriteEnv) -> dict[str, Any]:
         doc = _existing(env, user, ctx.db)
         updates = change(doc)
         if updates:
-            env.emit(update_entry(USERS_NS, doc["_id"], {"$set": updates}, _ui(env)))
+            env.emit(update_entry(USERS_NS, doc["_id"], {"$set": updates}, collection_ui(env, USERS_NS)))
         return {"ok": 1.0}
 
     return await run_write(ctx, body)
@@ -262,7 +257,7 @@ async def cmd_drop_user(ctx: CommandContext) -> dict[str, Any]:
 
     def body(env: WriteEnv) -> dict[str, Any]:
         doc = _existing(env, user, ctx.db)
-        env.emit(delete_entry(USERS_NS, doc["_id"], _ui(env)))
+        env.emit(delete_entry(USERS_NS, doc["_id"], collection_ui(env, USERS_NS)))
         return {"ok": 1.0}
 
     return await run_write(ctx, body)
@@ -292,7 +287,7 @@ async def cmd_users_info(ctx: CommandContext) -> dict[str, Any]:
     else:
         docs = [d for d in (reader.get(USERS_NS, user_id(u, d)) for u, d in wanted) if d is not None]
     if ctx.node.options.auth:
-        _, held = held_grants(reader, ctx.conn.auth)
+        _, held = held_grants(reader, ctx.conn.auth, ctx.node.user_grants)
         own = set(ctx.conn.auth.users)
         for doc in docs:
             if (doc["user"], doc["db"]) not in own and not any(g.covers(USER_ADMIN, doc["db"]) for g in held):

@@ -4,17 +4,15 @@ mongosh's `show log` reads) returning the recent ones."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from pymongo.errors import OperationFailure
 
-from tests.support.members import REPO_ROOT, Member, wait_for
+from tests.support.members import Member, wait_for
+from tests.support.node_tools import mongosh
 from tests.support.replica_set import ReplicaSet
 
-MONGOSH = os.path.join(REPO_ROOT, "build", "node", "node_modules", ".bin", "mongosh")
 FIELDS = {"t", "s", "c", "id", "ctx", "msg", "attr"}
 
 
@@ -38,9 +36,7 @@ def test_json_log_lines_and_get_log(tmp_path: Path) -> None:
             with pytest.raises(OperationFailure) as unknown:
                 client.admin.command("getLog", "nothing")
             assert unknown.value.code == 2
-        assert os.path.exists(MONGOSH), "mongosh is missing: run `make install`"
-        shown = subprocess.run([MONGOSH, f"mongodb://{member.host}/?directConnection=true", "--quiet", "--norc",
-                                "--eval", "show log global"], capture_output=True, text=True, timeout=60)
+        shown = mongosh(f"mongodb://{member.host}/?directConnection=true", "show log global")
         assert shown.returncode == 0, shown.stderr
         assert "became primary" in shown.stdout
     finally:
