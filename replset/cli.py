@@ -18,6 +18,7 @@ from base.member import MemberState
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
 from replset.tls import DISABLED, MODES, TlsConfigError, TlsSettings
+from replset.wire.admission import DEFAULT_MAX_IDLE
 from replset.wire.server import STALLED_MESSAGE_TIMEOUT_S, WRITE_STALL_TIMEOUT_S, WireLimits
 from sync.initial_sync_progress import copy_totals
 
@@ -54,11 +55,16 @@ def _node_parser(sub: Any) -> None:
                    help="append every SQL statement the member runs to FILE (one JSON string a line), "
                         "to check query plans")
     p.add_argument("--maxConns", dest="max_conns", type=int, default=None, metavar="N",
-                   help="most client connections open at once; past it a new connection is closed without "
-                        "a reply unless its first message shows it comes from another member (member "
-                        "connections never count). Default (as mongod): 80%% of the "
+                   help="most client connections open at once; past it a new connection takes the place of "
+                        "the client connection idle longest (idle 5 s or more), or is closed without a reply "
+                        "unless it logs in as a member with the keyfile (members' connections never count). "
+                        "Default (as mongod): 80%% of the "
                         "open-file limit (ulimit -n), at most 1,000,000, leaving descriptors for the "
                         "database files, peer connections and the HTTP port; a larger N is capped to it")
+    p.add_argument("--maxIdleConns", dest="max_idle_conns", type=int, default=DEFAULT_MAX_IDLE, metavar="N",
+                   help="most client connections left idle at once; past it the ones idle longest are closed "
+                        "(drivers open a new one when they need it), so that members and new clients are "
+                        "always served. Default %(default)s")
     # Hidden: tests shorten the wire server's deadlines (see replset/wire/server.py).
     p.add_argument("--stalledMessageTimeoutSecs", dest="stalled_message_timeout_s", type=float,
                    default=STALLED_MESSAGE_TIMEOUT_S, help=argparse.SUPPRESS)
@@ -142,7 +148,8 @@ def cmd_node(args: argparse.Namespace) -> int:
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
                          auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls),
-             WireLimits(max_conns=args.max_conns, stalled_message_timeout_s=args.stalled_message_timeout_s,
+             WireLimits(max_conns=args.max_conns, max_idle=max(1, args.max_idle_conns),
+                        stalled_message_timeout_s=args.stalled_message_timeout_s,
                         write_stall_timeout_s=args.write_stall_timeout_s))
     return 0
 

@@ -55,6 +55,7 @@ from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
 from replset.local_sessions import LocalSessions
+from replset.member_http import MemberHttp
 from replset.metrics import Metrics
 from replset.parts.manager import PartsManager
 from replset.pulse import Pulse
@@ -106,9 +107,14 @@ class NodeOptions:
         return None if "*" in hosts else hosts
 
     @property
+    def effective_http_port(self) -> int:
+        """`--httpPort`, else port + 1000."""
+        return self.http_port if self.http_port is not None else self.port + 1000
+
+    @property
     def http_address(self) -> str:
-        """Where this member's HTTP port answers (status, part files): `--httpPort`, else port + 1000."""
-        return f"{self.me.rpartition(':')[0]}:{self.http_port if self.http_port is not None else self.port + 1000}"
+        """Where this member's HTTP port answers (status, part files)."""
+        return f"{self.me.rpartition(':')[0]}:{self.effective_http_port}"
 
 
 def utcnow() -> datetime.datetime:
@@ -147,6 +153,7 @@ class Node:
         self.max_oplog_bytes = options.oplog_size_mb * 1024 * 1024
         self.rbid = 0  # rollback id: bumped by every rollback (replSetGetRBID)
         self.failpoints = FailPoints()
+        self.member_http = MemberHttp(options.me, options.effective_http_port)
         self._recovered_term = 0
         self._recovered_vote: LastVote | None = None
         self.repl = Replication(self)
@@ -344,6 +351,12 @@ class Node:
             self.last_durable_optime = min(optime, self.last_committed_optime)
             self.repl.on_local_durable()
             self._maybe_trim_oplog()  # the commit point may have moved, and trimming waits for it
+
+    def http_of(self, host: str) -> str | None:
+        """The HTTP address of the member `host` of the current config (as it says in its heartbeats),
+        or None: part files are fetched from members only (replset/member_http.py)."""
+        config = self.config
+        return None if config is None else self.member_http.address(host, (m.host for m in config.members))
 
     def peer(self, host: str) -> PeerClient:
         """A connection to another member (each user of one owns its own): with the test-only latency

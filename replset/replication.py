@@ -41,6 +41,7 @@ from base.optime import OpTime
 from oplog.sqlite_store import StoreTxn
 from replset import actions as act
 from replset.election import config_is_older
+from replset.member_http import HTTP_PORT_FIELD
 from replset.parts.registry import HELD_FIELD
 from replset.pulse import Pulse
 from replset.replica import NEVER, NoConfig, Replica
@@ -239,6 +240,8 @@ class Replication:
                 log.debug("heartbeat to %s failed: %s", member.host, exc)
             self.core.call_failed(now_ms(), send.call, refused=refused, why=str(exc))
         else:
+            if send.kind is act.CallKind.HEARTBEAT:
+                self.node.member_http.learn(member.host, raw.get(HTTP_PORT_FIELD))
             try:
                 self.core.reply(now_ms(), send.call, raw)
             except Exception as exc:  # a malformed reply must not leave the call open for good
@@ -435,6 +438,7 @@ class Replication:
             raise
         finally:
             self._carry_out()
+        reply[HTTP_PORT_FIELD] = self.node.options.effective_http_port  # where our part files are served
         return reply
 
     async def on_vote_request(self, cmd: dict[str, Any]) -> dict[str, Any]:

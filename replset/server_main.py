@@ -24,7 +24,7 @@ async def serve(options: NodeOptions, limits: WireLimits | None = None) -> None:
     wire = WireServer(node, Dispatcher(node), limits)
     http = HttpServer(node, wire.admission.snapshot)
     await wire.start(options.listen_hosts, options.port)
-    http_port = options.http_port if options.http_port is not None else options.port + 1000
+    http_port = options.effective_http_port
     await http.start(options.listen_hosts, http_port)
     log.info("member %s listening (wire %d, http %d, maxConns %d), state %s", options.me, options.port,
              http_port, wire.admission.max_conns, node.state.name)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from replset.auth.roles import authorize
-from replset.auth.users import USERS_NS, ConnectionAuth, UserGrants, held_grants, is_loopback
+from replset.auth.users import INTERNAL_USER, USERS_NS, ConnectionAuth, UserGrants, held_grants, is_loopback
 
 LOCALHOST_EXCEPTION = frozenset({"createUser", "replSetInitiate", "replSetGetStatus", "replSetGetConfig"})
 
@@ -23,3 +23,10 @@ def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: st
     if not present and excepted and db == "admin" and is_loopback(peer) and reader.count(USERS_NS) == 0:
         return
     authorize(name, db, cmd, authenticated=present, held=held)
+
+
+def acts_as_member(auth_enabled: bool, auth: ConnectionAuth) -> bool:
+    """Whether what a connection sends may count as a member's own word (a position report riding on an
+    oplog getMore): with auth on, only once it logged in as the internal user with the keyfile; never
+    because a message says so. Without auth there are no identities (as with mongod)."""
+    return not auth_enabled or INTERNAL_USER in auth.users

@@ -56,7 +56,7 @@ _needs({READ}, "find", "count", "distinct", "aggregate", "listIndexes", "explain
        "selectParts", "partsStatus", "partsMutations")
 _needs({READ, DB_ADMIN}, "listCollections", "collStats", "dbStats")
 _needs({WRITE}, "insert", "update", "delete", "findAndModify", "findandmodify", "insertBlock", "insertStatus",
-       "_partsCommit", "alterDelete", "alterUpdate", "dropPartition", "killPartsMutation", "alterPartsTable")
+       "alterDelete", "alterUpdate", "dropPartition", "killPartsMutation", "alterPartsTable")
 _needs({WRITE, DB_ADMIN}, "create", "drop", "createIndexes", "dropIndexes", "deleteIndexes", "renameCollection",
        "createPartsTable", "dropPartsTable")
 _needs({DB_ADMIN}, "collMod", "dropDatabase", "validate")
@@ -66,7 +66,8 @@ _needs({CLUSTER_MONITOR, CLUSTER_ADMIN}, "replSetGetStatus", "replSetGetConfig",
 _needs({CLUSTER_ADMIN}, "replSetReconfig", "replSetStepDown", "replSetFreeze", "replSetStepUp",
        "replSetSyncFrom", "replSetInitiate", "setParameter", "resync", "killAllSessions", "shutdown",
        "configureFailPoint")
-_needs({INTERNAL}, "replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition", "replSetGetRBID")
+_needs({INTERNAL}, "replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition", "replSetGetRBID",
+       "_partsCommit")
 
 ROLE_GRANTS: dict[str, tuple[tuple[str, str | None], ...]] = {
     # role -> (class, database): None is the role's own database

@@ -221,7 +221,7 @@ class PrimaryLink:
             _raise_if_may_roll_back(reply.get("writeConcernError"))
             return reply
         body: dict[str, Any] = {
-            "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me, "http": http,
+            "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me,
             "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document()}
         if dedup_token is not None:
             body["dedupToken"] = dedup_token

@@ -43,6 +43,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -90,8 +91,15 @@ RETRY_S = 1.0          # the runner looks again at least this often (backed-off 
 _merge_names = itertools.count(1)
 
 
-def _copies(by_member: dict[str, Holder]) -> dict[str, Copy]:
-    return {member: Copy(member, holder.http, holder.checksums) for member, holder in by_member.items()}
+def _copies(by_member: dict[str, Holder], http_of: Callable[[str], str | None]) -> dict[str, Copy]:
+    """The registered copies of members of the config, each at the HTTP address the member itself gave
+    (never the one a document names: see replset/member_http.py)."""
+    out = {}
+    for member, holder in by_member.items():
+        address = http_of(member)
+        if address is not None:
+            out[member] = Copy(member, address, holder.checksums)
+    return out
 
 
 def _now_ms() -> int:
@@ -700,8 +708,8 @@ class PartsManager:
                 rt.missing_answers[key] = rt.missing_answers.get(key, 0) + 1
                 if rt.missing_answers[key] >= STALE_AFTER_404S:
                     del rt.missing_answers[key]
-                    for member, holder in rt.holders.get(part.name, {}).items():
-                        if holder.http == http:
+                    for member in list(rt.holders.get(part.name, {})):
+                        if self.node.http_of(member) == http:
                             self.leader.not_held(rt.table.ns, part.name, member)
             raise
         rt.failed_sources.pop(entry.new_part.name, None)
@@ -717,10 +725,13 @@ class PartsManager:
         me = self.node.options.me
         failed = rt.failed_sources.get(part.name, set())
         checksums = parse_checksums(doc.get("checksums", []))
-        inserter = Copy(str(doc.get("source", "")), str(doc.get("http", "")), checksums) if doc.get("source") else None
-        covering = [(info, _copies(by_member)) for info, by_member in rt.registered_covering(part)
+        http_of = self.node.http_of
+        inserted_by = str(doc.get("source", ""))
+        inserter_http = http_of(inserted_by) if inserted_by else None
+        inserter = Copy(inserted_by, inserter_http, checksums) if inserter_http is not None else None
+        covering = [(info, _copies(by_member, http_of)) for info, by_member in rt.registered_covering(part)
                     if rt.queue.virtual.containing(info) is not None]
-        source = choose_source(part, _copies(rt.holders.get(part.name, {})), covering, me=me,
+        source = choose_source(part, _copies(rt.holders.get(part.name, {}), http_of), covering, me=me,
                                live=self.node.live_members(), failed=failed, inserter=inserter,
                                choose=self.node.rng.choice)
         if source is None:

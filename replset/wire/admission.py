@@ -1,51 +1,53 @@
-"""Connection admission under `--maxConns`: which incoming connections count, which are refused.
+"""Connection admission: which connections count against `--maxConns`, which are refused, which
+idle ones are closed to make room. Pure: no I/O; the clock is passed in.
 
-Theory of operation. mongod refuses a new connection once `maxConns` are open
-("connection refused because too many open connections") by accepting it and
-closing it at once. Here connections between members must never be refused or
-counted: a member that cannot heartbeat, vote or fetch the oplog because
-application pools filled the port would turn a client storm into a failover.
+Theory of operation. mongod refuses a new connection once `maxConns` are open ("connection
+refused because too many open connections") by accepting it and closing it at once. Two
+things must hold beside that cap:
 
-A member cannot be recognised when its TCP connection is accepted (same
-address range as clients, no handshake yet); it can be recognised by its first
-message. Members send one of:
-- a `hello`/`isMaster` carrying `internalClient` (what mongod members send as
-  the first message of every connection), or
-- a command only members send: `replSetHeartbeat`, `replSetRequestVotes`,
-  `replSetUpdatePosition`, `replSetGetRBID`, or
-- a read of the oplog (`find`/`getMore`/`killCursors` on `local.oplog.rs`): the
-  first message of a member's oplog fetcher and rollback connections, which
-  open with no handshake. (A user tool tailing the oplog is exempt too; that
-  is the price of never refusing a fetcher.)
-So every connection starts as a *client* while there is room (it counts), and
-becomes a *member* (stops counting) when a message shows it is one. At the
-limit a new connection is *pending*: it does not count, it gets
-`identify_timeout_s` to send one message, and it is refused (closed without a
-reply) unless that message identifies a member. Pending connections are
-themselves bounded (`max_pending`): past that bound, new connections are
-refused at accept, so a flood of silent connections cannot hold descriptors.
-A driver's connection at the limit is therefore closed right after its first
-`hello` (drivers send it at once), which the driver sees as a network error
-during the handshake, exactly as against mongod.
+1. **A member is who authenticated, never who said so.** With `--keyFile`, a connection that
+   logged in as `__system@local` (the keyfile's internal user) is a *member*: it never counts
+   and is never refused, so a client storm cannot turn into a failover. Nothing in a message
+   (`hello` with `internalClient`, a heartbeat, an oplog read) makes a connection a member:
+   anyone may send those. Without auth there is no identity at all, so every connection counts.
+2. **Members and pings are always served.** Idle client connections are what a client storm
+   leaves behind (pools, abandoned sockets): at the cap, a new connection takes the place of
+   the client connection idle the longest, if it has been idle for `preempt_idle_ms`; and
+   however many connections the cap allows, at most `max_idle` client connections may sit idle:
+   past that, the oldest idle ones are closed (an event loop holding tens of thousands of idle
+   connections answers everyone late). Drivers check a pooled connection that sat idle before
+   using it (pymongo: idle over 1 s) and open a new one, so closing idle ones is safe for them.
 
-This is load shedding, not security: anyone may claim to be a member (there is
-no authentication in this project); the point is that honest application
-connection pools cannot starve replication.
+A connection arriving at the cap with no idle client to replace is *pending*: it does not
+count, it gets `identify_timeout_s` to authenticate as a member (only the handshake and the
+SASL commands are served meanwhile), and it is refused (closed without a reply) otherwise.
+Pending connections are bounded (`max_pending`): past that, new connections are refused at
+accept, so a flood of silent connections cannot hold descriptors.
 
-Pure: no I/O, no clock. The server shell asks `on_accept()`, reports
-`on_message()` for each request and `on_close()`, and acts on the returned values.
+The server shell calls `on_accept`, `on_idle`/`on_busy` around the wait for each message,
+`on_member_login` once a connection has authenticated as `__system`, `may_serve_pending` for
+each message of a pending connection, `over_idle_budget` after a connection went idle, and
+`on_close`; it closes the connections those calls name.
 """
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import enum
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from base.codec import MalformedRequest, OpMsgRequest, OpQueryRequest
 
 MAX_CONNS_CAP = 1_000_000  # mongod's default maxIncomingConnections
 FD_SHARE = 0.8  # mongod's share of the descriptor limit open to connections
+DEFAULT_MAX_IDLE = 10_000  # idle client connections kept open at most (see the module docstring)
+PREEMPT_IDLE_MS = 5_000  # at the cap, a client idle this long gives its place to a new connection
+HANDSHAKE_COMMANDS = frozenset({"hello", "isMaster", "ismaster", "saslStart", "saslContinue"})
+# Messages only another member sends. They identify nobody (anyone may send them); test fail points
+# use them to spare members' traffic, nothing else does.
 MEMBER_ONLY_COMMANDS = frozenset({"replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition",
                                   "replSetGetRBID"})
 HELLO_COMMANDS = frozenset({"hello", "isMaster", "ismaster"})
@@ -55,13 +57,8 @@ OPLOG = "oplog.rs"
 
 class Role(enum.Enum):
     CLIENT = "client"  # counts against maxConns
-    MEMBER = "member"  # another member of the set: never counts, never refused
-    PENDING = "pending"  # arrived at the limit: one message to show it is a member
-
-
-class Verdict(enum.Enum):
-    SERVE = "serve"
-    REFUSE = "refuse"
+    MEMBER = "member"  # authenticated as the internal user: never counts, never refused
+    PENDING = "pending"  # arrived at the limit: may authenticate as a member, nothing else
 
 
 def default_max_conns(fd_soft_limit: int) -> int:
@@ -77,13 +74,26 @@ def effective_max_conns(requested: int | None, fd_soft_limit: int) -> int:
     return ceiling if requested is None else max(1, min(requested, ceiling))
 
 
-def is_member_request(request: OpMsgRequest | OpQueryRequest | MalformedRequest) -> bool:
-    """True when the message is one only another member of the set sends (see the module docstring)."""
+def _body(request: OpMsgRequest | OpQueryRequest | MalformedRequest) -> dict[str, Any] | None:
     if isinstance(request, OpMsgRequest):
-        body: dict[str, Any] = request.body
-    elif isinstance(request, OpQueryRequest):
-        body = request.query
-    else:
+        return request.body
+    if isinstance(request, OpQueryRequest):
+        query = request.query
+        inner = query.get("$query")
+        return inner if isinstance(inner, dict) else query
+    return None
+
+
+def command_name(request: OpMsgRequest | OpQueryRequest | MalformedRequest) -> str | None:
+    body = _body(request)
+    return None if body is None else next(iter(body), None)
+
+
+def claims_member(request: OpMsgRequest | OpQueryRequest | MalformedRequest) -> bool:
+    """True when the message is of a kind only members send. A claim, not an identity: it grants
+    nothing (see the module docstring); test fail points use it to leave members' traffic alone."""
+    body = _body(request)
+    if body is None:
         return False
     name = next(iter(body), None)
     if name in MEMBER_ONLY_COMMANDS:
@@ -93,49 +103,92 @@ def is_member_request(request: OpMsgRequest | OpQueryRequest | MalformedRequest)
     return name in HELLO_COMMANDS and isinstance(body.get("internalClient"), dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    role: Role
+    evict: int | None = None  # a connection to close to make room (it was idle the longest)
+
+
 @dataclass(slots=True)
 class Admission:
     """Counts connections by role and decides admissions. Mutable; owned by one wire server."""
 
     max_conns: int
     max_pending: int = 128
+    max_idle: int = DEFAULT_MAX_IDLE
+    preempt_idle_ms: int = PREEMPT_IDLE_MS
     clients: int = 0
     members: int = 0
     pending: int = 0
     refused: int = 0
+    evicted: int = 0
+    _idle: OrderedDict[int, int] = field(default_factory=OrderedDict)  # client id -> idle since (ms), oldest first
 
-    def on_accept(self) -> Role | None:
-        """The role of a new connection, or None when it must be refused at once."""
+    def on_accept(self, now_ms: int) -> Admitted | None:
+        """The role of a new connection (and a connection to close for it), or None to refuse it."""
         if self.clients < self.max_conns:
             self.clients += 1
-            return Role.CLIENT
+            return Admitted(Role.CLIENT)
+        oldest = next(iter(self._idle.items()), None)
+        if oldest is not None and now_ms - oldest[1] >= self.preempt_idle_ms:
+            self._evict(oldest[0])  # it counts until it is closed, a moment from now
+            self.clients += 1
+            return Admitted(Role.CLIENT, evict=oldest[0])
         if self.pending < self.max_pending:
             self.pending += 1
-            return Role.PENDING
+            return Admitted(Role.PENDING)
         self.refused += 1
         return None
 
-    def on_message(self, role: Role, member: bool) -> tuple[Role, Verdict]:
-        """A connection in `role` sent a message (`member`: it identifies a member). Returns the new role
-        and whether to serve the message or refuse the connection."""
-        if role is Role.MEMBER or (not member and role is Role.CLIENT):
-            return role, Verdict.SERVE
-        if member:
-            self._leave(role)
-            self.members += 1
-            return Role.MEMBER, Verdict.SERVE
-        self.refused += 1  # a pending connection that is not a member
-        return role, Verdict.REFUSE
+    def on_idle(self, conn_id: int, role: Role, now_ms: int) -> None:
+        """A connection waits for its next message (nothing half-received)."""
+        if role is Role.CLIENT:
+            self._idle[conn_id] = now_ms
+            self._idle.move_to_end(conn_id)
 
-    def on_close(self, role: Role) -> None:
-        self._leave(role)
+    def on_busy(self, conn_id: int) -> None:
+        """Bytes arrived on a connection."""
+        self._idle.pop(conn_id, None)
+
+    def over_idle_budget(self) -> list[int]:
+        """Idle client connections to close, oldest first, so at most `max_idle` stay idle."""
+        out = []
+        while len(self._idle) > self.max_idle:
+            conn_id, _since = self._idle.popitem(last=False)
+            self.evicted += 1
+            out.append(conn_id)
+        return out
+
+    def may_serve_pending(self, name: str | None) -> bool:
+        """Whether a pending connection's message is served (the handshake, logging in); if not, the
+        connection is refused."""
+        if name in HANDSHAKE_COMMANDS:
+            return True
+        self.refused += 1
+        return False
+
+    def on_member_login(self, conn_id: int, role: Role) -> Role:
+        """The connection authenticated as the internal user: it is a member from now on."""
+        if role is Role.MEMBER:
+            return role
+        self._leave(conn_id, role)
+        self.members += 1
+        return Role.MEMBER
+
+    def on_close(self, conn_id: int, role: Role) -> None:
+        self._leave(conn_id, role)
 
     def on_identify_timeout(self, role: Role) -> None:
-        """A pending connection sent no whole message in time: it is refused (then closed)."""
+        """A pending connection did not authenticate as a member in time: it is refused (then closed)."""
         if role is Role.PENDING:
             self.refused += 1
 
-    def _leave(self, role: Role) -> None:
+    def _evict(self, conn_id: int) -> None:
+        del self._idle[conn_id]
+        self.evicted += 1
+
+    def _leave(self, conn_id: int, role: Role) -> None:
+        self._idle.pop(conn_id, None)
         if role is Role.CLIENT:
             self.clients -= 1
         elif role is Role.MEMBER:
@@ -149,4 +202,5 @@ class Admission:
 
     def snapshot(self) -> dict[str, int]:
         return {"current": self.open, "clients": self.clients, "members": self.members,
-                "pending": self.pending, "refused": self.refused, "maxConns": self.max_conns}
+                "pending": self.pending, "idle": len(self._idle), "refused": self.refused,
+                "evicted": self.evicted, "maxConns": self.max_conns}

@@ -28,7 +28,6 @@ from oplog.entry import SESSIONS_NS
 from oplog.let_vars import bind_command
 from replset.auth.access import check_access
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
-from replset.wire.admission import Role
 from replset.wire.command_args import check_command
 from replset.write_concern import parse_write_concern, write_concern_error_field
 
@@ -261,7 +260,7 @@ class Dispatcher:
         target = ctx.cmd.get(ctx.name)
         namespace = f"{ctx.db}.{target}" if isinstance(target, str) else ctx.db
         return ctx.node.failpoints.command_failure(ctx.name, namespace, _app_name(ctx.conn),
-                                                   internal=ctx.conn.role is Role.MEMBER)
+                                                   internal=ctx.conn.claims_member)
 
     @staticmethod
     def _transactional_write_failure(ctx: CommandContext) -> dict[str, Any] | None:
@@ -269,7 +268,7 @@ class Dispatcher:
         retryable write (a `txnNumber`, no transaction) from a client on the primary."""
         node = ctx.node
         if (not node.options.enable_test_commands or ctx.name not in _RETRYABLE_WRITE_COMMANDS
-                or "txnNumber" not in ctx.cmd or "autocommit" in ctx.cmd or ctx.conn.role is Role.MEMBER
+                or "txnNumber" not in ctx.cmd or "autocommit" in ctx.cmd or ctx.conn.claims_member
                 or not node.failpoints.is_on("onPrimaryTransactionalWrite")):
             return None
         lsid = ctx.cmd.get("lsid")

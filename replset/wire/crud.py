@@ -34,11 +34,11 @@ from oplog.writes import (
     insert_documents,
     update_documents,
 )
+from replset.auth.access import acts_as_member
 from replset.cursors import Cursor, cursor_reply
 from replset.node import utcnow
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import change_streams, sessions, system_namespaces
-from replset.wire.admission import Role
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
     OPLOG_NS,
@@ -476,10 +476,10 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     cursor = registry.get(int(cursor_id), ns, now_ms())
     check_owner(ctx, cursor)
     report = ctx.cmd.get(POSITIONS_FIELD)
-    if report is not None and ns == OPLOG_NS:
+    if report is not None and ns == OPLOG_NS and acts_as_member(ctx.node.options.auth, ctx.conn.auth):
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
     batch_size = _int_arg(ctx.cmd, "batchSize", 0)
-    if ctx.conn.role is not Role.MEMBER and (
+    if not ctx.conn.claims_member and (
             point := ctx.node.failpoints.check("failGetMoreAfterCursorCheckout")) is not None:
         error = MongoError(int(point.data.get("errorCode", 96)), "failGetMoreAfterCursorCheckout fail point")
         raise change_streams.resumable(error) if cursor.change_stream is not None else error

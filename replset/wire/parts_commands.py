@@ -57,7 +57,6 @@ from replset.parts.insert import Block, load_table, logged_block, table_from_arr
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import REACHED
 from replset.parts.views import mutations_view
-from replset.wire.admission import Role
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import run_write
 from replset.write_concern import MAJORITY, parse_write_concern
@@ -67,7 +66,6 @@ BAD_VALUE = 2
 INTERRUPTED = 11601
 SYNC_WAIT_S = 600.0    # sync: 2 waits this long for every member
 PROBE_TIMEOUT_S = 10.0
-UNAUTHORIZED = 13
 NAMESPACE_EXISTS = 48
 NAMESPACE_NOT_FOUND = 26
 
@@ -134,16 +132,22 @@ async def cmd_insert_block(ctx: CommandContext) -> dict[str, Any]:
 
 @command("_partsCommit", kind="write")
 async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
-    """Another member's commit of blocks it wrote (`replset.parts.commit.PrimaryLink`)."""
-    if ctx.conn.role is not Role.MEMBER:
-        raise MongoError(UNAUTHORIZED, "_partsCommit is for members of the set only")
+    """Another member's commit of blocks it wrote (`replset.parts.commit.PrimaryLink`). With auth on,
+    only a member (logged in with the keyfile) may send it (replset/auth/roles.py). The parts' source
+    must be a member of the config, and where its files are fetched from is what that member says in
+    its heartbeats, never what the message says (replset/member_http.py)."""
     name = ctx.cmd["_partsCommit"]
+    source = ctx.cmd.get("source")
+    http = ctx.node.http_of(source) if isinstance(source, str) else None
+    if http is None:
+        raise MongoError(BAD_VALUE, f"_partsCommit: source {source!r} is not a member of the set whose HTTP "
+                                    "port is known")
     raw_blocks = ctx.cmd.get("blocks")
     if not isinstance(raw_blocks, list) or not raw_blocks:
         raise MongoError(BAD_VALUE, "_partsCommit needs a non-empty blocks array")
     blocks = [Block.from_wire(b) for b in raw_blocks]
     token = ctx.cmd.get("dedupToken")
-    body = primary_body(ctx.db, name, blocks, source=str(ctx.cmd.get("source", "")), http=str(ctx.cmd.get("http", "")),
+    body = primary_body(ctx.db, name, blocks, source=str(source), http=http,
                         attempt=str(ctx.cmd.get("attempt", "")), quorum=int(ctx.cmd.get("quorum", 0)),
                         dedup_token=None if token is None else str(token), directory=None)
     return await commit_here(ctx.node, parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY}), body,

@@ -4,8 +4,9 @@ One task per connection reads into the sans-I/O decoder and handles requests in
 order (drivers never pipeline on one connection). Every resource a connection
 can hold is bounded, so that a misbehaving client costs a bounded amount and
 the member keeps answering everyone else:
-- Connections: `--maxConns` clients (`Admission`, see admission.py for why
-  connections from other members never count and are never refused).
+- Connections: `--maxConns` clients (`Admission`, see admission.py: connections that
+  authenticated as a member never count and are never refused; idle client connections
+  give their place to new ones at the cap, and at most `--maxIdleConns` sit idle).
 - Receive buffer: one message of at most maxMessageSizeBytes; a length prefix
   outside [16, 48 MB] closes the connection before the body is buffered.
 - Time mid-message: a connection that sent part of a message (header or body)
@@ -36,8 +37,15 @@ from base.codec import (
     encode_op_reply,
 )
 from base.errors import MongoError
-from replset.auth.users import ConnectionAuth
-from replset.wire.admission import Admission, Role, Verdict, effective_max_conns, is_member_request
+from replset.auth.users import INTERNAL_USER, ConnectionAuth
+from replset.wire.admission import (
+    DEFAULT_MAX_IDLE,
+    Admission,
+    Role,
+    claims_member,
+    command_name,
+    effective_max_conns,
+)
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -49,7 +57,7 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshak
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 STALLED_MESSAGE_TIMEOUT_S = 30.0  # no byte for this long in the middle of a message: close
 WRITE_STALL_TIMEOUT_S = 60.0  # a client that reads none of WRITE_HIGH_WATER bytes for this long: close
-IDENTIFY_TIMEOUT_S = 2.0  # a connection arriving at the limit has this long to show it is a member
+IDENTIFY_TIMEOUT_S = 2.0  # a connection arriving at the limit has this long to log in as a member
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,7 @@ class WireLimits:
     """The wire server's bounds. `max_conns` None means the descriptor-derived default."""
 
     max_conns: int | None = None
+    max_idle: int = DEFAULT_MAX_IDLE
     stalled_message_timeout_s: float = STALLED_MESSAGE_TIMEOUT_S
     write_stall_timeout_s: float = WRITE_STALL_TIMEOUT_S
     identify_timeout_s: float = IDENTIFY_TIMEOUT_S
@@ -74,12 +83,17 @@ class Connection:
     request_ids: int = 0
     client_metadata: dict[str, object] = field(default_factory=dict)
     role: Role = Role.CLIENT
-    identify_deadline: float = 0.0  # loop time by which a PENDING connection must show it is a member
+    identify_deadline: float = 0.0  # loop time by which a PENDING connection must log in as a member
+    claims_member: bool = False  # it sent a message only members send: spared by test fail points, no more
     auth: ConnectionAuth = field(default_factory=ConnectionAuth)  # the users it proved to be
 
     def next_request_id(self) -> int:
         self.request_ids += 1
         return self.request_ids
+
+
+def _ms(loop_time: float) -> int:
+    return int(loop_time * 1000)
 
 
 class _Refused(Exception):
@@ -92,12 +106,13 @@ class WireServer:
         self._dispatcher = dispatcher
         self.limits = limits or WireLimits()
         requested = self.limits.max_conns
-        self.admission = Admission(effective_max_conns(requested, fd_soft_limit()))
+        self.admission = Admission(effective_max_conns(requested, fd_soft_limit()), max_idle=self.limits.max_idle)
         if requested is not None and requested > self.admission.max_conns:
             log.warning("--maxConns %d is above 80%% of the open-file limit; using %d", requested,
                         self.admission.max_conns)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: dict[int, asyncio.StreamWriter] = {}  # open connections by id (to close idle ones)
 
     async def start(self, host: str | list[str] | None, port: int) -> None:
         tls = self._node.options.tls.server_context()
@@ -115,18 +130,22 @@ class WireServer:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        role = self.admission.on_accept()
+        loop = asyncio.get_running_loop()
+        admitted = self.admission.on_accept(_ms(loop.time()))
         peer = writer.get_extra_info("peername")
         peer_name = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if role is None:
+        if admitted is None:
             self._log_refused(peer_name)
             writer.close()
             return
+        if admitted.evict is not None:
+            self._close_idle(admitted.evict, "its place went to a new connection at the connection limit")
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        conn = Connection(self._node.next_connection_id(), peer_name, role=role,
-                          identify_deadline=asyncio.get_running_loop().time() + self.limits.identify_timeout_s)
+        conn = Connection(self._node.next_connection_id(), peer_name, role=admitted.role,
+                          identify_deadline=loop.time() + self.limits.identify_timeout_s)
+        self._writers[conn.id] = writer
         self._node.connections_open += 1
         try:
             await self._serve(conn, reader, writer)
@@ -137,10 +156,17 @@ class WireServer:
         except ProtocolError as exc:
             log.info("closing connection %d from %s: %s", conn.id, conn.peer, exc)
         finally:
-            self.admission.on_close(conn.role)
+            self.admission.on_close(conn.id, conn.role)
+            self._writers.pop(conn.id, None)
             self._node.connections_open -= 1
             self._tasks.discard(task)
             writer.close()
+
+    def _close_idle(self, conn_id: int, why: str) -> None:
+        writer = self._writers.get(conn_id)
+        if writer is not None:
+            log.info("closing idle connection %d: %s", conn_id, why)
+            writer.close()  # its task sees the end of the stream and leaves
 
     def _log_refused(self, peer: str) -> None:
         log.info("connection from %s refused because too many open connections: %d", peer,
@@ -155,8 +181,13 @@ class WireServer:
             except TimeoutError:
                 self.admission.on_identify_timeout(conn.role)
                 raise _Refused from None
-        if not decoder.partial:
-            return await reader.read(READ_CHUNK)  # idle between messages: wait as long as the client likes
+        if not decoder.partial:  # idle between messages: wait as long as the client likes (within budget)
+            self.admission.on_idle(conn.id, conn.role, _ms(asyncio.get_running_loop().time()))
+            for conn_id in self.admission.over_idle_budget():
+                self._close_idle(conn_id, f"more than {self.admission.max_idle} client connections were idle")
+            data = await reader.read(READ_CHUNK)
+            self.admission.on_busy(conn.id)
+            return data
         timeout_s = self.limits.stalled_message_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
@@ -175,14 +206,15 @@ class WireServer:
                 return
             decoder.receive_data(data)
             while (request := decoder.next_request()) is not None:
-                if conn.role is not Role.MEMBER:
-                    conn.role, verdict = self.admission.on_message(conn.role, is_member_request(request))
-                    if verdict is Verdict.REFUSE:
-                        raise _Refused
+                if conn.role is Role.PENDING and not self.admission.may_serve_pending(command_name(request)):
+                    raise _Refused
+                conn.claims_member = conn.claims_member or claims_member(request)
                 if isinstance(request, MalformedRequest):
                     reply = self._malformed_reply(conn, request)
                 else:
                     reply = await self._dispatcher.handle(conn, request)
+                    if conn.role is not Role.MEMBER and INTERNAL_USER in conn.auth.users:
+                        conn.role = self.admission.on_member_login(conn.id, conn.role)
                 if reply is None:
                     continue
                 writer.write(reply)

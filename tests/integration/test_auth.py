@@ -22,7 +22,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
-from replset.auth.keyfile import write_keyfile
+from replset.auth.keyfile import read_keyfile, write_keyfile
 from tests.support.members import REPO_ROOT, Member, wait_for
 from tests.support.node_tools import NODE_MODULES, mongosh_logged_in_users
 from tests.support.up_process import running_up
@@ -191,6 +191,43 @@ def test_refusals_carry_mongodbs_codes_and_roles_are_checked(auth_set: dict[str,
         with pytest.raises(OperationFailure) as dropped:
             admin.admin.command("dropUser", "reader")
         assert dropped.value.code == 11
+
+
+def test_a_hello_flag_grants_nothing_and_member_commands_need_the_keyfile(auth_set: dict[str, Any]) -> None:
+    """A user who says `internalClient` in its hello is still that user: the members' own commands
+    (the parts commit, position reports, heartbeats) are refused with 13; the keyfile's internal user
+    (`__system@local`) may run them."""
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+        admin.admin.command("createUser", "writer", pwd="writer pwd", roles=[{"role": "readWrite", "db": "app"}])
+        admin.app.command({"createPartsTable": "events", "columns": [{"name": "k", "type": "int64"}],
+                           "orderBy": ["k"]})
+        primary = admin.primary
+    direct = f"mongodb://{primary[0]}:{primary[1]}/?directConnection=true"
+    block = {"partition": "all", "blockId": "all_x", "rows": 1, "bytes": 10,
+             "checksums": [{"file": "data.parquet", "size": 10, "sha256": "0" * 64}]}
+    try:
+        with MongoClient(direct, username="writer", password="writer pwd", maxPoolSize=1,
+                         serverSelectionTimeoutMS=10_000) as writer:
+            hello = writer.admin.command({"hello": 1, "internalClient": {"minWireVersion": 0, "maxWireVersion": 21}})
+            assert hello["ok"] == 1.0
+            for db, command in (
+                    ("app", {"_partsCommit": "events", "blocks": [block], "source": f"{primary[0]}:{primary[1]}",
+                             "http": "127.0.0.1:9", "attempt": "a", "quorum": 0}),
+                    ("admin", {"replSetUpdatePosition": 1, "optimes": []}),
+                    ("admin", {"replSetHeartbeat": "rs0", "configVersion": 1, "from": "x:1", "term": 1}),
+                    ("admin", {"replSetGetRBID": 1})):
+                with pytest.raises(OperationFailure) as refused:
+                    writer[db].command(command)
+                assert refused.value.code == 13, command
+            writer.app.docs.insert_one({"_id": "still a writer"})
+        key = read_keyfile(os.path.join(auth_set["dir"], "keyfile"))
+        with MongoClient(direct, username="__system", password=key, authSource="local",
+                         authMechanism="SCRAM-SHA-256", serverSelectionTimeoutMS=10_000) as member:
+            assert "rbid" in member.admin.command("replSetGetRBID")
+    finally:
+        with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+            admin.app.command({"dropPartsTable": "events"})
+            admin.admin.command("dropUser", "writer")
 
 
 def test_the_auth_spec_users_saslprep_passwords_not_user_names(auth_set: dict[str, Any]) -> None:

@@ -69,33 +69,34 @@ def timed(fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], float]:
     return reply, time.monotonic() - started
 
 
-def test_clients_over_max_conns_are_refused_and_member_connections_are_not(
+def test_clients_over_max_conns_are_refused_and_a_member_claim_is_not_an_exemption(
         start_member: Callable[..., Member]) -> None:
     member = start_member("--maxConns", "20", initiate=False)  # no driver whose monitor holds a connection
     with open_sockets() as socks:
-        for _ in range(20):
+        for i in range(20):
             socks.append(connect(member))
-            assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
-        assert connections(member)["clients"] == 20
+            assert roundtrip(socks[-1], encode_op_msg_request(MEMBER_HELLO if i % 2 else PING, 1))["ok"] == 1.0
+        assert connections(member)["clients"] == 20  # saying internalClient made nobody a member
 
         refused = connect(member)
         socks.append(refused)
-        refused.sendall(encode_op_msg_request({"hello": 1, "$db": "admin"}, 2))
+        refused.sendall(encode_op_msg_request({"find": "c", "$db": "test"}, 2))
         assert closed_by_server(refused, 10), "a client over the limit got an answer"
         silent = connect(member)
         socks.append(silent)
         assert closed_by_server(silent, 10), "a silent connection over the limit was kept"
 
-        peer = connect(member)  # a member's connection at the limit: served, not counted
-        socks.append(peer)
-        assert roundtrip(peer, encode_op_msg_request(MEMBER_HELLO, 3))["ok"] == 1.0
-        assert roundtrip(peer, encode_op_msg_request(PING, 4))["ok"] == 1.0
+        claims = connect(member)  # says it is a member: may say hello (and log in), nothing more
+        socks.append(claims)
+        assert roundtrip(claims, encode_op_msg_request(MEMBER_HELLO, 3))["ok"] == 1.0
+        claims.sendall(encode_op_msg_request({"replSetHeartbeat": "rs0", "term": 1, "$db": "admin"}, 4))
+        assert closed_by_server(claims, 10), "a member message over the limit was served without a login"
         fetcher = connect(member)
         socks.append(fetcher)
-        reply = roundtrip(fetcher, encode_op_msg_request({"find": "oplog.rs", "limit": 1, "$db": "local"}, 5))
-        assert "ok" in reply  # served (an uninitiated member answers with an error)
+        fetcher.sendall(encode_op_msg_request({"find": "oplog.rs", "limit": 1, "$db": "local"}, 5))
+        assert closed_by_server(fetcher, 10), "an oplog read over the limit was served without a login"
         counts = connections(member)
-        assert counts["clients"] == 20 and counts["members"] == 2 and counts["refused"] >= 2, counts
+        assert counts["clients"] == 20 and counts["members"] == 0 and counts["refused"] >= 4, counts
         assert roundtrip(socks[0], encode_op_msg_request(PING, 6))["ok"] == 1.0  # existing clients go on
 
         socks.pop(0).close()
@@ -186,9 +187,11 @@ def test_a_client_that_never_reads_its_replies_is_closed(start_member: Callable[
         assert raw_command(member.port, PING)["ok"] == 1.0
 
 
-def test_member_connections_get_through_a_full_primary(tmp_path: Any) -> None:
-    """Replication and elections keep working when application connections fill every member."""
-    rs = make_replica_set(str(tmp_path), 3, extra_args=("--maxConns", "8"))
+def test_member_connections_get_through_a_primary_full_of_idle_clients(tmp_path: Any) -> None:
+    """Replication and elections keep working when application connections fill every member: without
+    auth nothing tells a member from a client, so the restarted member's connections take the places
+    of the clients idle longest."""
+    rs = make_replica_set(str(tmp_path), 3, extra_args=("--maxConns", "16"))
     with open_sockets() as socks:
         try:
             rs.start()
@@ -196,19 +199,28 @@ def test_member_connections_get_through_a_full_primary(tmp_path: Any) -> None:
             for c in rs.clients:
                 c.close()
             # A driver's monitor may sit in an awaitable hello (up to 10 s) before its close is seen.
-            wait_for(lambda: connections(primary)["clients"] == 0, 30, "the set-up clients to go")
-            for _ in range(8):
+            # The other members' own connections count too: 2 or 3 each.
+            wait_for(lambda: connections(primary)["clients"] <= 6, 30, "the set-up clients to go")
+            while connections(primary)["clients"] < 16:
                 socks.append(connect(primary))
                 assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
-            assert closed_by_server(_sent(connect(primary), PING), 10)
             secondary = next(m for m in rs.members if m is not primary)
-            secondary.stop()  # its new heartbeat and fetcher connections must not be refused
+            secondary.stop()  # its new heartbeat and fetcher connections must get in
             secondary.start()
-            insert = {"insert": "c", "documents": [{"_id": 1}], "writeConcern": {"w": 3, "wtimeout": 30000},
-                      "$db": "test"}
-            reply = roundtrip(socks[0], encode_op_msg_request(insert, 2))
-            assert reply["ok"] == 1.0 and reply["n"] == 1 and "writeConcernError" not in reply, reply
-            assert connections(primary)["clients"] == 8
+            upsert = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"x": 1}}, "upsert": True}],
+                      "writeConcern": {"w": 3, "wtimeout": 3000}, "$db": "test"}
+            replies: list[dict[str, Any]] = []
+
+            def written() -> bool:  # a new connection at the limit gets a place once a client idled 5 s
+                try:
+                    replies.append(raw_command(primary.port, upsert))
+                except (ConnectionError, OSError):
+                    return False
+                return replies[-1]["ok"] == 1.0 and "writeConcernError" not in replies[-1]
+
+            wait_for(written, 60, "a w:3 write on a new connection")
+            assert closed_by_server(socks[0], 10), "the longest idle client kept its place"
+            assert connections(primary)["evicted"] >= 1
         finally:
             rs.stop()
 

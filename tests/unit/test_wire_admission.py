@@ -17,11 +17,11 @@ from base.codec import (
 )
 from replset.wire.admission import (
     Admission,
+    Admitted,
     Role,
-    Verdict,
+    claims_member,
     default_max_conns,
     effective_max_conns,
-    is_member_request,
 )
 
 
@@ -46,24 +46,58 @@ def test_default_is_eighty_percent_of_the_descriptor_limit_capped_at_a_million()
     ({"find": "oplog.rs", "$db": "app"}, False),
     ({"ping": 1, "$db": "admin"}, False),
 ])
-def test_members_are_recognised_by_their_first_message(body: dict[str, object], member: bool) -> None:
-    assert is_member_request(_msg(body)) is member
+def test_messages_only_members_send_are_claims_for_fail_points(body: dict[str, object], member: bool) -> None:
+    assert claims_member(_msg(body)) is member
 
 
-def test_at_the_limit_only_members_get_in_and_they_never_count() -> None:
+def test_a_member_message_grants_nothing_only_a_member_login_does() -> None:
     adm = Admission(max_conns=2, max_pending=1)
-    a, b = adm.on_accept(), adm.on_accept()
-    assert (a, b) == (Role.CLIENT, Role.CLIENT)
-    assert adm.on_accept() is Role.PENDING
-    assert adm.on_accept() is None  # past the bound on pending connections: refused at accept
-    assert adm.on_message(Role.PENDING, member=True) == (Role.MEMBER, Verdict.SERVE)
-    assert adm.on_accept() is Role.PENDING
-    assert adm.on_message(Role.PENDING, member=False) == (Role.PENDING, Verdict.REFUSE)
-    adm.on_close(Role.PENDING)
-    assert adm.on_message(Role.CLIENT, member=True) == (Role.MEMBER, Verdict.SERVE)  # a client was a member
-    assert adm.snapshot() | {} == {"current": 3, "clients": 1, "members": 2, "pending": 0, "refused": 2,
-                                   "maxConns": 2}
-    assert adm.on_accept() is Role.CLIENT
+    a, b = adm.on_accept(0), adm.on_accept(0)
+    assert a == b == Admitted(Role.CLIENT)
+    pending = adm.on_accept(0)
+    assert pending == Admitted(Role.PENDING)
+    assert adm.on_accept(0) is None  # past the bound on pending connections: refused at accept
+    # A pending connection may say hello (with internalClient or not) and log in; nothing else.
+    assert adm.may_serve_pending("hello") and adm.may_serve_pending("saslStart")
+    assert not adm.may_serve_pending("replSetHeartbeat")
+    assert not adm.may_serve_pending("find")
+    assert adm.on_member_login(3, Role.PENDING) is Role.MEMBER
+    assert adm.on_member_login(1, Role.CLIENT) is Role.MEMBER  # a client that logged in with the keyfile
+    assert adm.snapshot()["members"] == 2 and adm.snapshot()["clients"] == 1 and adm.snapshot()["pending"] == 0
+    assert adm.on_accept(0) == Admitted(Role.CLIENT)
+
+
+def test_at_the_cap_a_new_connection_takes_the_place_of_the_longest_idle_client() -> None:
+    adm = Admission(max_conns=2, max_pending=4, preempt_idle_ms=5_000)
+    adm.on_accept(0), adm.on_accept(0)
+    adm.on_idle(1, Role.CLIENT, now_ms=1_000)
+    adm.on_idle(2, Role.CLIENT, now_ms=2_000)
+    assert adm.on_accept(now_ms=5_500) == Admitted(Role.PENDING)  # nobody idle for 5 s yet
+    adm.on_busy(1)
+    adm.on_idle(1, Role.CLIENT, now_ms=6_000)  # 1 was used again: 2 is now the longest idle
+    assert adm.on_accept(now_ms=7_100) == Admitted(Role.CLIENT, evict=2)
+    adm.on_close(2, Role.CLIENT)
+    assert adm.snapshot()["clients"] == 2 and adm.snapshot()["evicted"] == 1
+    assert adm.on_accept(now_ms=7_200) == Admitted(Role.PENDING)  # 1 has been idle 1.2 s only
+    members = Admission(max_conns=1, preempt_idle_ms=0)
+    members.on_accept(0)
+    members.on_member_login(1, Role.CLIENT)
+    members.on_idle(1, Role.MEMBER, now_ms=0)  # members are never idle-closed
+    assert members.over_idle_budget() == [] and members.on_accept(10_000) == Admitted(Role.CLIENT)
+
+
+def test_idle_clients_past_the_budget_are_closed_oldest_first() -> None:
+    adm = Admission(max_conns=100, max_idle=2)
+    for conn_id in range(1, 5):
+        adm.on_accept(0)
+        adm.on_idle(conn_id, Role.CLIENT, now_ms=conn_id)
+    assert adm.over_idle_budget() == [1, 2]
+    assert adm.over_idle_budget() == []
+    adm.on_busy(3)
+    adm.on_accept(0)
+    adm.on_idle(5, Role.CLIENT, now_ms=9)
+    adm.on_idle(3, Role.CLIENT, now_ms=10)
+    assert adm.over_idle_budget() == [4]
 
 
 def _decode_one(data: bytes) -> object:
