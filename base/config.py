@@ -1,6 +1,16 @@
 """Replica-set configuration: parsing and validation of the `replSetInitiate` document.
 
-Pure. Field names and defaults follow MongoDB's `rs.conf()` output.
+Pure. Field names and defaults follow MongoDB's `rs.conf()` output. Every number
+is checked as mongod's IDL checks it (`repl_set_config.idl`, `member_config.idl`):
+an exact integer (a double with a fraction, NaN or an infinity is refused), within
+the field's range. mongod answers a config it cannot parse with
+InvalidReplicaSetConfig (93) and the parser's reason, and so does `parse_config`.
+
+Ranges beyond mongod's (the timers): mongod only bounds them from below, so an
+`electionTimeoutMillis` of 2**62 was accepted and a member would never call an
+election. Every timer here is at most one day (`MAX_TIMER_MS`): no failure a
+replica set should notice takes longer to detect, and `now + timeout` stays far
+below any deadline arithmetic's limit.
 """
 
 from __future__ import annotations
@@ -15,13 +25,47 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from base.errors import MongoError
+from base.numbers import (
+    MAX_CONFIG_VERSION,
+    MAX_MEMBER_ID,
+    MAX_TERM,
+    UNINITIALIZED_TERM,
+    bson_type_name,
+    int_in_range,
+)
 
 MAX_MEMBERS = 50
 MAX_VOTERS = 7
+MAX_PRIORITY = 1000
+# member_config.idl: secondaryDelaySecs `validator: {gte: 0, lte: 31622400}` (366 days).
+MAX_SECONDARY_DELAY_SECS = 31_622_400
+MAX_TIMER_MS = 86_400_000  # one day: the upper bound of every timer setting (see the module docstring)
 
 
 def _invalid(msg: str) -> MongoError:
     return MongoError(93, msg)
+
+
+def _int_field(raw: Mapping[str, Any], field: str, default: int, low: int, high: int, *, path: str = "") -> int:
+    """An integer field of the config in `[low, high]`; mongod's reason as InvalidReplicaSetConfig."""
+    if field not in raw:
+        return default
+    try:
+        return int_in_range(raw[field], path + field, low, high)
+    except MongoError as exc:
+        raise _invalid(exc.errmsg) from None
+
+
+def _priority(raw: Mapping[str, Any]) -> float:
+    """member_config.idl: `priority` is a safeDouble with `validator: {gte: 0, lte: 1000}`."""
+    value = raw.get("priority", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _invalid(f"Expected field \"priority\" to have numeric type, but found {bson_type_name(value)}")
+    priority = float(value)
+    if not 0 <= priority <= MAX_PRIORITY:  # NaN fails both comparisons
+        raise _invalid(f"BSON field 'priority' value must be >= 0 and <= {MAX_PRIORITY}, "
+                       f"actual value '{priority}'")
+    return priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,17 +168,17 @@ def _parse_member(raw: Any) -> MemberConfig:
         raise _invalid("each member needs an _id and a host")
     if not isinstance(raw["host"], str) or ":" not in raw["host"]:
         raise _invalid(f"member host must be host:port, got {raw['host']!r}")
+    tags = raw.get("tags", {})
+    if not isinstance(tags, Mapping):
+        raise _invalid("member tags must be an object")
+    delay_field = "secondaryDelaySecs" if "secondaryDelaySecs" in raw else "slaveDelay"
     member = MemberConfig(
-        id=int(raw["_id"]), host=raw["host"].lower(), priority=float(raw.get("priority", 1.0)),
-        votes=int(raw.get("votes", 1)), hidden=bool(raw.get("hidden", False)),
+        id=_int_field(raw, "_id", 0, 0, MAX_MEMBER_ID), host=raw["host"].lower(), priority=_priority(raw),
+        votes=_int_field(raw, "votes", 1, 0, 1), hidden=bool(raw.get("hidden", False)),
         arbiter_only=bool(raw.get("arbiterOnly", False)),
-        secondary_delay_secs=int(raw.get("secondaryDelaySecs", raw.get("slaveDelay", 0))),
-        tags=dict(raw.get("tags", {})), build_indexes=bool(raw.get("buildIndexes", True)),
+        secondary_delay_secs=_int_field(raw, delay_field, 0, 0, MAX_SECONDARY_DELAY_SECS),
+        tags=dict(tags), build_indexes=bool(raw.get("buildIndexes", True)),
     )
-    if member.votes not in (0, 1):
-        raise _invalid("votes must be 0 or 1")
-    if not 0 <= member.priority <= 1000:
-        raise _invalid("priority must be between 0 and 1000")
     if member.priority > 0 and (member.hidden or member.arbiter_only or member.votes == 0
                                 or member.secondary_delay_secs):
         raise _invalid("priority must be 0 for hidden, delayed, non-voting and arbiter members")
@@ -144,15 +188,24 @@ def _parse_member(raw: Any) -> MemberConfig:
 def _parse_settings(raw: Mapping[str, Any]) -> Settings:
     defaults = Settings()
     rsid = raw.get("replicaSetId")
+    modes = raw.get("getLastErrorModes", {})
+    if not isinstance(modes, Mapping):
+        raise _invalid("settings.getLastErrorModes must be an object")
+
+    def timer(field: str, default: int, low: int, high: int = MAX_TIMER_MS) -> int:
+        # repl_set_config.idl: heartbeatIntervalMillis, heartbeatTimeoutSecs, electionTimeoutMillis
+        # `gt: 0`; catchUpTimeoutMillis, catchUpTakeoverDelayMillis `gte: -1` (-1: no limit / never).
+        return _int_field(raw, field, default, low, high, path="settings.")
+
     return Settings(
         chaining_allowed=bool(raw.get("chainingAllowed", defaults.chaining_allowed)),
-        heartbeat_interval_ms=int(raw.get("heartbeatIntervalMillis", defaults.heartbeat_interval_ms)),
-        heartbeat_timeout_secs=int(raw.get("heartbeatTimeoutSecs", defaults.heartbeat_timeout_secs)),
-        election_timeout_ms=int(raw.get("electionTimeoutMillis", defaults.election_timeout_ms)),
-        catch_up_timeout_ms=int(raw.get("catchUpTimeoutMillis", defaults.catch_up_timeout_ms)),
-        catch_up_takeover_delay_ms=int(
-            raw.get("catchUpTakeoverDelayMillis", defaults.catch_up_takeover_delay_ms)),
-        get_last_error_modes=dict(raw.get("getLastErrorModes", {})),
+        heartbeat_interval_ms=timer("heartbeatIntervalMillis", defaults.heartbeat_interval_ms, 1),
+        heartbeat_timeout_secs=timer("heartbeatTimeoutSecs", defaults.heartbeat_timeout_secs, 1,
+                                     MAX_TIMER_MS // 1000),
+        election_timeout_ms=timer("electionTimeoutMillis", defaults.election_timeout_ms, 1),
+        catch_up_timeout_ms=timer("catchUpTimeoutMillis", defaults.catch_up_timeout_ms, -1),
+        catch_up_takeover_delay_ms=timer("catchUpTakeoverDelayMillis", defaults.catch_up_takeover_delay_ms, -1),
+        get_last_error_modes=dict(modes),
         replica_set_id=rsid if isinstance(rsid, ObjectId) else ObjectId(),
     )
 
@@ -176,7 +229,10 @@ def parse_config(raw: Mapping[str, Any], *, default_term: int = -1) -> ReplSetCo
     settings = raw.get("settings") or {}
     if not isinstance(settings, Mapping):
         raise _invalid("settings must be an object")
+    # repl_set_config.idl: version `gt: 0, lt: 2147483648`. The config term is the term of the primary
+    # that wrote it: any term a member may hold (mongod bounds it by int32 too; our terms go to MAX_TERM).
     return ReplSetConfig(
-        name=raw["_id"], version=int(raw.get("version", 1)), term=int(raw.get("term", default_term)),
+        name=raw["_id"], version=_int_field(raw, "version", 1, 1, MAX_CONFIG_VERSION),
+        term=_int_field(raw, "term", default_term, UNINITIALIZED_TERM, MAX_TERM),
         members=members, settings=_parse_settings(settings),
     )

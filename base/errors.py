@@ -52,6 +52,7 @@ CODE_NAMES: dict[int, str] = {
     68: "IndexAlreadyExists",
     72: "InvalidOptions",
     73: "InvalidNamespace",
+    74: "NodeNotFound",
     79: "UnknownReplWriteConcern",
     85: "IndexOptionsConflict",
     86: "IndexKeySpecsConflict",

@@ -1,10 +1,14 @@
 """The documents members exchange: heartbeats, votes, position reports, fetcher metadata.
 
 Pure. Builders take values and return the BSON-ready document; parsers take a
-reply or request document and return a frozen value (raising `MongoError(9)` on
-a malformed one, so a bad peer gets FailedToParse and never crashes a member).
-Field names are MongoDB's (`replSetHeartbeat`, `replSetRequestVotes`,
-`replSetUpdatePosition`, `$replData`).
+reply or request document and return a frozen value, raising a `MongoError` on a
+malformed one so that a bad peer gets an error answer and never crashes a member:
+FailedToParse (9) for a field of the wrong type, BadValue (2) for a number that
+is not an exact integer (1.5, NaN, infinity, 1e300) or is out of its field's
+range (`base.numbers`), as mongod's `bsonExtractIntegerField` and IDL answer.
+Every term is checked against `MAX_TERM`: a term nobody could follow must never
+get into a member. Field names are MongoDB's (`replSetHeartbeat`,
+`replSetRequestVotes`, `replSetUpdatePosition`, `$replData`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
 import datetime
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +24,14 @@ from bson.int64 import Int64
 
 from base.errors import MongoError
 from base.member import MemberState
+from base.numbers import (
+    MAX_CONFIG_VERSION,
+    MAX_MEMBER_ID,
+    MAX_TERM,
+    UNINITIALIZED_CONFIG_VERSION,
+    UNINITIALIZED_TERM,
+    int_in_range,
+)
 from base.optime import NULL_OPTIME, OpTime
 from base.votes import VoteRequest, VoteResponse
 
@@ -28,21 +39,30 @@ from base.votes import VoteRequest, VoteResponse
 def _optime(raw: Any) -> OpTime:
     if not isinstance(raw, Mapping) or "ts" not in raw:
         return NULL_OPTIME
-    try:
-        return OpTime.from_document(dict(raw))
-    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
-        raise MongoError(9, f"bad optime {raw!r}") from exc
+    return OpTime.from_document(raw)  # MongoError (9 or 2) on a bad ts or t
 
 
 def _wall(optime: OpTime) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(max(optime.secs, 0), datetime.UTC)
 
 
-def _int(doc: Mapping[str, Any], field: str, default: int) -> int:
-    value = doc.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise MongoError(9, f"field {field!r} must be a finite number")
-    return int(value)
+def _int(doc: Mapping[str, Any], field: str, default: int, low: int, high: int) -> int:
+    """An integer field in `[low, high]` (the default when absent)."""
+    if field not in doc:
+        return default
+    return int_in_range(doc[field], field, low, high, type_code=9)
+
+
+def _term(doc: Mapping[str, Any], field: str = "term") -> int:
+    return _int(doc, field, UNINITIALIZED_TERM, UNINITIALIZED_TERM, MAX_TERM)
+
+
+def _config_version(doc: Mapping[str, Any], field: str, default: int = UNINITIALIZED_CONFIG_VERSION) -> int:
+    return _int(doc, field, default, UNINITIALIZED_CONFIG_VERSION, MAX_CONFIG_VERSION)
+
+
+def _member_id(doc: Mapping[str, Any], field: str) -> int:
+    return _int(doc, field, -1, -1, MAX_MEMBER_ID)
 
 
 # -- heartbeats ---------------------------------------------------------------------------------
@@ -69,10 +89,10 @@ def parse_heartbeat_request(cmd: Mapping[str, Any]) -> HeartbeatRequest:
     if not isinstance(name, str):
         raise MongoError(9, "replSetHeartbeat needs the set name")
     sender = cmd.get("from", "")
-    return HeartbeatRequest(set_name=name, config_version=_int(cmd, "configVersion", -2),
-                            config_term=_int(cmd, "configTerm", -1),
+    return HeartbeatRequest(set_name=name, config_version=_config_version(cmd, "configVersion"),
+                            config_term=_term(cmd, "configTerm"),
                             sender_host=sender if isinstance(sender, str) else "",
-                            sender_id=_int(cmd, "fromId", -1), term=_int(cmd, "term", -1))
+                            sender_id=_member_id(cmd, "fromId"), term=_term(cmd))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +133,7 @@ def heartbeat_reply(reply: HeartbeatReply) -> dict[str, Any]:
 
 def parse_heartbeat_reply(doc: Mapping[str, Any]) -> HeartbeatReply:
     try:
-        state = MemberState(_int(doc, "state", int(MemberState.UNKNOWN)))
+        state = MemberState(_int(doc, "state", int(MemberState.UNKNOWN), 0, max(MemberState)))
     except ValueError as exc:
         raise MongoError(9, f"bad member state {doc.get('state')!r}") from exc
     repl_data = doc.get("$replData")
@@ -121,12 +141,12 @@ def parse_heartbeat_reply(doc: Mapping[str, Any]) -> HeartbeatReply:
     config = doc.get("config")
     election_date = doc.get("electionDate")
     return HeartbeatReply(
-        set_name=str(doc.get("set", "")), state=state, term=_int(doc, "term", -1),
+        set_name=str(doc.get("set", "")), state=state, term=_term(doc),
         applied=_optime(doc.get("opTime")), durable=_optime(doc.get("durableOpTime")),
-        config_version=_int(doc, "configVersion", _int(doc, "v", -2)), config_term=_int(doc, "configTerm", -1),
-        sync_source=str(doc.get("syncingTo", "")),
+        config_version=_config_version(doc, "configVersion", _config_version(doc, "v")),
+        config_term=_term(doc, "configTerm"), sync_source=str(doc.get("syncingTo", "")),
         commit_point=_optime(committed.get("opTime")) if isinstance(committed, Mapping) else NULL_OPTIME,
-        primary_id=_int(doc, "primaryId", -1),
+        primary_id=_member_id(doc, "primaryId"),
         election_date=election_date if isinstance(election_date, datetime.datetime) else None,
         config=config if isinstance(config, Mapping) else None,
     )
@@ -146,9 +166,9 @@ def parse_vote_request(cmd: Mapping[str, Any]) -> VoteRequest:
     name = cmd.get("setName")
     if not isinstance(name, str):
         raise MongoError(9, "replSetRequestVotes needs setName")
-    return VoteRequest(set_name=name, dry_run=bool(cmd.get("dryRun", False)), term=_int(cmd, "term", -1),
-                       candidate_id=_int(cmd, "candidateIndex", -1),
-                       config_version=_int(cmd, "configVersion", -2), config_term=_int(cmd, "configTerm", -1),
+    return VoteRequest(set_name=name, dry_run=bool(cmd.get("dryRun", False)), term=_term(cmd),
+                       candidate_id=_member_id(cmd, "candidateIndex"),
+                       config_version=_config_version(cmd, "configVersion"), config_term=_term(cmd, "configTerm"),
                        last_applied=_optime(cmd.get("lastAppliedOpTime")))
 
 
@@ -157,7 +177,7 @@ def vote_reply(resp: VoteResponse) -> dict[str, Any]:
 
 
 def parse_vote_reply(doc: Mapping[str, Any]) -> VoteResponse:
-    return VoteResponse(term=_int(doc, "term", -1), vote_granted=bool(doc.get("voteGranted", False)),
+    return VoteResponse(term=_term(doc), vote_granted=bool(doc.get("voteGranted", False)),
                         reason=str(doc.get("reason", "")))
 
 
@@ -199,12 +219,12 @@ def parse_update_position(cmd: Mapping[str, Any]) -> tuple[list[MemberPosition],
     for raw in optimes:
         if not isinstance(raw, Mapping):
             raise MongoError(9, "each replSetUpdatePosition entry must be an object")
-        positions.append(MemberPosition(member_id=_int(raw, "memberId", -1),
+        positions.append(MemberPosition(member_id=_member_id(raw, "memberId"),
                                         applied=_optime(raw.get("appliedOpTime")),
                                         durable=_optime(raw.get("durableOpTime")),
-                                        config_version=_int(raw, "cfgver", -1)))
+                                        config_version=_config_version(raw, "cfgver", -1)))
     repl_data = cmd.get("$replData")
-    term = _int(repl_data, "term", -1) if isinstance(repl_data, Mapping) else -1
+    term = _term(repl_data) if isinstance(repl_data, Mapping) else UNINITIALIZED_TERM
     return positions, term
 
 
@@ -229,7 +249,7 @@ def parse_repl_metadata(doc: Mapping[str, Any]) -> ReplMetadata | None:
     if not isinstance(raw, Mapping):
         return None
     committed = raw.get("lastOpCommitted")
-    return ReplMetadata(term=_int(raw, "term", -1),
+    return ReplMetadata(term=_term(raw),
                         commit_point=_optime(committed.get("opTime")) if isinstance(committed, Mapping)
                         else NULL_OPTIME,
-                        primary_id=_int(raw, "primaryIndex", -1))
+                        primary_id=_member_id(raw, "primaryIndex"))

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
+
+from base.errors import MongoError
+from base.numbers import MAX_TERM, UNINITIALIZED_TERM, bson_type_name, int_in_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +57,14 @@ class OpTime:
         return {"ts": self.ts, "t": Int64(self.term)}
 
     @classmethod
-    def from_document(cls, doc: dict[str, Any]) -> OpTime:
-        ts = doc["ts"]
-        return cls(ts.time, ts.inc, int(doc.get("t", -1)))
+    def from_document(cls, doc: Mapping[str, Any]) -> OpTime:
+        """`{ts, t}` as an oplog entry or a peer's message carries it: `ts` a BSON Timestamp, `t` (absent:
+        -1) an integer term up to `MAX_TERM`; anything else is FailedToParse (9) or BadValue (2)."""
+        ts = doc.get("ts")
+        if not isinstance(ts, Timestamp):
+            raise MongoError(9, f"Expected field \"ts\" to be a Timestamp, but found {bson_type_name(ts)}")
+        term = int_in_range(doc.get("t", UNINITIALIZED_TERM), "t", UNINITIALIZED_TERM, MAX_TERM, type_code=9)
+        return cls(ts.time, ts.inc, term)
 
     @classmethod
     def from_ts_key(cls, key: int, term: int) -> OpTime:

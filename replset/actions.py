@@ -158,6 +158,15 @@ class PositionsMoved:
     """A member's reported position moved forward."""
 
 
+@dataclass(frozen=True, slots=True)
+class TermRefused:
+    """A term beyond `base.numbers.MAX_TERM` (from `source`) was not adopted: it could not be persisted, and
+    no election could follow it. Log it; the core asks once however often such a term comes."""
+
+    term: int
+    source: str
+
+
 Action = (Persist | Send | Answer | StateChanged | StartFetching | StopFetching | ChangeSyncSource | WriteNoop
           | Wake | Flush | AdoptConfig | CheckMinValid | ForgetMinValid | Resync | CloseOplogCursors | TopologyChanged
-          | PositionsMoved)
+          | PositionsMoved | TermRefused)

@@ -149,7 +149,9 @@ class Candidacy:
         if r.state is not MemberState.SECONDARY:
             self._end("no longer a secondary")
             return
-        r.persist_term(term, LastVote(term, r.self_id), then=lambda: self._run_real(term))
+        if not r.persist_term(term, LastVote(term, r.self_id), then=lambda: self._run_real(term),
+                              why="our own candidacy"):
+            self._end(f"term {term} would be beyond the largest term a member may hold")
 
     def _run_real(self, term: int) -> None:
         if self.replica.candidacy is not self:

@@ -30,6 +30,10 @@ Ordering contracts
   candidate's vote requests. Everything else - heartbeat replies, position
   reports - carries the new term at once, so an old primary counts nothing we
   acknowledge after we voted for its successor.
+* A term beyond `MAX_TERM` is never adopted, not even in memory: it is checked
+  before anything moves (a primary does not step down for it), because it could
+  not be persisted and no election could follow it. The parsers refuse such a
+  term where it enters; this is the core's own guard (`TermRefused`, once).
 * A primary that learns of a higher term steps down at once, and counts no
   positions from the report that told it.
 * A member becoming primary writes its "new primary" no-op only while its term
@@ -67,8 +71,9 @@ from base.messages import (
     update_position_command,
     vote_reply,
 )
+from base.numbers import MAX_TERM
 from base.optime import NULL_OPTIME, OpTime
-from base.votes import LastVote
+from base.votes import LastVote, VoteResponse
 from replset.actions import (
     Action,
     AdoptConfig,
@@ -86,6 +91,7 @@ from replset.actions import (
     StartFetching,
     StateChanged,
     StopFetching,
+    TermRefused,
     TopologyChanged,
     Wake,
 )
@@ -175,6 +181,7 @@ class Replica:
         self._pending_persists: dict[int, Callable[[], None]] = {}
         self._deferred: list[Callable[[], None]] = []
         self._checking_min_valid = False
+        self.terms_refused = 0  # terms beyond MAX_TERM offered and not adopted (the first one is logged)
 
     # -- settings -------------------------------------------------------------------------------------
 
@@ -525,11 +532,27 @@ class Replica:
 
     # -- terms and votes --------------------------------------------------------------------------------
 
-    def persist_term(self, term: int, last_vote: LastVote | None, then: Callable[[], None] | None = None) -> None:
+    def _refuses_term(self, term: int, why: str) -> bool:
+        """True when `term` is beyond `MAX_TERM`: it is not adopted (nothing changes), and the first such
+        term is reported (`TermRefused`) - however often one is offered, one log line."""
+        if term <= MAX_TERM:
+            return False
+        self.terms_refused += 1
+        if self.terms_refused == 1:
+            self._emit(TermRefused(term, why))
+        return True
+
+    def persist_term(self, term: int, last_vote: LastVote | None, then: Callable[[], None] | None = None,
+                     *, why: str = "a term to persist") -> bool:
         """Adopts `term` and `last_vote` in memory now (as MongoDB's TopologyCoordinator does: every
         report and heartbeat from here on carries the new term, so an old primary counts nothing we
         acknowledge after deciding) and asks the shell to persist them; `then` - the reply that grants
-        the vote, the vote requests that announce our candidacy - runs once they are durable."""
+        the vote, the vote requests that announce our candidacy - runs once they are durable.
+
+        False, with nothing changed and `then` never run, when the term (or the vote's) is beyond
+        `MAX_TERM`: it could not be persisted, so it is not adopted in memory either."""
+        if self._refuses_term(max(term, last_vote.term if last_vote is not None else term), why):
+            return False
         if term > self.term and self.is_primary:
             self.step_down_now(f"adopted term {term}")
         if term > self.term:
@@ -540,6 +563,7 @@ class Replica:
         token = self._next_call
         self._pending_persists[token] = then or (lambda: None)
         self._emit(Persist(self.term, self.last_vote, token))
+        return True
 
     def persisted(self, now: int, token: int) -> None:
         """The shell made a `Persist` durable."""
@@ -550,12 +574,13 @@ class Replica:
         self._leave()
 
     def update_term(self, term: int, why: str) -> None:
-        """Adopts a higher term: a primary stops accepting writes, then the term is persisted."""
-        if term <= self.term:
+        """Adopts a higher term: a primary stops accepting writes, then the term is persisted. A term
+        beyond `MAX_TERM` changes nothing (not even a primary's state)."""
+        if term <= self.term or self._refuses_term(term, why):
             return
         if self.is_primary:
             self.step_down_now(f"saw term {term} in {why}")
-        self.persist_term(term, self.last_vote)
+        self.persist_term(term, self.last_vote, why=why)
 
     def vote_request(self, now: int, doc: dict[str, Any], reply_to: object) -> None:
         """`replSetRequestVotes`: the `Answer` comes once the vote (or the newer term) is persisted."""
@@ -577,9 +602,12 @@ class Replica:
             healthy_primary_priority_ge_candidate=healthy_primary_ge)
         answer = Answer(reply_to, vote_reply(response))
         if response.term > self.term or vote is not None:
-            self.persist_term(response.term, vote if vote is not None else self.last_vote,
-                              then=lambda: self._emit(answer))
-            if vote is not None:
+            if not self.persist_term(response.term, vote if vote is not None else self.last_vote,
+                                     then=lambda: self._emit(answer), why="replSetRequestVotes"):
+                refusal = VoteResponse(self.term, False, f"candidate's term ({req.term}) is beyond the largest "
+                                                         f"term a member may hold ({MAX_TERM})")
+                self._emit(Answer(reply_to, vote_reply(refusal)))
+            elif vote is not None:
                 self.reset_election_timer()
         else:
             self._emit(answer)
@@ -602,15 +630,16 @@ class Replica:
         self.takeover_deadline = NEVER
         self.reset_election_timer()
         if self.electable():
-            self.candidacy = Candidacy.start(self, "priorityTakeover" if takeover else "electionTimeout")
+            # `start` installs the run itself; one that ends at once (it may not stand) stays ended.
+            Candidacy.start(self, "priorityTakeover" if takeover else "electionTimeout")
 
     def step_up(self, now: int, *, skip_dry_run: bool) -> bool:
         """`replSetStepUp`: stand now. False when this member may not (the shell answers an error)."""
         self._enter(now)
         started = self.electable()
         if started:
-            self.candidacy = Candidacy.start(self, "stepUpRequest" + ("SkipDryRun" if skip_dry_run else ""),
-                                             skip_dry_run=skip_dry_run)
+            Candidacy.start(self, "stepUpRequest" + ("SkipDryRun" if skip_dry_run else ""),
+                            skip_dry_run=skip_dry_run)
         self._leave()
         return started
 
@@ -691,6 +720,8 @@ class Replica:
         self._enter(now)
         if self.is_primary:
             raise MongoError(95, "cannot freeze node when primary or running for election. state: Primary")
+        if not math.isfinite(secs):
+            raise MongoError(2, f"replSetFreeze needs a finite number of seconds, not {secs}")
         if secs <= 0:
             self.frozen_until = 0
             return "unfreezing"
@@ -788,9 +819,8 @@ class Replica:
             if not self.configured:
                 raise NoConfig
             if term > self.term:
-                # A newer term exists: stop being primary at once, and count nothing from this report
-                # (its members may already hold the new primary's branch).
-                self.step_down_now(f"saw term {term} in replSetUpdatePosition")
+                # A newer term exists: stop being primary at once (`update_term`), and count nothing from
+                # this report (its members may already hold the new primary's branch).
                 self.update_term(term, "replSetUpdatePosition")
                 return {"ok": 1.0}
             self._count_positions(positions)

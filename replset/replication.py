@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 5.0
+PERSIST_RETRY_MAX_S = 5.0  # the longest pause between two tries to persist the term and vote
 # A secondary's report waits this long at most for the journal flush that follows an applied batch, so
 # one report usually carries both positions instead of two reports a batch (fsync here: ~0.5 ms).
 REPORT_LINGER_S = 0.002
@@ -189,6 +190,8 @@ class Replication:
                 self.topology_changed.fire()
             case act.PositionsMoved():
                 self._positions_moved.fire()
+            case act.TermRefused(term=term, source=source):
+                log.error("refused term %d from %s: beyond the largest term a member may hold", term, source)
             case _:
                 raise TypeError(f"unknown action {action!r}")
 
@@ -254,16 +257,22 @@ class Replication:
 
     async def _persist(self, term: int, token: int) -> None:
         """Persists the core's term and vote *as they are when the write runs*: a retry, or a write
-        queued behind a newer decision, never puts an older term or vote back on disk."""
+        queued behind a newer decision, never puts an older term or vote back on disk. A failure is
+        retried with a growing pause; its traceback is logged once, then a line at each doubling."""
+        failures = 0
         while True:
             try:
                 await self.node.persist_election(lambda: (self.core.term, self.core.last_vote))
                 break
-            except Exception:  # a storage error: retried, the answer waits (never announced before)
+            except Exception as exc:  # a storage error: retried, the answer waits (never announced before)
                 if self._stopped or self.node.shutting_down:
                     return  # a restart recovers the last durable term and vote
-                log.exception("persisting term %d failed; retrying", term)
-                await asyncio.sleep(0.1)
+                failures += 1
+                if failures == 1:
+                    log.exception("persisting term %d failed; retrying", term)
+                elif failures & (failures - 1) == 0:
+                    log.error("persisting term %d failed %d times, still retrying: %s", term, failures, exc)
+                await asyncio.sleep(min(0.1 * 2 ** min(failures - 1, 6), PERSIST_RETRY_MAX_S))
         self.core.persisted(now_ms(), token)
         self._carry_out()
 

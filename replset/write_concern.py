@@ -9,12 +9,14 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from base.config import ReplSetConfig
+from base.config import MAX_MEMBERS, ReplSetConfig
 from base.errors import MongoError
+from base.numbers import INT32_MAX, INT64_MAX, INT64_MIN
 
 MAJORITY = "majority"
 
@@ -50,15 +52,31 @@ def parse_write_concern(raw: Any) -> WriteConcern:
     if isinstance(w, bool) or not isinstance(w, (int, float, str)):
         raise MongoError(9, "w has to be a number or string")
     if isinstance(w, float):
-        w = int(w)
-    if isinstance(w, int) and not 0 <= w <= 50:
-        raise MongoError(9, "w has to be a non-negative number and not greater than 50")
+        if math.isnan(w):
+            raise MongoError(9, "w cannot be NaN")
+        w = _safe_number_long(w)
+    if isinstance(w, int) and not 0 <= w <= MAX_MEMBERS:
+        raise MongoError(9, f"w has to be a non-negative number and not greater than {MAX_MEMBERS}; found: {w}")
     j = raw.get("j", raw.get("fsync"))
     wtimeout = raw.get("wtimeout", raw.get("wtimeoutMS", 0)) or 0
     if not isinstance(wtimeout, (int, float)) or isinstance(wtimeout, bool):
         raise MongoError(14, "wtimeout must be a number")
-    return WriteConcern(w=w, j=None if j is None else bool(j), wtimeout_ms=int(wtimeout),
+    # As mongod's parseWTimeoutFromBSON: the number as a 64-bit integer (NaN is 0: no limit), at most int32.
+    wtimeout_ms = _safe_number_long(wtimeout)
+    if wtimeout_ms > INT32_MAX:
+        raise MongoError(9, "wtimeout must be a 32-bit integer")
+    return WriteConcern(w=w, j=None if j is None else bool(j), wtimeout_ms=wtimeout_ms,
                         provenance="clientSupplied")
+
+
+def _safe_number_long(value: float) -> int:
+    """mongod's `BSONElement::safeNumberLong`: truncated toward zero, NaN as 0, clamped to 64 bits."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 0
+        if math.isinf(value):
+            return INT64_MAX if value > 0 else INT64_MIN
+    return max(INT64_MIN, min(INT64_MAX, int(value)))
 
 
 def check_satisfiable(wc: WriteConcern, config: ReplSetConfig | None) -> MongoError | None:

@@ -13,7 +13,12 @@ from typing import Any
 from base.config import parse_config
 from base.errors import MongoError
 from base.member import MemberState
+from base.numbers import INT32_MAX, MAX_CONFIG_VERSION, exact_int, finite_number
 from replset.wire.commands import CommandContext, command
+
+# The longest stepdown or freeze, in seconds: mongod reads replSetFreeze's seconds as an int32, and
+# nothing longer is useful (68 years); it also keeps every deadline computed from them an int64.
+MAX_WAIT_SECS = INT32_MAX
 
 
 def _need_config(ctx: CommandContext) -> None:
@@ -21,11 +26,12 @@ def _need_config(ctx: CommandContext) -> None:
         raise MongoError(94, "no replset config has been received")
 
 
-def _number(ctx: CommandContext, field: str, default: float) -> float:
-    value = ctx.cmd.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MongoError(14, f"'{field}' must be a number")
-    return float(value)
+def _seconds(ctx: CommandContext, field: str, default: float) -> float:
+    """A finite number of seconds (fractions allowed), at most `MAX_WAIT_SECS` in magnitude."""
+    secs = finite_number(ctx.cmd.get(field, default), field)
+    if abs(secs) > MAX_WAIT_SECS:
+        raise MongoError(2, f"BSON field '{field}' value must be <= {MAX_WAIT_SECS}, actual value '{secs:g}'")
+    return secs
 
 
 @command("replSetHeartbeat")
@@ -67,10 +73,13 @@ async def cmd_repl_set_sync_from(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_repl_set_step_down(ctx: CommandContext) -> dict[str, Any]:
     _need_config(ctx)
     force = bool(ctx.cmd.get("force", False))
-    secs = _number(ctx, "replSetStepDown", 60)
-    catch_up = _number(ctx, "secondaryCatchUpPeriodSecs", 0 if force else 10)
+    secs = _seconds(ctx, "replSetStepDown", 60)
     if secs <= 0:
-        raise MongoError(2, "replSetStepDown needs a positive number of seconds")
+        raise MongoError(2, "stepdown period must be a positive integer")
+    # As mongod's (repl_set_commands.cpp): an exact integer (bsonExtractIntegerField), >= 0, <= the period.
+    catch_up = exact_int(ctx.cmd.get("secondaryCatchUpPeriodSecs", 0 if force else 10), "secondaryCatchUpPeriodSecs")
+    if catch_up < 0:
+        raise MongoError(2, "secondaryCatchUpPeriodSecs period must be a positive or absent")
     if catch_up > secs:
         raise MongoError(2, "stepdown period must be longer than secondaryCatchUpPeriodSecs")
     await ctx.node.repl.step_down(secs, catch_up, force)
@@ -80,7 +89,7 @@ async def cmd_repl_set_step_down(ctx: CommandContext) -> dict[str, Any]:
 @command("replSetFreeze")
 async def cmd_repl_set_freeze(ctx: CommandContext) -> dict[str, Any]:
     _need_config(ctx)
-    info = ctx.node.repl.freeze(_number(ctx, "replSetFreeze", 0))
+    info = ctx.node.repl.freeze(_seconds(ctx, "replSetFreeze", 0))
     return {"info": info, "ok": 1.0} if info else {"ok": 1.0}
 
 
@@ -118,13 +127,20 @@ async def cmd_repl_set_reconfig(ctx: CommandContext) -> dict[str, Any]:
     if new.version <= current.version and not force:
         raise MongoError(103, f"New config version {new.version} must be greater than the current version "
                               f"{current.version}")
-    if new.member_by_host(node.options.me) is None and not force:
-        raise MongoError(103, "the new config must include this member (the primary)")
+    if new.member_by_host(node.options.me) is None:
+        # mongod's findSelfInConfig (repl_set_config_checks.cpp), forced or not: a member never installs
+        # a config it is not in (it would go REMOVED and, forced, take the set's config with it).
+        raise MongoError(74, f"No host described in new configuration with {{version: {new.version}, term: "
+                             f"{new.term}}} for replica set {new.name} maps to this node")
     changed_voters = _voter_changes(current, new)
     if changed_voters > 1 and not force:
         raise MongoError(103, "Replica set configuration change can only add or remove one voting member "
                               f"at a time; this one changes {changed_voters}")
     version = new.version if new.version > current.version else current.version + 1
+    if version > MAX_CONFIG_VERSION:
+        # A forced reconfig takes the next version: after the largest one there is none.
+        raise MongoError(93, f"BSON field 'version' value must be <= {MAX_CONFIG_VERSION}, actual value "
+                             f"'{version}'")
     new = dataclasses.replace(new, version=version, term=node.term if not force else -1,
                               settings=dataclasses.replace(new.settings,
                                                            replica_set_id=current.settings.replica_set_id))

@@ -39,7 +39,9 @@ from bson.timestamp import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymongo import MongoClient
+from pymongo.write_concern import WriteConcern
 
+from base.numbers import MAX_TERM
 from replset.wire.command_args import Arg, args_for
 from replset.wire.commands import load_commands
 from tests.support.members import Member
@@ -229,7 +231,7 @@ def _known(name: str, errmsg: str) -> bool:
 
 def _send(raw: RawConnection, member: Member, name: str, doc: dict[str, Any]) -> None:
     log_size = os.path.getsize(member.log_path)
-    doc = {**doc, "$db": "admin" if name in ADMIN_COMMANDS else FUZZ_DB}
+    doc = {**doc, "$db": doc.get("$db", "admin" if name in ADMIN_COMMANDS else FUZZ_DB)}
     try:
         reply = raw.command(doc)
     except InvalidDocument:
@@ -313,6 +315,77 @@ def test_deep_document_gets_overflow(client: MongoClient[dict[str, Any]]) -> Non
         deep = {"x": deep}
     reply = client[FUZZ_DB].command({"insert": "deep", "documents": [deep]}, check=False)
     assert (reply["ok"], reply["code"], reply["codeName"]) == (0.0, 15, "Overflow")
+
+
+# Numbers a hostile peer may put where a member expects a term, a config version, an id or an optime.
+HOSTILE_NUMBERS = (
+    Int64(2**63 - 1), Int64(-(2**63)), Int64(2**62 + 1), 2**31 - 1, -(2**31), -2, -1, 0, 1, 1e300, -1e300,
+    float("nan"), float("inf"), float("-inf"), 0.5, 2.0, True, Decimal128("1e40"), Decimal128("NaN"),
+    Timestamp(2**32 - 1, 2**32 - 1), Timestamp(0, 0), None, "7",
+)
+
+
+def _valid_optime() -> dict[str, Any]:
+    return {"ts": Timestamp(1, 1), "t": Int64(1)}
+
+
+def _valid_member_message(kind: str, cursor_id: int) -> dict[str, Any]:
+    positions = [{"appliedOpTime": _valid_optime(), "durableOpTime": _valid_optime(), "memberId": 0, "cfgver": 1}]
+    match kind:
+        case "heartbeat":
+            return {"replSetHeartbeat": "rs0", "configVersion": 1, "configTerm": Int64(1), "hbv": 1,
+                    "from": "127.0.0.1:1", "fromId": 0, "term": Int64(1), "$db": "admin"}
+        case "votes":
+            return {"replSetRequestVotes": 1, "setName": "rs0", "dryRun": True, "term": Int64(1),
+                    "candidateIndex": 0, "configVersion": 1, "configTerm": Int64(1),
+                    "lastAppliedOpTime": _valid_optime(), "$db": "admin"}
+        case "positions":
+            return {"replSetUpdatePosition": 1, "optimes": positions, "$replData": {"term": Int64(1)},
+                    "$db": "admin"}
+    return {"getMore": Int64(cursor_id), "collection": "oplog.rs",
+            "$replPositions": {"optimes": positions, "$replData": {"term": Int64(1)}}, "$db": "local"}
+
+
+def _numeric_paths(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(doc, dict):
+        return [p for k, v in doc.items() if k not in ("getMore", "hbv") for p in _numeric_paths(v, (*path, k))]
+    if isinstance(doc, list):
+        return [p for i, v in enumerate(doc) for p in _numeric_paths(v, (*path, i))]
+    return [path] if isinstance(doc, (int, Timestamp)) and not isinstance(doc, bool) else []
+
+
+def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+HOSTILE_KINDS = ("heartbeat", "votes", "positions", "getMore")
+
+
+def member_messages() -> Iterator[dict[str, Any]]:
+    """Every well-formed member-to-member command with one of its numbers (a term, a config version, an
+    id, an optime part) replaced by each hostile number: each reaches as far in as it can."""
+    for kind in HOSTILE_KINDS:
+        for path in _numeric_paths(_valid_member_message(kind, 1)):
+            for value in HOSTILE_NUMBERS:
+                doc = _valid_member_message(kind, 2**40 + len(path))
+                _replace(doc, path, value)
+                yield doc
+
+
+def test_member_messages_with_hostile_numbers_are_refused_not_adopted(
+        client: MongoClient[dict[str, Any]], raw: RawConnection, member: Member) -> None:
+    """No number from a peer at its type's limit (int64 max, 2**62 + 1, 1e300, NaN) is adopted: the
+    member's term stays one that can be followed, and it is a primary again that takes a majority write."""
+    sent = 0
+    for doc in member_messages():
+        _send(raw, member, next(iter(doc)), doc)
+        sent += 1
+    assert sent > 500
+    assert int(client.admin.command("replSetGetStatus")["term"]) <= MAX_TERM
+    member.wait_primary()
+    client[FUZZ_DB].get_collection("after_hostile", write_concern=WriteConcern("majority")).insert_one({"n": 1})
 
 
 def test_member_is_still_a_healthy_primary(client: MongoClient[dict[str, Any]]) -> None:

@@ -282,6 +282,8 @@ class SimNode:
                 self.source.kill_cursors()
             case act.Flush() | act.PositionsMoved() | act.AdoptConfig():
                 pass  # every commit is fsynced here; the config is fixed for a run
+            case act.TermRefused(term=term, source=source):
+                self.trace(f"refused term {term} from {source}")
             case _:
                 raise SimInvariantError(f"m{self.id}: the core asked for {action!r}, which this shell cannot do")
 

@@ -1,8 +1,10 @@
 """The documents members exchange (base/messages.py).
 
 Every builder's output goes through real BSON (`bson.encode` then `bson.decode`) before it is parsed,
-as it would on the wire. Malformed input from a peer must come back as FailedToParse (code 9), never
-as another exception that would take down the caller's loop.
+as it would on the wire. Malformed input from a peer must come back as FailedToParse (code 9) for a
+field of the wrong type, or BadValue (2) for a number that is not an exact integer or is out of its
+field's range - never as another exception that would take down the caller's loop, and never as a
+term no member could follow.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ from base.messages import (
     vote_reply,
     vote_request,
 )
+from base.numbers import MAX_TERM
 from base.optime import NULL_OPTIME, OpTime
 from base.votes import VoteRequest, VoteResponse
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
-TERMS = st.integers(-1, 2**62)
+CONFIG_VERSIONS = st.integers(-2, 2**31 - 1)  # -2: a member without a config
+TERMS = st.integers(-1, MAX_TERM)
 U32 = st.integers(0, 2**32 - 1)
 HOSTS = st.from_regex(r"[a-z][a-z0-9.-]{0,20}:[0-9]{1,5}", fullmatch=True)
 NAMES = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF, exclude_categories=["Cs"]),
@@ -90,7 +94,7 @@ def test_heartbeat_request_uses_mongodb_field_names() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.builds(HeartbeatRequest, set_name=NAMES, config_version=INT32, config_term=TERMS,
+@given(st.builds(HeartbeatRequest, set_name=NAMES, config_version=CONFIG_VERSIONS, config_term=TERMS,
                  sender_host=HOSTS, sender_id=st.integers(0, 255), term=TERMS))
 def test_heartbeat_request_round_trips(req: HeartbeatRequest) -> None:
     assert parse_heartbeat_request(wire(heartbeat_request(req))) == req
@@ -115,7 +119,7 @@ def test_heartbeat_reply_uses_mongodb_field_names() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.builds(HeartbeatReply, set_name=NAMES, state=st.sampled_from(MemberState), term=TERMS,
-                 applied=OPTIMES, durable=OPTIMES, config_version=INT32, config_term=TERMS,
+                 applied=OPTIMES, durable=OPTIMES, config_version=CONFIG_VERSIONS, config_term=TERMS,
                  sync_source=st.one_of(st.just(""), HOSTS), commit_point=OPTIMES,
                  primary_id=st.integers(-1, 255), election_date=st.none() | DATES,
                  config=st.none() | st.fixed_dictionaries({"_id": NAMES, "version": INT32})))
@@ -147,7 +151,7 @@ def test_vote_request_uses_mongodb_field_names() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.builds(VoteRequest, set_name=NAMES, dry_run=st.booleans(), term=TERMS,
-                 candidate_id=st.integers(0, 255), config_version=INT32, config_term=TERMS,
+                 candidate_id=st.integers(0, 255), config_version=CONFIG_VERSIONS, config_term=TERMS,
                  last_applied=OPTIMES))
 def test_vote_request_round_trips(req: VoteRequest) -> None:
     assert parse_vote_request(wire(vote_request(req))) == req
@@ -179,7 +183,7 @@ def test_update_position_uses_mongodb_field_names() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.builds(MemberPosition, member_id=st.integers(0, 255), applied=OPTIMES, durable=OPTIMES,
-                          config_version=INT32), max_size=7), TERMS)
+                          config_version=CONFIG_VERSIONS), max_size=7), TERMS)
 def test_update_position_round_trips(positions: list[MemberPosition], term: int) -> None:
     assert parse_update_position(wire(update_position_command(positions, term))) == (positions, term)
 
@@ -199,7 +203,7 @@ def test_repl_metadata_uses_mongodb_field_names() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.builds(ReplMetadata, term=TERMS, commit_point=OPTIMES, primary_id=st.integers(-1, 255)),
-       INT32, TERMS)
+       CONFIG_VERSIONS, TERMS)
 def test_repl_metadata_round_trips(meta: ReplMetadata, version: int, config_term: int) -> None:
     reply = wire({"ok": 1.0, "cursor": {"nextBatch": []}, "$replData": repl_metadata(meta, version, config_term)})
     assert parse_repl_metadata(reply) == meta
@@ -222,12 +226,9 @@ MALFORMED: list[tuple[str, Callable[[Any], object], dict[str, Any]]] = [
      {"replSetHeartbeat": "rs0", "configVersion": True}),
     ("heartbeat with null fromId", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "fromId": None}),
     ("reply with string term", parse_heartbeat_reply, {"term": "x"}),
-    ("reply with unknown state", parse_heartbeat_reply, {"state": 42}),
     ("reply with state name", parse_heartbeat_reply, {"state": "PRIMARY"}),
-    ("reply with NaN state", parse_heartbeat_reply, {"state": math.nan}),
     ("reply with numeric ts", parse_heartbeat_reply, {"opTime": {"ts": 5, "t": 1}}),
     ("reply with string optime term", parse_heartbeat_reply, {"opTime": {"ts": Timestamp(1, 1), "t": "x"}}),
-    ("reply with NaN optime term", parse_heartbeat_reply, {"durableOpTime": {"ts": Timestamp(1, 1), "t": math.nan}}),
     ("reply with list configVersion", parse_heartbeat_reply, {"configVersion": [1]}),
     ("vote request without set name", parse_vote_request, {"replSetRequestVotes": 1, "term": 3}),
     ("vote request with string term", parse_vote_request, {"setName": "rs0", "term": "3"}),
@@ -253,7 +254,12 @@ def test_malformed_input_is_failed_to_parse(parse: Callable[[Any], object], doc:
     assert code_of(parse, wire(doc)) == 9
 
 
+# A number that is not an exact integer, or is out of its field's range, is BadValue, as mongod's
+# bsonExtractIntegerField and IDL validators answer.
 NON_FINITE: list[tuple[str, Callable[[Any], object], dict[str, Any]]] = [
+    ("reply with out-of-range state", parse_heartbeat_reply, {"state": 42}),
+    ("reply with NaN state", parse_heartbeat_reply, {"state": math.nan}),
+    ("reply with NaN optime term", parse_heartbeat_reply, {"durableOpTime": {"ts": Timestamp(1, 1), "t": math.nan}}),
     ("heartbeat with NaN term", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "term": math.nan}),
     ("heartbeat with infinite term", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "term": math.inf}),
     ("reply with infinite state", parse_heartbeat_reply, {"state": math.inf}),
@@ -266,8 +272,8 @@ NON_FINITE: list[tuple[str, Callable[[Any], object], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("parse", "doc"), [(p, d) for _, p, d in NON_FINITE], ids=[n for n, _, _ in NON_FINITE])
-def test_non_finite_numbers_are_failed_to_parse(parse: Callable[[Any], object], doc: dict[str, Any]) -> None:
-    assert code_of(parse, wire(doc)) == 9
+def test_non_finite_numbers_are_bad_value(parse: Callable[[Any], object], doc: dict[str, Any]) -> None:
+    assert code_of(parse, wire(doc)) == 2
 
 
 # A peer may send anything BSON can carry; finite numbers only here (non-finite ones are tested above).
@@ -291,4 +297,103 @@ def test_parsers_either_parse_or_fail_to_parse(parse: Callable[[Any], object], d
     try:
         parse(wire(doc))
     except MongoError as exc:
-        assert exc.code == 9
+        assert exc.code in (2, 9)
+
+
+# --- every term, config version and member id is range-checked where it enters ---------------------------
+
+# What a hostile (or broken) peer may put where a term goes: the int64 limit (term + 1 could never be
+# stored), one past MAX_TERM, doubles that are no integer at all, a bool, a negative term.
+HOSTILE_TERMS: list[tuple[str, Any, int]] = [
+    ("int64 max", Int64(2**63 - 1), 2),
+    ("max term + 1", Int64(MAX_TERM + 1), 2),
+    ("1e300", 1e300, 2),
+    ("NaN", math.nan, 2),
+    ("infinity", math.inf, 2),
+    ("minus infinity", -math.inf, 2),
+    ("a float", 2.5, 2),
+    ("below -1", Int64(-2), 2),
+    ("bool", True, 9),
+]
+
+
+def _term_carriers(term: Any) -> list[tuple[str, Callable[[Any], object], dict[str, Any]]]:
+    """Every place a term crosses from another member into this one."""
+    optime = {"ts": Timestamp(1, 1), "t": term}
+    return [
+        ("heartbeat term", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "term": term}),
+        ("heartbeat configTerm", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "configTerm": term}),
+        ("heartbeat reply term", parse_heartbeat_reply, {"ok": 1.0, "term": term}),
+        ("heartbeat reply $replData", parse_repl_metadata, {"ok": 1.0, "$replData": {"term": term}}),
+        ("heartbeat reply opTime", parse_heartbeat_reply, {"ok": 1.0, "opTime": optime}),
+        ("vote request term", parse_vote_request, {"setName": "rs0", "term": term, "candidateIndex": 1}),
+        ("vote request lastAppliedOpTime", parse_vote_request,
+         {"setName": "rs0", "term": 1, "candidateIndex": 1, "lastAppliedOpTime": optime}),
+        ("vote reply term", parse_vote_reply, {"term": term, "voteGranted": True}),
+        ("updatePosition $replData", parse_update_position, {"optimes": [], "$replData": {"term": term}}),
+        ("updatePosition optime", parse_update_position,
+         {"optimes": [{"memberId": 1, "appliedOpTime": optime}]}),
+        ("getMore reply $replData", parse_repl_metadata, {"ok": 1.0, "cursor": {}, "$replData": {"term": term}}),
+    ]
+
+
+HOSTILE_CASES = [(f"{where} {name}", parse, doc, code)
+                 for name, term, code in HOSTILE_TERMS for where, parse, doc in _term_carriers(term)]
+
+
+@pytest.mark.parametrize(("parse", "doc", "code"), [(p, d, c) for _, p, d, c in HOSTILE_CASES],
+                         ids=[n for n, _, _, _ in HOSTILE_CASES])
+def test_a_term_no_member_could_follow_is_refused_where_it_enters(
+        parse: Callable[[Any], object], doc: dict[str, Any], code: int) -> None:
+    assert code_of(parse, wire(doc)) == code
+
+
+def test_the_largest_term_is_accepted_and_an_exact_double_is_an_integer() -> None:
+    assert parse_heartbeat_request(wire({"replSetHeartbeat": "rs0", "term": Int64(MAX_TERM)})).term == MAX_TERM
+    # As mongod's bsonExtractIntegerField: a double with an exact integral value is that integer.
+    assert parse_vote_reply(wire({"term": 7.0})).term == 7
+    assert isinstance(parse_vote_reply(wire({"term": 7.0})).term, int)
+
+
+def test_the_refusals_say_what_was_wrong() -> None:
+    with pytest.raises(MongoError) as too_big:
+        parse_heartbeat_request({"replSetHeartbeat": "rs0", "term": Int64(2**63 - 1)})
+    assert too_big.value.errmsg == (f"BSON field 'term' value must be <= {MAX_TERM}, "
+                                    f"actual value '{2**63 - 1}'")
+    with pytest.raises(MongoError) as huge:
+        parse_heartbeat_request({"replSetHeartbeat": "rs0", "term": 1e300})
+    assert huge.value.errmsg == ('Expected field "term" to have a value exactly representable as a 64-bit '
+                                 'integer, but found term: 1e+300')
+
+
+OTHER_NUMBERS: list[tuple[str, Callable[[Any], object], dict[str, Any]]] = [
+    ("config version at the int64 limit", parse_heartbeat_request,
+     {"replSetHeartbeat": "rs0", "configVersion": Int64(2**63 - 1)}),
+    ("config version past int32", parse_vote_request,
+     {"setName": "rs0", "term": 1, "candidateIndex": 1, "configVersion": Int64(2**31)}),
+    ("config version below -2", parse_heartbeat_reply, {"configVersion": -3}),
+    ("fractional config version", parse_heartbeat_reply, {"v": 2.5}),
+    ("member id past int32", parse_heartbeat_request, {"replSetHeartbeat": "rs0", "fromId": Int64(2**40)}),
+    ("negative candidate index", parse_vote_request, {"setName": "rs0", "term": 1, "candidateIndex": -5}),
+    ("NaN candidate index", parse_vote_request, {"setName": "rs0", "term": 1, "candidateIndex": math.nan}),
+    ("huge memberId", parse_update_position, {"optimes": [{"memberId": Int64(2**62)}]}),
+    ("huge primaryIndex", parse_repl_metadata, {"$replData": {"primaryIndex": 1e300}}),
+    ("huge state", parse_heartbeat_reply, {"state": Int64(2**63 - 1)}),
+]
+
+
+@pytest.mark.parametrize(("parse", "doc"), [(p, d) for _, p, d in OTHER_NUMBERS], ids=[n for n, _, _ in OTHER_NUMBERS])
+def test_config_versions_and_member_ids_are_range_checked(parse: Callable[[Any], object], doc: dict[str, Any]) -> None:
+    assert code_of(parse, wire(doc)) in (2, 9)
+
+
+def test_an_optime_is_parsed_strictly_wherever_it_comes_from() -> None:
+    assert OpTime.from_document({"ts": Timestamp(5, 1), "t": Int64(3)}) == OpTime(5, 1, 3)
+    assert OpTime.from_document({"ts": Timestamp(5, 1)}) == OpTime(5, 1, -1)
+    for bad_term, code in ((Int64(2**63 - 1), 2), (math.nan, 2), (1e300, 2), (1.5, 2), ("3", 9), (None, 9)):
+        with pytest.raises(MongoError) as excinfo:
+            OpTime.from_document({"ts": Timestamp(5, 1), "t": bad_term})
+        assert excinfo.value.code == code, bad_term
+    with pytest.raises(MongoError) as no_ts:
+        OpTime.from_document({"ts": 5, "t": 1})
+    assert no_ts.value.code == 9

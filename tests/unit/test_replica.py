@@ -6,19 +6,26 @@ randomness a seeded `random.Random`.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
+import pytest
+from bson.int64 import Int64
+
 from base.config import parse_config
+from base.errors import MongoError
 from base.member import MemberState
 from base.messages import (
     HeartbeatReply,
     MemberPosition,
+    ReplMetadata,
     heartbeat_reply,
     update_position_command,
     vote_reply,
     vote_request,
 )
+from base.numbers import MAX_TERM
 from base.optime import OpTime
 from base.votes import LastVote, VoteRequest, VoteResponse
 from replset import actions as act
@@ -191,3 +198,66 @@ def test_passing_min_valid_on_another_branch_resyncs_and_keeps_its_record() -> N
     actions = r.take_actions()
     assert of(act.Resync, actions) and not of(act.ForgetMinValid, actions)
     assert r.state is not MemberState.SECONDARY
+
+
+# -- a term no member could follow is never adopted ----------------------------------------------------
+
+
+def _no_term_change(r: Replica, term: int, actions: list[act.Action]) -> None:
+    assert r.term == term
+    assert of(act.Persist, actions) == []
+
+
+def test_hostile_terms_in_messages_are_refused_before_anything_moves() -> None:
+    r = replica()
+    make_primary(r)
+    hostile: list[Any] = [Int64(2**63 - 1), 1e300, math.nan, math.inf, True, 2.5]
+    for term in hostile:
+        with pytest.raises(MongoError):
+            r.heartbeat_request(30, {"replSetHeartbeat": "rs0", "term": term, "from": B, "fromId": 1})
+        with pytest.raises(MongoError):
+            r.vote_request(30, {"replSetRequestVotes": 1, "setName": "rs0", "term": term, "candidateIndex": 1,
+                                "configVersion": 1, "configTerm": 1, "lastAppliedOpTime": AT.to_document()},
+                           reply_to="B")
+        with pytest.raises(MongoError):
+            r.update_position(30, {"replSetUpdatePosition": 1, "optimes": [], "$replData": {"term": term}})
+        _no_term_change(r, 2, r.take_actions())
+        assert r.is_primary
+    # A heartbeat reply carrying one counts as a failed heartbeat, nothing more.
+    heartbeat = next(call for call, record in r._calls.items() if record.kind is act.CallKind.HEARTBEAT)
+    reply = heartbeat_reply(HeartbeatReply("rs0", MemberState.SECONDARY, 2, AT, AT, 1, 1, "", AT, 0))
+    reply["term"] = Int64(2**63 - 1)
+    r.reply(40, heartbeat, reply)
+    _no_term_change(r, 2, r.take_actions())
+    assert r.is_primary
+
+
+def test_the_core_itself_refuses_a_term_beyond_max_term_and_says_so_once() -> None:
+    r = replica()
+    make_primary(r)
+    vote = r.last_vote
+    # As if a path had skipped the parsers: metadata built in-process with a term past MAX_TERM.
+    r.sync_source_metadata(30, ReplMetadata(MAX_TERM + 1, AT, 1))
+    first = r.take_actions()
+    _no_term_change(r, 2, first)
+    assert r.is_primary and r.last_vote == vote  # a primary does not even step down for it
+    assert of(act.TermRefused, first) == [act.TermRefused(MAX_TERM + 1, "sync source metadata")]
+    r.update_term(2**63 - 1, "a test")
+    assert not r.persist_term(2**63, LastVote(2**63, 1))
+    again = r.take_actions()
+    _no_term_change(r, 2, again)
+    assert of(act.TermRefused, again) == []  # logged once, however often it comes
+    assert r.terms_refused == 3 and r.is_primary and r.last_vote == vote
+
+
+def test_a_member_at_the_largest_term_does_not_stand() -> None:
+    r = replica(term=MAX_TERM)
+    assert r.step_up(10, skip_dry_run=True)  # it may try...
+    actions = r.take_actions()
+    _no_term_change(r, MAX_TERM, actions)  # ...but term + 1 could not be persisted: it never asks for votes
+    assert of(act.Send, actions) == [] and r.candidacy is None
+    assert [a.term for a in of(act.TermRefused, actions)] == [MAX_TERM + 1]
+    # It still votes for, and follows, a candidate in the largest term.
+    r.vote_request(20, vote_request(VoteRequest("rs0", False, MAX_TERM, 1, 1, 1, AT)), reply_to="B")
+    (persist,) = of(act.Persist, r.take_actions())
+    assert persist.last_vote == LastVote(MAX_TERM, 1)
