@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from bson.int64 import Int64
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
@@ -228,6 +229,34 @@ def test_a_hello_flag_grants_nothing_and_member_commands_need_the_keyfile(auth_s
         with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
             admin.app.command({"dropPartsTable": "events"})
             admin.admin.command("dropUser", "writer")
+
+
+def test_even_a_member_login_cannot_unseat_the_set_with_one_message(auth_set: dict[str, Any]) -> None:
+    """With auth on only the keyfile's user may send the members' messages; from it too, a term no
+    member could follow and a config version at the int64 limit are refused, and the set goes on."""
+    key = read_keyfile(os.path.join(auth_set["dir"], "keyfile"))
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+        config = admin.admin.command("replSetGetConfig")["config"]
+        primary = admin.primary
+    direct = f"mongodb://{primary[0]}:{primary[1]}/?directConnection=true"
+    with MongoClient(direct, username="__system", password=key, authSource="local",
+                     authMechanism="SCRAM-SHA-256", serverSelectionTimeoutMS=10_000) as member:
+        for command in (
+                {"replSetHeartbeat": "rs0", "configVersion": config["version"], "configTerm": config["term"],
+                 "hbv": 1, "from": "127.0.0.1:1", "fromId": 1, "term": Int64(2**63 - 1)},
+                {"replSetRequestVotes": 1, "setName": "rs0", "dryRun": False, "term": 1e300, "candidateIndex": 1,
+                 "configVersion": config["version"], "configTerm": config["term"], "lastAppliedOpTime": {}},
+                {"replSetUpdatePosition": 1, "optimes": [], "$replData": {"term": Int64(2**63 - 1)}},
+                {"replSetReconfig": {**config, "version": Int64(2**63 - 1)}, "force": True}):
+            with pytest.raises(OperationFailure) as refused:
+                member.admin.command(command)
+            assert refused.value.code in (2, 93), (command, refused.value)
+        assert int(member.admin.command("replSetGetStatus")["term"]) < 2**62
+    with _client(auth_set, username=ADMIN[0], password=ADMIN[1]) as admin:
+        admin.app.get_collection("after", write_concern=WriteConcern(w="majority", wtimeout=10_000)).insert_one({})
+    for port in auth_set["ports"]:
+        with open(os.path.join(auth_set["dir"], f"{port}.log"), encoding="utf-8", errors="replace") as f:
+            assert "Traceback" not in f.read(), port
 
 
 def test_the_auth_spec_users_saslprep_passwords_not_user_names(auth_set: dict[str, Any]) -> None:
