@@ -337,7 +337,7 @@ _PARTS: dict[str, CommandArgs] = {
     "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str(),
                                         "insertQuorum": Arg(("string", *NUMBER))}),
     "_partsCommit": _collection_command({
-        "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(required=True),
+        "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(),  # ignored: see member_http
         "attempt": _str(required=True), "quorum": _num(minimum=0), "dedupToken": _str(),
     }),
 }
