@@ -14,6 +14,11 @@ $limit) are generators, so ``[$match, $limit]`` stops reading input once it has 
 Blocking stages ($sort, $group, $count, $sortByCount, $bucket, $facet) consume their whole
 input before yielding.
 
+Limits, as mongod's (`oplog.doc_limits`): `$push` / `$addToSet` hold 100 MiB per group, `$group`
+with allowDiskUse false 100 MiB in all (292), `$facet` builds at most 100 MiB (4031700), `$lookup`
+gathers at most 100 MiB per document (4568), and a command's results are checked to fit a reply
+(`check_output`, 10334) without being encoded, as a stage may share one value many times over.
+
 Expressions are evaluated by `oplog.expressions`; filters come from `oplog.query` and sorting
 from `oplog.sort`. Output documents may share nested values with the input documents (no stage
 mutates its input), so callers must not mutate results in place if the inputs are live.
@@ -37,6 +42,15 @@ from bson.decimal128 import Decimal128
 
 from base.errors import MongoError
 from oplog.collation import Collation, collated_matcher, collated_sort
+from oplog.doc_limits import (
+    MEMORY_LIMIT,
+    VALUE_SIZE,
+    check_document,
+    check_field_path_length,
+    exceeded_memory,
+    measure,
+    memory_size,
+)
 from oplog.expressions import (
     MISSING,
     Context,
@@ -50,7 +64,7 @@ from oplog.expressions import (
 )
 from oplog.values import SortKey, canonical_key, compare_values, is_number
 
-__all__ = ["UNSUPPORTED_STAGES", "iter_pipeline", "run_pipeline", "validate_pipeline"]
+__all__ = ["UNSUPPORTED_STAGES", "check_output", "iter_pipeline", "may_grow", "run_pipeline", "validate_pipeline"]
 
 Doc = dict[str, Any]
 Stream = Iterator[Doc]
@@ -85,6 +99,7 @@ class _Env:
     collections: Collections | None = None  # for $lookup and $unionWith
     sampler: Sampler | None = None  # for $sample
     collation: Collation | None = None  # for $match and $sort
+    allow_disk_use: bool = True  # the command's allowDiskUse (only an explicit false limits $group)
 
     def context(self, doc: Doc) -> Context:
         return Context(doc, self.now, doc)
@@ -120,21 +135,44 @@ def validate_pipeline(pipeline: list[Any]) -> None:
 
 def iter_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
                   collections: Collections | None = None, sampler: Sampler | None = None,
-                  collation: Collation | None = None) -> Stream:
+                  collation: Collation | None = None, allow_disk_use: bool = True) -> Stream:
     """Run `pipeline` lazily; the pipeline is validated before the iterator is returned.
     `collections` reads the database's other collections ($lookup, $unionWith)."""
     stream: Stream = iter(docs)
-    for transform in _compile(pipeline, _Env(now, collections, sampler, collation)):
+    for transform in _compile(pipeline, _Env(now, collections, sampler, collation, allow_disk_use)):
         stream = transform(stream)
     return stream
 
 
 def run_pipeline(docs: Iterable[Doc], pipeline: list[Any], *, now: datetime.datetime,
                  collections: Collections | None = None, sampler: Sampler | None = None,
-                 collation: Collation | None = None) -> list[Doc]:
-    """Run `pipeline` over `docs` and return every output document."""
-    return list(iter_pipeline(docs, pipeline, now=now, collections=collections, sampler=sampler,
-                              collation=collation))
+                 collation: Collation | None = None, allow_disk_use: bool = True,
+                 output_limit: int | None = None) -> list[Doc]:
+    """Run `pipeline` over `docs` and return every output document. `output_limit`: the BSON size
+    each output document must fit (a command's results: see `check_output`)."""
+    out = iter_pipeline(docs, pipeline, now=now, collections=collections, sampler=sampler,
+                        collation=collation, allow_disk_use=allow_disk_use)
+    if output_limit is None or not may_grow(pipeline):
+        return list(out)
+    return [check_output(doc, output_limit) for doc in out]
+
+
+# Stages whose output documents are never larger than their input documents (which are stored
+# documents or results of earlier stages).
+_NOT_GROWING = frozenset({"$match", "$sort", "$limit", "$skip", "$unwind", "$sample", "$count", "$unset"})
+
+
+def may_grow(pipeline: list[Any]) -> bool:
+    """Whether a stage of `pipeline` may build documents larger than the ones it reads."""
+    return any(not isinstance(stage, dict) or not set(stage) <= _NOT_GROWING for stage in pipeline)
+
+
+def check_output(doc: Doc, limit: int) -> Doc:
+    """`doc` if it can be returned as BSON of at most `limit` bytes, else mongod's BSONObjectTooLarge
+    (10334) or, nested past 200 levels, Overflow (15). Measured without encoding: a computed document
+    may repeat a shared value many times over."""
+    check_document(doc, limit=limit)
+    return doc
 
 
 def _compile(pipeline: Any, env: _Env, *, in_facet: bool = False) -> list[Transform]:
@@ -171,6 +209,7 @@ def _split_field_path(path: Any, what: str = "field path") -> list[str]:
     if path.endswith("."):
         raise MongoError(40353, "FieldPath must not end with a '.'.")
     parts = path.split(".")
+    check_field_path_length(len(parts))
     if any(part == "" for part in parts):
         raise MongoError(15998, f"FieldPath field names may not be empty strings: {path}")
     if any(part.startswith("$") for part in parts):
@@ -299,7 +338,10 @@ def _build_count(spec: Any, env: _Env) -> Transform:
 
 
 class _Accumulator:
-    """Folds the per-document values of one $group output field."""
+    """Folds the per-document values of one $group output field; `used`: the memory it holds beyond
+    a fixed size (an accumulator that collects values counts them)."""
+
+    used = 0
 
     def add(self, value: Any) -> None:
         raise NotImplementedError
@@ -364,18 +406,33 @@ class _Last(_First):
 
 
 class _Push(_Accumulator):
+    """$push: the values, up to mongod's internalQueryMaxPushBytes (100 MiB, then 146)."""
+
+    name = "$push"
+
     def __init__(self) -> None:
         self.values: list[Any] = []
+        self.used = 0
 
     def add(self, value: Any) -> None:
         if value is not MISSING:
+            self._count(value)
             self.values.append(value)
+
+    def _count(self, value: Any) -> None:
+        self.used += memory_size(value, MEMORY_LIMIT - self.used)
+        if self.used >= MEMORY_LIMIT:
+            raise exceeded_memory(self.name)
 
     def result(self) -> Any:
         return self.values
 
 
 class _AddToSet(_Push):
+    """$addToSet: the distinct values, up to internalQueryMaxAddToSetBytes (100 MiB, then 146)."""
+
+    name = "$addToSet"
+
     def __init__(self) -> None:
         super().__init__()
         self.keys: set[bytes] = set()
@@ -385,6 +442,7 @@ class _AddToSet(_Push):
             return
         key = canonical_key(value)
         if key not in self.keys:
+            self._count(value)
             self.keys.add(key)
             self.values.append(value)
 
@@ -425,8 +483,16 @@ class _StdDevPop(_Accumulator):
         n = len(self.values) - (1 if self.sample else 0)
         if n <= 0:
             return None
-        mean = math.fsum(self.values) / len(self.values)
-        return math.sqrt(math.fsum((x - mean) ** 2 for x in self.values) / n)
+        mean = _float_sum(self.values) / len(self.values)
+        return math.sqrt(_float_sum([(x - mean) * (x - mean) for x in self.values]) / n)
+
+
+def _float_sum(values: list[float]) -> float:
+    """`math.fsum`, or infinity (as a double sum gives) where fsum raises on an overflowing total."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return sum(values)
 
 
 class _StdDevSamp(_StdDevPop):
@@ -480,15 +546,28 @@ def _parse_group(spec: Any) -> tuple[Any, list[_GroupField]]:
 
 
 def _group(stream: Stream, env: _Env, key: Callable[[Context], Any], fields: list[_GroupField]) -> list[Doc]:
-    """Fold `stream` into one output document per distinct group key, in first-seen order."""
+    """Fold `stream` into one output document per distinct group key, in first-seen order. With
+    allowDiskUse false, the groups may hold 100 MiB (internalDocumentSourceGroupMaxMemoryBytes),
+    then 292 as mongod answers (it would spill to disk with allowDiskUse; this engine does not)."""
     groups: dict[bytes, tuple[Any, list[_Accumulator]]] = {}
+    used = 0
     for doc in stream:
         ctx = env.context(doc)
         group_id = key(ctx)
         group_id = None if group_id is MISSING else group_id
-        entry = groups.setdefault(canonical_key(group_id), (group_id, [f.accumulator() for f in fields]))
+        group_key = canonical_key(group_id)
+        entry = groups.get(group_key)
+        if entry is None:
+            entry = groups[group_key] = (group_id, [f.accumulator() for f in fields])
+            if not env.allow_disk_use:
+                used += len(group_key) + memory_size(group_id) + VALUE_SIZE * (len(fields) + 1)
         for f, acc in zip(fields, entry[1], strict=True):
+            before = acc.used
             acc.add(None if f.accumulator is _Count else evaluate_in(f.expr, ctx))
+            used += acc.used - before
+        if not env.allow_disk_use and used > MEMORY_LIMIT:
+            raise MongoError(292, "Exceeded memory limit for $group, but didn't allow external sort. "
+                                  "Pass allowDiskUse:true to opt in.")
     out = []
     for group_id, accs in groups.values():
         result: Doc = {"_id": group_id}
@@ -884,6 +963,9 @@ def _build_replace_with(spec: Any, env: _Env) -> Transform:
     return _replace_transform(spec, env)
 
 
+FACET_MAX_OUTPUT_BYTES = 100 * 1024 * 1024  # internalQueryFacetMaxOutputDocSizeBytes
+
+
 @_stage("$facet")
 def _build_facet(spec: Any, env: _Env) -> Transform:
     if not isinstance(spec, dict) or not spec:
@@ -903,6 +985,10 @@ def _build_facet(spec: Any, env: _Env) -> Transform:
             for transform in transforms:
                 sub = transform(sub)
             out[name] = list(sub)
+            size = measure(out, limit=FACET_MAX_OUTPUT_BYTES).size
+            if size > FACET_MAX_OUTPUT_BYTES:
+                raise MongoError(4031700, f"document constructed by $facet is {size} bytes, which exceeds "
+                                          f"the limit of {FACET_MAX_OUTPUT_BYTES} bytes")
         yield out
 
     return run

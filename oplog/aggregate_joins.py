@@ -16,11 +16,14 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.aggregate import Doc, Stream, Transform, _compile, _Count, _Env, _parse_group_field, _stage
+from oplog.doc_limits import measure
 from oplog.expressions import MISSING, evaluate_in, validate_expression
 from oplog.let_vars import bind_pipeline
 from oplog.query import compile_filter
 from oplog.query_common import get_path
 from oplog.values import SortKey, compare_values
+
+LOOKUP_MAX_BYTES = 100 * 1024 * 1024  # internalLookupStageIntermediateDocumentMaxSizeBytes
 
 
 def _local_values(doc: Doc, path: str) -> list[Any]:
@@ -66,6 +69,9 @@ def _build_lookup(spec: Any, env: _Env) -> Transform:
                 for transform in _compile(bound, env):
                     sub = transform(sub)
                 matched = list(sub)
+            if len(matched) and measure(matched, limit=LOOKUP_MAX_BYTES).size > LOOKUP_MAX_BYTES:
+                raise MongoError(4568, f"Total size of documents in {spec.get('from')} matching pipeline's "
+                                       f"$lookup stage exceeds {LOOKUP_MAX_BYTES} bytes")
             yield {**doc, target: list(matched)}
 
     return run

@@ -5,6 +5,9 @@
 
 Results are typed the way MongoDB types them (`oplog.expr_values`). ``$add`` also adds
 milliseconds to a date, and ``$subtract`` takes them from a date or subtracts two dates.
+Integer arithmetic is mongod's 64-bit arithmetic: a ``$pow`` or ``$multiply`` result that would
+not fit a long is a double (never a bigger Python integer), and double functions overflow to
+infinity as C's do.
 
 Pure: no I/O and no clock.
 """
@@ -30,6 +33,8 @@ from oplog.expr_values import (
     _KIND_DECIMAL,
     _KIND_DOUBLE,
     _KIND_INT,
+    INT64_MAX,
+    INT64_MIN,
     NumericSum,
     _decimal128,
     _integer_result,
@@ -104,6 +109,7 @@ def _op_subtract(name: str, vals: list[Any], ctx: Context) -> Any:
 
 @_eager("$multiply")
 def _op_multiply(name: str, vals: list[Any], ctx: Context) -> Any:
+    """As mongod: an integer product that overflows int64 goes on as a double (never a big int)."""
     kind = _KIND_INT
     for value in vals:
         if is_nullish(value):
@@ -114,9 +120,16 @@ def _op_multiply(name: str, vals: list[Any], ctx: Context) -> Any:
     if kind == _KIND_DECIMAL:
         with decimal.localcontext(_DEC_CTX):
             return _decimal128(math.prod((_to_decimal(v) for v in vals), start=Decimal(1)))
+    product, double_product = 1, 1.0
+    for value in vals:
+        double_product *= _to_float(value)
+        if kind != _KIND_DOUBLE:
+            product *= int(value)
+            if not INT64_MIN <= product <= INT64_MAX:
+                kind = _KIND_DOUBLE
     if kind == _KIND_DOUBLE:
-        return math.prod(_to_float(v) for v in vals)
-    return _integer_result(math.prod(int(v) for v in vals), kind)
+        return double_product
+    return _integer_result(product, kind)
 
 
 @_eager("$divide", nmin=2, nmax=2)
@@ -171,6 +184,8 @@ def _op_abs(name: str, vals: list[Any], ctx: Context) -> Any:
         return _decimal128(abs(value.to_decimal()))
     if isinstance(value, float):
         return abs(value)
+    if value == INT64_MIN:
+        raise MongoError(28680, "can't take $abs of long long min")
     return _integer_result(abs(int(value)), _num_kind(value))
 
 
@@ -218,10 +233,45 @@ def _op_float_fn(name: str, vals: list[Any], ctx: Context) -> Any:
             raise MongoError(28714, "$sqrt's argument must be greater than or equal to 0")
         return math.sqrt(x)
     if name == "$exp":
-        return math.exp(x)
+        return _c_exp(x)
     if x <= 0:
         raise MongoError(28766 if name == "$ln" else 28761, f"{name}'s argument must be a positive number, but is {x}")
     return math.log(x) if name == "$ln" else math.log10(x)
+
+
+def _c_exp(x: float) -> float:
+    """C's ``exp``: infinity past the largest double, where Python's `math.exp` raises."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def c_pow(base: float, exp: float) -> float:
+    """C's ``pow`` (what mongod calls): infinity on overflow, NaN for a negative base and a
+    fractional exponent, where Python's `math.pow` raises."""
+    try:
+        return math.pow(base, exp)
+    except OverflowError:
+        odd = exp.is_integer() and abs(exp) < 2**53 and int(exp) % 2 == 1
+        return -math.inf if base < 0 and odd else math.inf
+    except ValueError:
+        return math.nan if base != 0 else math.inf
+
+
+def _integer_pow(base: int, exp: int, kind: int) -> Any:
+    """mongod's integer ``$pow``: exact while the result fits a long (so the exponent is at most 63,
+    or the base is -1, 0 or 1), else the double ``pow`` gives; an int when both are ints and the
+    result fits one. Never builds a bigger integer than 64 * 64 bits."""
+    if base in (0, 1, -1):
+        if exp < 0:  # (a base of 0 with a negative exponent was refused before)
+            exp = -exp
+        return _integer_result(0 if base == 0 and exp else (-1 if base == -1 and exp % 2 else 1), kind)
+    if 0 <= exp <= 63:
+        result = base ** exp
+        if INT64_MIN <= result <= INT64_MAX:
+            return _integer_result(result, kind)
+    return c_pow(float(base), float(exp))
 
 
 @_eager("$pow", nmin=2, nmax=2)
@@ -232,15 +282,18 @@ def _op_pow(name: str, vals: list[Any], ctx: Context) -> Any:
     for what, value in (("base", base), ("exponent", exp)):
         if not is_number(value):
             raise MongoError(28762 if what == "base" else 28763, f"$pow's {what} must be numeric, not {type_name(value)}")
-    if _number_is_zero(base) and _to_float(exp) < 0:
-        raise MongoError(28764, "$pow cannot take a base of 0 and a negative exponent")
     kind = max(_num_kind(base), _num_kind(exp))
     if kind == _KIND_DECIMAL:
+        base_dec, exp_dec = _to_decimal(base), _to_decimal(exp)
+        if base_dec.is_zero() and exp_dec.is_signed() and not exp_dec.is_zero():
+            raise MongoError(28764, "$pow cannot take a base of 0 and a negative exponent")
         with decimal.localcontext(_DEC_CTX):
-            return _decimal128(_to_decimal(base) ** _to_decimal(exp))
-    if kind == _KIND_DOUBLE or (exp < 0 and base not in (1, -1)):  # int base and exponent here
-        return math.pow(_to_float(base), _to_float(exp))
-    return _integer_result(int(base) ** abs(int(exp)), kind)
+            return _decimal128(base_dec ** exp_dec)
+    if _to_float(base) == 0 and _to_float(exp) < 0:
+        raise MongoError(28764, "$pow cannot take a base of 0 and a negative exponent")
+    if kind == _KIND_DOUBLE:
+        return c_pow(_to_float(base), _to_float(exp))
+    return _integer_pow(int(base), int(exp), kind)
 
 
 def _numeric_operands(vals: list[Any]) -> list[Any]:

@@ -7,6 +7,11 @@
 evaluated once per element, with the element bound to a variable (``$$this`` unless
 ``as`` names another; ``$reduce`` also binds ``$$value``).
 
+What they build is bounded as in mongod (`oplog.doc_limits`): ``$range``, ``$concatArrays``,
+``$map`` and a ``$reduce``'s accumulator hold at most 100 MiB (ExceededMemoryLimit, 146), and
+large arrays are built `C_STEP` elements at a time, with an interrupt point between steps
+(`oplog.expr_eval.interrupt_point`: the operation's time limit).
+
 Pure: no I/O and no clock.
 """
 
@@ -17,7 +22,27 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 from typing import Any
 
 from base.errors import MongoError
-from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
+from oplog.doc_limits import (
+    C_STEP,
+    MAX_DEPTH,
+    MEMORY_LIMIT,
+    VALUE_SIZE,
+    GrowingValue,
+    exceeded_memory,
+    measure,
+    memory_size,
+    nesting_error,
+)
+from oplog.expr_eval import (
+    INTERRUPT_EVERY,
+    Context,
+    _Args,
+    _eager,
+    _eval,
+    _lazy,
+    _object_args,
+    interrupt_point,
+)
 from oplog.expr_values import (
     INT32_MAX,
     INT32_MIN,
@@ -82,14 +107,25 @@ def _op_in(name: str, vals: list[Any], ctx: Context) -> Any:
 
 @_eager("$concatArrays")
 def _op_concat_arrays(name: str, vals: list[Any], ctx: Context) -> Any:
-    out: list[Any] = []
     for value in vals:
         if is_nullish(value):
             return None
         if not isinstance(value, list):
             raise MongoError(28664, f"$concatArrays only supports arrays, not {type_name(value)}")
-        out.extend(value)
+    needed = VALUE_SIZE + VALUE_SIZE * sum(len(value) for value in vals)
+    if needed >= MEMORY_LIMIT:
+        raise exceeded_memory("$concatArrays", needed)
+    out: list[Any] = []
+    for value in vals:
+        extend_in_steps(out, value)
     return out
+
+
+def extend_in_steps(out: list[Any], items: Any) -> None:
+    """`out.extend(items)`, `C_STEP` elements at a time (see `oplog.doc_limits.C_STEP`)."""
+    for start in range(0, len(items), C_STEP):
+        out.extend(items[start:start + C_STEP])
+        interrupt_point()
 
 
 @_eager("$isArray", nmin=1, nmax=1)
@@ -137,7 +173,14 @@ def _op_range(name: str, vals: list[Any], ctx: Context) -> Any:
     step = _int_arg(name, "a step value", vals[2], 34448) if len(vals) > 2 else 1
     if step == 0:
         raise MongoError(34449, "$range requires a non-zero step value")
-    return list(range(start, end, step))
+    # mongod's estimate (ExpressionRange): the vector, and one Value per step it may take.
+    steps = abs(end - start) // abs(step) * (1 if (end - start) * step >= 0 else -1)
+    needed = 24 + (steps + 1 if steps >= 0 else 0) * VALUE_SIZE
+    if needed >= MEMORY_LIMIT:
+        raise exceeded_memory("$range", needed)
+    out: list[int] = []
+    extend_in_steps(out, range(start, end, step))
+    return out
 
 
 @_eager("$indexOfArray", nmin=2, nmax=4)
@@ -177,7 +220,30 @@ def _op_map(name: str, raw: Any, ctx: Context) -> Any:
     if array is None:
         return None
     var = _as_variable(name, spec)
-    return [_null_if_missing(_eval(spec["in"], ctx.bind(**{var: item}))) for item in array]
+    out: list[Any] = []
+    used = VALUE_SIZE
+    for i, item in enumerate(array):
+        value = _null_if_missing(_eval(spec["in"], ctx.bind(**{var: item})))
+        used += _element_memory(name, value, MEMORY_LIMIT - used)
+        out.append(value)
+        if i % INTERRUPT_EVERY == 0:
+            interrupt_point()
+    return out
+
+
+def _element_memory(name: str, value: Any, left: int) -> int:
+    """The memory one more element takes, or ExceededMemoryLimit when `left` (of the operator's limit)
+    does not hold it."""
+    if isinstance(value, (dict, list)):
+        found = measure(value, limit=left, memory=True)
+        if found.depth > MAX_DEPTH:
+            raise nesting_error()
+        size = found.size
+    else:
+        size = memory_size(value)
+    if size >= left:
+        raise exceeded_memory(name)
+    return size
 
 
 @_lazy("$filter", args=_Args(("input", "as", "cond", "limit"), ("input", "cond"), (28647, 28648)))
@@ -190,7 +256,12 @@ def _op_filter(name: str, raw: Any, ctx: Context) -> Any:
     if limit is not None and (not _is_integral(limit, 1, INT32_MAX)):
         raise MongoError(2, f"$filter: limit must be a positive integer, found: {limit!r}")
     var = _as_variable(name, spec)
-    out = [item for item in array if is_truthy(_eval(spec["cond"], ctx.bind(**{var: item})))]
+    out = []
+    for i, item in enumerate(array):
+        if is_truthy(_eval(spec["cond"], ctx.bind(**{var: item}))):
+            out.append(item)
+        if i % INTERRUPT_EVERY == 0:
+            interrupt_point()
     return out if limit is None else out[: _to_int(limit)]
 
 
@@ -203,8 +274,12 @@ def _op_reduce(name: str, raw: Any, ctx: Context) -> Any:
     if not isinstance(array, list):
         raise MongoError(40080, f"$reduce requires that 'input' be an array, found: {type_name(array)}")
     acc = _eval(spec["initialValue"], ctx)
-    for item in array:
+    memory = GrowingValue(name)
+    for i, item in enumerate(array):
         acc = _eval(spec["in"], ctx.bind(this=item, value=acc))
+        memory.check(acc)
+        if i % INTERRUPT_EVERY == 0:
+            interrupt_point()
     return acc
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
+import contextvars
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +27,24 @@ from base.errors import MongoError
 from oplog.expr_values import MISSING, _null_if_missing, type_name
 
 __all__ = [
+    "INTERRUPT_CHECK",
     "Context",
+    "interrupt_point",
     "walk_path",
 ]
+
+# A long evaluation (a $map, $filter or $reduce over many elements, a long $range) calls
+# `interrupt_point` every so often; the runtime sets the check it makes there (off the event loop:
+# whether the operation is past its maxTimeMS), which raises to stop the evaluation.
+INTERRUPT_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "expression_interrupt_check", default=None)
+INTERRUPT_EVERY = 256  # elements between two interrupt points of a loop
+
+
+def interrupt_point() -> None:
+    check = INTERRUPT_CHECK.get()
+    if check is not None:
+        check()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 ``$substrBytes``, ``$substrCP``, ``$strLenCP``, ``$strLenBytes``, ``$split``,
 ``$strcasecmp``, ``$trim``, ``$ltrim`` and ``$rtrim``.
 
-Case mapping is ASCII only, as on the server, and byte offsets count UTF-8 bytes.
+Case mapping is ASCII only, as on the server, and byte offsets count UTF-8 bytes. A string
+built (``$concat``) holds less than 16 MiB (16493, as mongod's string values), and ``$split``
+gives at most 100 MiB of pieces (146).
 `_coerce_to_string` is the server's coercion of numbers, dates and nullish values to
 strings.
 
@@ -20,6 +22,7 @@ from typing import Any
 from bson.decimal128 import Decimal128
 
 from base.errors import MongoError
+from oplog.doc_limits import C_STEP, MEMORY_LIMIT, VALUE_SIZE, check_string_size, exceeded_memory
 from oplog.expr_dates import format_date
 from oplog.expr_eval import Context, _Args, _eager, _eval, _lazy, _object_args
 from oplog.expr_values import INT32_MAX, INT32_MIN, _is_integral, _to_int, is_nullish, type_name
@@ -68,7 +71,14 @@ def _op_concat(name: str, vals: list[Any], ctx: Context) -> Any:
             return None
         if not isinstance(value, str):
             raise MongoError(16702, f"$concat only supports strings, not {type_name(value)}")
+    # (Counted before joining: the parts may be one long string many times over.)
+    check_string_size(sum(len(value) for value in vals))
+    check_string_size(sum(_utf8_size(value) for value in vals))
     return "".join(vals)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _is_continuation(byte: int) -> bool:
@@ -131,7 +141,20 @@ def _op_split(name: str, vals: list[Any], ctx: Context) -> Any:
         raise MongoError(40086, f"$split requires an expression that evaluates to a string as a second argument, found: {type_name(sep)}")
     if not sep:
         raise MongoError(40087, "$split requires a non-empty separator")
-    return text.split(sep)
+    pieces = text.count(sep) + 1
+    needed = VALUE_SIZE + pieces * VALUE_SIZE + _utf8_size(text)
+    if needed >= MEMORY_LIMIT:
+        raise exceeded_memory("$split", needed)
+    if pieces <= C_STEP:
+        return text.split(sep)
+    out: list[str] = []
+    rest = text
+    while True:  # `C_STEP` pieces per step: each step's C work stays short (see oplog.doc_limits)
+        *done, rest = rest.split(sep, C_STEP)
+        out.extend(done)
+        if not done:
+            out.append(rest)
+            return out
 
 
 @_eager("$strcasecmp", nmin=2, nmax=2)

@@ -52,6 +52,7 @@ from base.errors import MongoError
 
 # Importing the operator families registers their operators in the dispatch table.
 from oplog import expr_arithmetic, expr_arrays, expr_dates, expr_logic, expr_strings, expr_types  # noqa: F401
+from oplog.doc_limits import check_field_path_length
 from oplog.expr_arrays import _as_variable, merge_object_into
 from oplog.expr_dates import format_date
 from oplog.expr_eval import (
@@ -82,11 +83,13 @@ __all__ = [
     "compare",
     "evaluate",
     "evaluate_in",
+    "filter_evaluates_expressions",
     "format_date",
     "is_nullish",
     "is_operator",
     "is_truthy",
     "merge_object_into",
+    "projection_evaluates_expressions",
     "sum_numbers",
     "type_name",
     "validate_expression",
@@ -102,6 +105,33 @@ def evaluate(expr: Any, doc: Any, *, now: datetime.datetime) -> Any:
 def evaluate_in(expr: Any, ctx: Context) -> Any:
     """Evaluate `expr` in an existing context (used by the pipeline stages)."""
     return _eval(expr, ctx)
+
+
+_LOGICAL = ("$and", "$or", "$nor")
+
+
+def filter_evaluates_expressions(query: Any) -> bool:
+    """Whether matching a query filter evaluates aggregation expressions: it holds `$expr` (at its top
+    level or under `$and` / `$or` / `$nor`, where the filter grammar allows it)."""
+    stack = [query]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, dict):
+            continue
+        if "$expr" in item:
+            return True
+        for key in _LOGICAL:
+            clauses = item.get(key)
+            if isinstance(clauses, list):
+                stack.extend(clauses)
+    return False
+
+
+def projection_evaluates_expressions(projection: Any) -> bool:
+    """Whether a find projection does more than include or exclude fields (it computes values)."""
+    if not isinstance(projection, dict):
+        return False
+    return any(isinstance(value, (dict, str, list)) for value in projection.values())
 
 
 def is_operator(name: str) -> bool:
@@ -183,5 +213,6 @@ def _check_field_path(expr: str) -> None:
     body = expr[2:] if expr.startswith("$$") else expr[1:]
     if not body:
         raise MongoError(16872, "'$' by itself is not a valid FieldPath")
+    check_field_path_length(body.count(".") + 1)
     if any(part == "" for part in body.split(".")):
         raise MongoError(15998, f"FieldPath field names may not be empty strings: {expr}")

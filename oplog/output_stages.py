@@ -19,6 +19,7 @@ from typing import Any
 from base.errors import MongoError
 from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.query import compile_filter
+from oplog.update import check_stored_document
 from oplog.writes import WriteEnv, ensure_collection, matching_documents, prepare_insert_document
 
 WHEN_MATCHED = frozenset({"merge", "replace", "keepExisting", "fail"})
@@ -121,6 +122,7 @@ def write_merge(env: WriteEnv, stage: OutputStage, results: list[dict[str, Any]]
             continue
         new = {**current, **doc} if stage.when_matched == "merge" else {"_id": current["_id"], **doc}
         new["_id"] = current["_id"]
+        check_stored_document(new)
         if new != current:
             env.emit(update_entry(ns, current["_id"], {"_id": current["_id"], **{
                 k: v for k, v in new.items() if k != "_id"}}, ui))

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from base.errors import MongoError
+from oplog.doc_limits import check_field_path_length
 from oplog.expr_values import MISSING, is_truthy, type_name
 from oplog.expressions import evaluate, is_operator, validate_expression
 from oplog.query import Matcher
@@ -316,6 +317,8 @@ class Projection:
         ctx = _PCtx(matcher, _EPOCH if now is None else now)
         root = _PNode()
         for key, value in spec.items():
+            if isinstance(key, str):
+                check_field_path_length(key.count(".") + 1)  # (mongod's FieldPath: Overflow past 200 parts)
             ctx.id_specified |= key == "_id" or key.startswith("_id.")
             _parse_pelem(ctx, key, value, root, ())
         self.kind = _projection_type(ctx)

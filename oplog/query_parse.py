@@ -32,6 +32,7 @@ from bson.binary import Binary
 from bson.regex import Regex
 
 from base.errors import MongoError
+from oplog.doc_limits import MAX_STORED_DEPTH, check_field_path_length
 from oplog.expr_values import is_truthy
 from oplog.expressions import validate_expression
 from oplog.json_schema import compile_schema
@@ -353,6 +354,8 @@ def _parse_filter(filt: Mapping[str, Any], now: datetime.datetime | None) -> Mat
             if node is not None:
                 nodes.append(node)
         else:
+            # As mongod's match parser: at most 180 parts (BSONDepth::getMaxDepthForUserStorage).
+            check_field_path_length(key.count(".") + 1, code=5729100, limit=MAX_STORED_DEPTH)
             nodes.append(_parse_field(key, value))
     if not nodes:
         return _const(True)

@@ -43,6 +43,10 @@ document. Upserts start from `upsert_seed` (the query's equality fields) and run
 updates (an array of stages) are only shape-checked (`validate_update`), not applied.
 Path walking, the tree classes, numbers and $push live in `oplog.update_paths`.
 
+*Limits.* A path has at most 200 parts (15, "FieldPath is too long"), and the document an update
+leaves is checked before anything encodes it (`check_stored_document`): fields nested at most 180
+levels (15), at most 16 MiB of BSON (17419; 17420 for an upsert), as mongod checks it.
+
 Pure: no I/O and no clock; the current time is a parameter.
 """
 
@@ -60,6 +64,7 @@ import bson
 from bson.regex import Regex
 
 from base.errors import MongoError
+from oplog.doc_limits import MAX_STORED_DEPTH, MAX_USER_BSON_SIZE, check_document
 from oplog.update_paths import (
     ArrayNode,
     Leaf,
@@ -103,6 +108,7 @@ __all__ = [
     "apply_pipeline_update",
     "apply_replacement",
     "apply_update",
+    "check_stored_document",
     "is_operator_update",
     "upsert_seed",
     "validate_update",
@@ -163,11 +169,12 @@ def apply_update(doc: dict[str, Any], update: Mapping[str, Any], *, now: datetim
     if is_upsert_insert:
         new_doc = _finish_upsert(ctx.doc)
         if list(new_doc) != list(ctx.doc):  # _id moved first: only a full replacement replays that
-            return _outcome(doc, new_doc, lambda: deep_copy(new_doc))
-    return _outcome(doc, new_doc, lambda: _oplog_from_paths(ctx.log, new_doc))
+            return _outcome(doc, new_doc, lambda: deep_copy(new_doc), upsert=True)
+    return _outcome(doc, new_doc, lambda: _oplog_from_paths(ctx.log, new_doc), upsert=is_upsert_insert)
 
 
-def apply_pipeline_update(doc: dict[str, Any], pipeline: list[Any], *, now: datetime.datetime) -> UpdateOutcome:
+def apply_pipeline_update(doc: dict[str, Any], pipeline: list[Any], *, now: datetime.datetime,
+                          is_upsert_insert: bool = False) -> UpdateOutcome:
     """A pipeline-style update (`$set`/`$addFields`, `$unset`, `$project`, `$replaceRoot`/
     `$replaceWith` stages) of `doc`, logged as its result: top-level `$set`/`$unset` when the
     pipeline kept the fields in order and named none with a dot or a `$`, else the whole document."""
@@ -186,7 +193,7 @@ def apply_pipeline_update(doc: dict[str, Any], pipeline: list[Any], *, now: date
                                  f"been altered to {format_element('_id', new_doc['_id'])}")
     if "_id" in new_doc and next(iter(new_doc)) != "_id":
         new_doc = {"_id": new_doc["_id"], **{k: v for k, v in new_doc.items() if k != "_id"}}
-    return _outcome(doc, new_doc, lambda: _pipeline_oplog(doc, new_doc))
+    return _outcome(doc, new_doc, lambda: _pipeline_oplog(doc, new_doc), upsert=is_upsert_insert)
 
 
 def _pipeline_oplog(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -253,7 +260,8 @@ def _disambiguated(out: dict[str, Any], new_doc: dict[str, Any]) -> dict[str, An
     return out
 
 
-def apply_replacement(doc: dict[str, Any], replacement: Mapping[str, Any]) -> UpdateOutcome:
+def apply_replacement(doc: dict[str, Any], replacement: Mapping[str, Any], *,
+                      is_upsert_insert: bool = False) -> UpdateOutcome:
     """Replace `doc` by `replacement`, keeping the original ``_id`` (first)."""
     validate_replacement_fields(replacement)
     new_doc: dict[str, Any] = {}
@@ -268,7 +276,7 @@ def apply_replacement(doc: dict[str, Any], replacement: Mapping[str, Any]) -> Up
     for key, value in replacement.items():
         if key != "_id":
             new_doc[key] = deep_copy(value)
-    return _outcome(doc, new_doc, lambda: deep_copy(new_doc))
+    return _outcome(doc, new_doc, lambda: deep_copy(new_doc), upsert=is_upsert_insert)
 
 
 def upsert_seed(query: Mapping[str, Any]) -> dict[str, Any]:
@@ -483,10 +491,20 @@ _ARG_PARSERS: dict[str, Callable[[str, Any], Any]] = {
 
 # -- outcome and oplog form ---------------------------------------------------------
 def _outcome(old: Mapping[str, Any], new: dict[str, Any],
-             make_oplog: Callable[[], dict[str, Any]]) -> UpdateOutcome:
+             make_oplog: Callable[[], dict[str, Any]], *, upsert: bool = False) -> UpdateOutcome:
+    check_stored_document(new, upsert=upsert)  # (before encoding it: it may share values many times)
     if bson.encode(old) == bson.encode(new):
         return UpdateOutcome(new, False, None)
     return UpdateOutcome(new, True, make_oplog())
+
+
+def check_stored_document(doc: Mapping[str, Any], *, upsert: bool = False) -> None:
+    """What mongod checks of the document an update leaves, before it stores it: fields nested at
+    most 180 levels (15 Overflow), then at most 16 MiB of BSON (17419, or 17420 for an upsert)."""
+    what = "Document to upsert is" if upsert else "Resulting document after update is"
+    check_document(doc, limit=MAX_USER_BSON_SIZE, max_depth=MAX_STORED_DEPTH,
+                   too_large=MongoError(17420 if upsert else 17419, f"{what} larger than {MAX_USER_BSON_SIZE}"),
+                   too_deep=MongoError(15, f"Document exceeds maximum nesting depth of {MAX_STORED_DEPTH}"))
 
 
 def _oplog_from_paths(log: list[tuple[str, ...]], new_doc: dict[str, Any]) -> dict[str, Any]:

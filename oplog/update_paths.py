@@ -48,6 +48,7 @@ from bson.regex import Regex
 from bson.timestamp import Timestamp
 
 from base.errors import MongoError
+from oplog.doc_limits import check_field_path_length
 from oplog.values import TYPE_ALIASES, bson_type_code, compare_values, is_number
 
 MAX_PADDING = 1_500_000  # pathsupport::kMaxPaddingAllowed
@@ -333,6 +334,7 @@ def check_path(path: str) -> list[str]:
     if path == "":
         raise MongoError(56, "An empty update path is not valid.")
     parts = path.split(".")
+    check_field_path_length(len(parts))  # (a longer path could only build a document too deep to store)
     if "" in parts:
         raise MongoError(56, f"The update path '{path}' contains an empty field name, which is not allowed.")
     positions = [i for i, part in enumerate(parts) if part == "$"]

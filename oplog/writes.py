@@ -17,14 +17,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import bson
 from bson.binary import Binary
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
 from base.errors import MongoError
 from oplog.collation import CollatedMatcher, collated_matcher, collated_sort, has_strings, parse_collation
+from oplog.doc_limits import MAX_STORED_DEPTH, MAX_USER_BSON_SIZE, measure
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
+from oplog.expressions import filter_evaluates_expressions
 from oplog.log_writer import LogWriter
 from oplog.query import Matcher, compile_filter
 from oplog.sqlite_store import StoreTxn
@@ -33,6 +34,7 @@ from oplog.update import (
     apply_pipeline_update,
     apply_replacement,
     apply_update,
+    check_stored_document,
     is_operator_update,
     upsert_seed,
     validate_update,
@@ -40,9 +42,7 @@ from oplog.update import (
 
 log = logging.getLogger(__name__)
 
-MAX_BSON_SIZE = 16 * 1024 * 1024
-# mongod stores documents nested up to 180 levels (its 200-level limit, less room for the system's own).
-MAX_STORED_DEPTH = 180
+MAX_BSON_SIZE = MAX_USER_BSON_SIZE
 
 
 @dataclass(slots=True)
@@ -150,24 +150,13 @@ def prepare_insert_document(doc: Any) -> dict[str, Any]:
     if "_id" not in doc:
         doc = {"_id": ObjectId(), **doc}
     _check_id(doc["_id"])  # (other `$`-prefixed and dotted top-level names are stored, as since MongoDB 5.0)
-    if len(bson.encode(doc)) > MAX_BSON_SIZE:
-        raise MongoError(10334, f"object to insert too large. size in bytes exceeds {MAX_BSON_SIZE}")
-    if _nesting_exceeds(doc, MAX_STORED_DEPTH):
-        raise MongoError(15, f"Document exceeds maximum nesting depth of {MAX_STORED_DEPTH}")
+    # Measured, not encoded: an upsert's document may share a computed value many times over.
+    found = measure(doc, limit=MAX_BSON_SIZE, max_depth=MAX_STORED_DEPTH)
+    if found.depth > MAX_STORED_DEPTH:  # (fields below the 180th nested object, the document one)
+        raise MongoError(15, f"cannot insert document because it exceeds {MAX_STORED_DEPTH} levels of nesting")
+    if found.size > MAX_BSON_SIZE:
+        raise MongoError(10334, f"object to insert too large. size in bytes: {found.size}, max size: {MAX_BSON_SIZE}")
     return doc
-
-
-def _nesting_exceeds(doc: dict[str, Any], limit: int) -> bool:
-    """Whether objects and arrays nest deeper than `limit` levels below `doc` (iteratively)."""
-    stack: list[tuple[Any, int]] = [(doc, 0)]
-    while stack:
-        container, depth = stack.pop()
-        for value in container.values() if isinstance(container, dict) else container:
-            if isinstance(value, (dict, list)):
-                if depth + 1 > limit:
-                    return True
-                stack.append((value, depth + 1))
-    return False
 
 
 def _check_id(value: Any) -> None:
@@ -213,6 +202,18 @@ def id_equality(query: Mapping[str, Any]) -> tuple[bool, Any]:
     if isinstance(value, (list, Regex)):
         return False, None
     return True, value
+
+
+def evaluates_expressions(filter_: Any, update: Any = None) -> bool:
+    """Whether a write statement evaluates aggregation expressions: its filter holds `$expr`, or its
+    update is a pipeline. (Such a statement's cost is the client's to choose: the runtime runs it off
+    the event loop.)"""
+    return isinstance(update, list) or filter_evaluates_expressions(filter_)
+
+
+def statement_evaluates_expressions(statement: Any) -> bool:
+    """`evaluates_expressions` of an update (`q`, `u`) or delete (`q`) statement."""
+    return isinstance(statement, dict) and evaluates_expressions(statement.get("q"), statement.get("u"))
 
 
 def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher: Matcher | CollatedMatcher,
@@ -270,13 +271,14 @@ def upsert_document(q: Mapping[str, Any], u: Mapping[str, Any] | list[Any], env:
                     array_filters: list[dict[str, Any]] | None) -> dict[str, Any]:
     seed = upsert_seed(q)
     if isinstance(u, list):
-        doc = apply_pipeline_update(seed, u, now=env.now).document
+        doc = apply_pipeline_update(seed, u, now=env.now, is_upsert_insert=True).document
     elif is_operator_update(u):
         doc = apply_update(seed, u, now=env.now, array_filters=array_filters, is_upsert_insert=True).document
     else:
-        doc = apply_replacement(seed, u).document if "_id" in seed else dict(u)
+        doc = apply_replacement(seed, u, is_upsert_insert=True).document if "_id" in seed else dict(u)
         if "_id" in seed and "_id" not in doc:
             doc = {"_id": seed["_id"], **doc}
+    check_stored_document(doc, upsert=True)
     return prepare_insert_document(doc)
 
 

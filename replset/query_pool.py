@@ -14,8 +14,9 @@ releases the interpreter and stops at its budget (`oplog.query_regex.REGEX_BUDGE
 
 Time limits: `maxTimeMS` is what the operation may spend in total, over its first batch and every
 getMore (`TimeLimit`, kept by the cursor). Inside a batch, `check_time_limit` is called from the
-scan between documents, and the regex budget is the smaller of `REGEX_MATCH_LIMIT_S` and what the
-limit leaves; going over answers `MaxTimeMSExpired` (50).
+scan between documents and from long expression evaluations (`oplog.expr_eval.interrupt_point`),
+and the regex budget is the smaller of `REGEX_MATCH_LIMIT_S` and what the limit leaves; going over
+answers `MaxTimeMSExpired` (50).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from base.errors import MongoError
+from oplog.expr_eval import INTERRUPT_CHECK
 from oplog.query_regex import REGEX_BUDGET, RegexBudget
 
 T = TypeVar("T")
@@ -96,6 +98,7 @@ class QueryPool:
         budget = RegexBudget.limited_to(REGEX_MATCH_LIMIT_S)
         if left_s is not None:
             _DEADLINE.set(started + left_s)
+            INTERRUPT_CHECK.set(check_time_limit)  # long expression evaluations look at it too
             left_now = max(0.0, started + left_s - self._clock())
             if left_now < budget.seconds:
                 budget = RegexBudget(left_now, 50, time_limit_error().errmsg)

@@ -291,8 +291,10 @@ class Transactions:
             if txn is not None:
                 self._abort(txn, reason)
 
-    async def run_statement(self, txn: Transaction, body: Callable[[WriteEnv], dict[str, Any]]) -> dict[str, Any]:
-        """Runs a write statement of `txn` (see the module docstring); returns its reply."""
+    async def run_statement(self, txn: Transaction, body: Callable[[WriteEnv], dict[str, Any]], *,
+                            off_loop: bool = False) -> dict[str, Any]:
+        """Runs a write statement of `txn` (see the module docstring); returns its reply. `off_loop`: a
+        statement that evaluates expressions runs on the writer's worker thread (`submit_write`)."""
 
         def job(env: WriteEnv) -> tuple[dict[str, Any], list[dict[str, Any]], dict[DocKey, Any]]:
             writer = env.txn
@@ -309,7 +311,7 @@ class Transactions:
             txn.check_unchanged(writer, [key for key in store.written if key not in txn.overlay])
             return reply, collecting.entries, store.written
 
-        reply, entries, after = await self._node.submit_write(job, durable=False)
+        reply, entries, after = await self._node.submit_write(job, durable=False, off_loop=off_loop)
         for key in after:
             holder = self._holders.get(key)
             if holder is not None and holder is not txn and holder.state is TxnState.IN_PROGRESS:

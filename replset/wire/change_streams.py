@@ -5,9 +5,10 @@ Theory of operation. A stream is a cursor over the oplog that shows only majorit
 each batch reads the entries after the stream's position up to the commit point, turns them into
 change events (`oplog.change_events`, pure), drops the ones its resume point has passed, adds
 `fullDocument` (`updateLookup` / `whenAvailable` / `required`: the document as it is now), runs the
-pipeline's other stages over them, and answers with `postBatchResumeToken`. A getMore with nothing
-to show waits, woken by every step of the replication core (the commit point moving), up to its
-`maxTimeMS` (1 s by default), then answers an empty batch with the new high-water token.
+pipeline's other stages over them (on the query pool: they evaluate the client's expressions), and
+answers with `postBatchResumeToken`. A getMore with nothing to show waits, woken by every step of
+the replication core (the commit point moving), up to its `maxTimeMS` (1 s by default), then
+answers an empty batch with the new high-water token.
 
 Resuming: `resumeAfter` / `startAfter` take a token from any member (tokens name oplog timestamps,
 the same on every member), `startAtOperationTime` a cluster time. A point older than the oldest oplog
@@ -29,7 +30,7 @@ from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 from base.errors import MongoError
-from oplog.aggregate import iter_pipeline, validate_pipeline
+from oplog.aggregate import check_output, iter_pipeline, may_grow, validate_pipeline
 from oplog.change_events import (
     COLLECTION_UUID,
     INVALIDATE,
@@ -41,6 +42,7 @@ from oplog.change_events import (
     update_entry_of,
 )
 from oplog.codec_options import DOC_OPTIONS
+from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.preimages import PREIMAGES_NS, preimage_id
 from oplog.update import apply_oplog_update
 from replset.cursors import Cursor
@@ -117,7 +119,7 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     stream = ChangeStream(scope, start, start.ts_key if start.whole else start.ts_key - 1, full_document, stages,
                           node.history_epoch, before_change=before_change)
     cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
-    batch = _take(ctx, stream, _batch_size(cursor_opts))
+    batch = await _take(ctx, stream, _batch_size(cursor_opts))
     cursor.id = node.cursors.new_id()
     from replset.wire.crud import now_ms  # the cursor registry's clock
 
@@ -133,13 +135,13 @@ async def get_more(ctx: CommandContext, cursor: Cursor, batch_size: int, max_tim
         node.cursors.kill(cursor.id)
         raise resumable(MongoError(237, "a rollback replaced oplog entries this change stream may have shown: "
                                         "resume from its last token"))
-    batch = _take(ctx, stream, batch_size)
+    batch = await _take(ctx, stream, batch_size)
     if not batch and not stream.invalidated:
         deadline = time.monotonic() + (max_time_ms or DEFAULT_AWAIT_MS) / 1000
         while not batch and not stream.invalidated and time.monotonic() < deadline \
                 and node.history_epoch == stream.history_epoch:
             if node.majority_commit_point.ts_key > stream.scanned_key:
-                batch = _take(ctx, stream, batch_size)
+                batch = await _take(ctx, stream, batch_size)
                 continue
             await node.repl.stepped.wait(deadline - time.monotonic())
     if stream.invalidated and not stream.pending:
@@ -214,8 +216,9 @@ def _committed_entries(ctx: CommandContext, after_key: int, limit_key: int) -> I
             yield row_key, bson.decode(blob, DOC_OPTIONS)
 
 
-def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[dict[str, Any]]:
-    """Up to `batch_size` events: those pending, then events of entries up to the commit point."""
+async def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[dict[str, Any]]:
+    """Up to `batch_size` events: those pending, then events of entries up to the commit point, through
+    the stream's own stages (on the query pool: they evaluate the client's expressions)."""
     limit_key = ctx.node.majority_commit_point.ts_key
     if not stream.invalidated:
         oldest = ctx.node.store.reader.oplog_oldest_key() or 0
@@ -235,7 +238,10 @@ def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> list[di
     taken, stream.pending = stream.pending[:batch_size], stream.pending[batch_size:]
     if taken:
         stream.resume = parse_token(taken[-1]["_id"])
-    return _shaped(ctx, stream, taken)
+    events = _shaped(ctx, stream, taken)
+    if not stream.stages or not events:
+        return events
+    return await ctx.node.queries.run(lambda: _through_stages(stream, events))
 
 
 def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -266,16 +272,24 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
             if after is None and stream.full_document == "required":
                 raise _image_missing("post", event)
             event["fullDocument"] = after
-    if stream.stages:
-        tokens = {event["_id"]["_data"] for event in events}
-        events = list(iter_pipeline(events, stream.stages, now=utcnow()))
-        for event in events:
-            token = event.get("_id")
-            if not isinstance(token, dict) or token.get("_data") not in tokens or len(token) != 1:
-                raise MongoError(FATAL, "Encountered an event whose _id field, which contains the resume token, "
-                                        "was modified by the pipeline. Modifying the _id field of an event makes "
-                                        "it impossible to resume the stream from that point. Only transformations "
-                                        "that retain the unmodified _id field are allowed.")
+    return events
+
+
+def _through_stages(stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events` through the stream's stages, which must keep every event's resume token and leave
+    events that fit a reply."""
+    tokens = {event["_id"]["_data"] for event in events}
+    grows = may_grow(stream.stages)
+    events = list(iter_pipeline(events, stream.stages, now=utcnow()))
+    for event in events:
+        token = event.get("_id")
+        if not isinstance(token, dict) or token.get("_data") not in tokens or len(token) != 1:
+            raise MongoError(FATAL, "Encountered an event whose _id field, which contains the resume token, "
+                                    "was modified by the pipeline. Modifying the _id field of an event makes "
+                                    "it impossible to resume the stream from that point. Only transformations "
+                                    "that retain the unmodified _id field are allowed.")
+        if grows:
+            check_output(event, MAX_INTERNAL_BSON_SIZE)
     return events
 
 

@@ -16,11 +16,12 @@ from bson.int64 import Int64
 from base.errors import MongoError
 from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
-from oplog.aggregate import Sampler, run_pipeline, validate_pipeline
+from oplog.aggregate import Sampler, check_output, iter_pipeline, may_grow, validate_pipeline
 from oplog.codec_options import DOC_OPTIONS
 from oplog.collation import Collation, collated_matcher, collated_sort, has_strings, parse_collation
+from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.explain import query_planner
-from oplog.expressions import evaluate
+from oplog.expressions import evaluate, filter_evaluates_expressions, projection_evaluates_expressions
 from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher
@@ -29,9 +30,11 @@ from oplog.values import canonical_key
 from oplog.writes import (
     WriteEnv,
     delete_documents,
+    evaluates_expressions,
     find_and_modify,
     id_equality,
     insert_documents,
+    statement_evaluates_expressions,
     update_documents,
 )
 from replset.auth.access import acts_as_member
@@ -102,7 +105,7 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
             env.bypass_validation = bypass
             return body(env)
 
-        return dict(await ctx.node.transactions.run_statement(ctx.txn, in_transaction))
+        return dict(await ctx.node.transactions.run_statement(ctx.txn, in_transaction, off_loop=off_loop))
     wc = parse_write_concern(ctx.cmd.get("writeConcern"))
     # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
@@ -135,8 +138,9 @@ async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dic
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
         # In a transaction: the whole command is one statement of it, its candidates found in it.
+        evaluates = field != "documents" and any(statement_evaluates_expressions(s) for s in statements)
         return await run_write(ctx, lambda env: result_reply(perform(env, ns, statements, ordered, None),
-                                                             update=field == "updates"))
+                                                             update=field == "updates"), off_loop=evaluates)
     return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
                            scanning=field != "documents")
 
@@ -181,19 +185,20 @@ async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
 
         return run
 
-    if ctx.txn is not None:
-        return await run_write(ctx, body(None))
     query = ctx.cmd.get("query") or {}
+    evaluates = evaluates_expressions(query, ctx.cmd.get("update"))  # (then off the event loop)
+    if ctx.txn is not None:
+        return await run_write(ctx, body(None), off_loop=evaluates)
     if isinstance(query, dict) and not id_equality(query)[0]:
         limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
         for _attempt in range(CANDIDATE_RETRIES):
             ids = await find_candidates(ctx, ns, query, ctx.cmd.get("sort"), True, limit,
                                         parse_collation(ctx.cmd.get("collation")))
             try:
-                return await run_write(ctx, body(ids))
+                return await run_write(ctx, body(ids), off_loop=evaluates)
             except StaleCandidates:
                 continue
-    return await run_write(ctx, body(None))
+    return await run_write(ctx, body(None), off_loop=evaluates)
 
 
 # -- reads ---------------------------------------------------------------------------
@@ -252,12 +257,14 @@ def _reversed_lazily(docs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]
     yield from reversed(list(docs))
 
 
-def runs_on_loop(ns: str, query: dict[str, Any], tailable: bool) -> bool:
+def runs_on_loop(ns: str, query: dict[str, Any], tailable: bool, projection: dict[str, Any] | None = None) -> bool:
     """Reads whose cost does not grow with the data stay on the event loop: a lookup by `_id`, and the
-    positional oplog reads of fetchers and tailing cursors. Everything else runs on the query pool."""
+    positional oplog reads of fetchers and tailing cursors. Everything else runs on the query pool, and
+    so does a lookup whose filter or projection evaluates expressions (their cost is the client's)."""
     if ns == OPLOG_NS:
         return tailable or start_key_is_whole_filter(query)
-    return id_equality(query)[0]
+    return (id_equality(query)[0] and not filter_evaluates_expressions(query)
+            and not projection_evaluates_expressions(projection))
 
 
 def _decoded(stored: Iterator[bytes]) -> Iterator[tuple[dict[str, Any], bytes]]:
@@ -285,6 +292,9 @@ def _query_pipeline(source: Iterator[Any], matcher: Matcher, cmd: dict[str, Any]
             break
     if projection:
         compiled = compile_projection(projection, matcher=matcher)
+        if projection_evaluates_expressions(projection):  # (a computed value may be any size)
+            yield from (check_output(compiled.apply(d), MAX_INTERNAL_BSON_SIZE) for d in docs)
+            return
         yield from (compiled.apply(d) for d in docs)
         return
     yield from docs
@@ -317,7 +327,7 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     concern = read_concern_of(ctx)
     limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, limit_left, ns)
-    off_loop = not runs_on_loop(ns, query, tailable)
+    off_loop = not runs_on_loop(ns, query, tailable, projection)
     tail_state: dict[str, int] = {"last": oplog_start_key(query)}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
@@ -547,14 +557,19 @@ def check_owner(ctx: CommandContext, cursor: Cursor) -> None:
 
 @command("killCursors")
 async def cmd_kill_cursors(ctx: CommandContext) -> dict[str, Any]:
+    """Kills the listed cursors of the namespace named; as in mongod, a cursor of another namespace is
+    left alone and reported in `cursorsNotFound`."""
+    ns = f"{ctx.db}.{collection_name(ctx)}"
     ids = ctx.cmd.get("cursors")
     if not isinstance(ids, list):
         raise MongoError(9, "killCursors requires a 'cursors' array")
     killed, not_found = [], []
     for cid in ids:
         found = ctx.node.cursors.peek(int(cid))
-        if found is not None:
-            check_owner(ctx, found)
+        if found is None or found.ns != ns:
+            not_found.append(Int64(cid))
+            continue
+        check_owner(ctx, found)
         cursor = ctx.node.cursors.take(int(cid))
         (killed if cursor is not None else not_found).append(Int64(cid))
         if cursor is not None:
@@ -583,7 +598,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     documents: list[dict[str, Any]] | None = None
     source_stage = next(iter(pipeline[0])) if pipeline and isinstance(pipeline[0], dict) and pipeline[0] else ""
     if target == 1 and source_stage == "$documents":
-        documents = _documents_stage(pipeline[0]["$documents"])
+        spec = pipeline[0]["$documents"]
+        documents = await ctx.node.queries.run(lambda: _documents_stage(spec))  # (an expression: off the loop)
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
     elif target == 1 and source_stage == "$listLocalSessions" and ctx.db == "admin":
@@ -600,16 +616,16 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     epoch = await before_read(ctx, concern, limit, ns)
     now = utcnow()
     write_reply: dict[str, Any] = {}
+    output = None
+    collation = parse_collation(ctx.cmd.get("collation"))
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
 
         spec = pipeline[0]["$collStats"]
         stats = await ctx.node.queries.run(
             lambda: coll_stats_document(ctx, ns, spec, ctx.node.store.thread_reader()))
-        docs: Any = iter([stats])
+        documents = [stats]
         pipeline = pipeline[1:]
-        validate_pipeline(pipeline)
-        results = run_pipeline(docs, pipeline, now=now)
     else:
         output = output_stage(pipeline, ctx.db)
         if output is not None:
@@ -619,34 +635,46 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             if not ctx.node.is_primary:
                 raise MongoError(10107, "not primary")
             system_namespaces.check_write(output.ns)
-        validate_pipeline(pipeline)
-        first = pipeline[0] if pipeline else {}
-        collation = parse_collation(ctx.cmd.get("collation"))
-        source = iter(documents) if documents is not None else collection_source(
-            ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {}, off_loop=True,
-            collation=collation)
-        # The whole pipeline runs on the query pool (its stages may group or sort every document).
-        collections = _collections_of(ctx)
-        results = await ctx.node.queries.run(
-            lambda: run_pipeline(source, pipeline, now=now, collections=collections, sampler=_SAMPLER,
-                                 collation=collation), limit)
-        if output is not None:
-            write = write_out if output.kind == "$out" else write_merge
-            written = results
+    validate_pipeline(pipeline)
+    first = pipeline[0] if pipeline else {}
+    source = iter(documents) if documents is not None else collection_source(
+        ctx, ns, first.get("$match") or {} if isinstance(first, dict) else {}, off_loop=True,
+        collation=collation)
+    # The pipeline runs on the query pool, batch by batch as the cursor is read (its stages may group or
+    # sort every document, and evaluate expressions); every result must fit in a reply's document.
+    results = _pipeline_results(ctx, source, pipeline, now, collation)
+    if output is not None:
+        written = await ctx.node.queries.run(lambda: list(results), limit)
+        write = write_out if output.kind == "$out" else write_merge
 
-            def body(env: WriteEnv) -> dict[str, Any]:
-                write(env, output, written)
-                return {"ok": 1.0}
+        def body(env: WriteEnv) -> dict[str, Any]:
+            write(env, output, written)
+            return {"ok": 1.0}
 
-            write_reply = await run_write(ctx, body)
-            results = []
+        write_reply = await run_write(ctx, body)
+        results = iter([])
     batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
-    cursor = Cursor(id=0, ns=ns, source=iter(results), read_concern=concern, history_epoch=epoch,
+    cursor = Cursor(id=0, ns=ns, source=results, read_concern=concern, history_epoch=epoch,
                     view=ctx.majority_view)
+    cursor.time_limit = limit
     reply = await first_batch(ctx, cursor, batch_size, False)
     if "writeConcernError" in write_reply:
         reply["writeConcernError"] = write_reply["writeConcernError"]
     return reply
+
+
+def _pipeline_results(ctx: CommandContext, source: Iterator[dict[str, Any]], pipeline: list[Any],
+                      now: Any, collation: Collation | None) -> Iterator[dict[str, Any]]:
+    """The results of `pipeline` over `source`, computed as they are read (on the query pool: nothing
+    runs before the first batch asks, not even a blocking stage), each checked to fit a reply (16 MiB +
+    16 KiB of BSON) when a stage may have built it."""
+    allow_disk_use = ctx.cmd.get("allowDiskUse") is not False
+    collections = _collections_of(ctx)
+    grows = may_grow(pipeline)
+    results = iter_pipeline(source, pipeline, now=now, collections=collections, sampler=_SAMPLER,
+                            collation=collation, allow_disk_use=allow_disk_use)
+    for doc in results:
+        yield check_output(doc, MAX_INTERNAL_BSON_SIZE) if grows else doc
 
 
 class _RandomSampler(Sampler):

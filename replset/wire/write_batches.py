@@ -34,7 +34,7 @@ from base.errors import MongoError
 from base.optime import OpTime
 from oplog.collation import Collation, collated_matcher, parse_collation
 from oplog.sort import sort_payloads
-from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality
+from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality, statement_evaluates_expressions
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import sessions
 from replset.write_concern import parse_write_concern, write_concern_error_field
@@ -131,6 +131,8 @@ class _Batch:
     perform: Perform
     is_update: bool
     rw: sessions.RetryableWrite | None
+    # Statements evaluate expressions ($expr, pipeline updates): their commits run off the event loop.
+    evaluates: bool = False
     total: WriteResult = field(default_factory=WriteResult)
     optime: OpTime | None = None
     stopped: bool = False
@@ -181,7 +183,8 @@ class _Batch:
             entry = env.last_entry
             return "ran", merged, part, OpTime.from_document(entry) if entry and "ts" in entry else None
 
-        outcome, self.total, part, optime = await self.ctx.node.submit_write(fn, durable=False)
+        outcome, self.total, part, optime = await self.ctx.node.submit_write(fn, durable=False,
+                                                                             off_loop=self.evaluates)
         self.commits += 1
         self.optime = optime or self.optime
         self.stopped = outcome == "complete" or (self.ordered and bool(self.total.write_errors))
@@ -243,6 +246,7 @@ async def run_batch(ctx: CommandContext, ns: str, statements: list[Any], ordered
     # `local` is not replicated, so neither is a retry record of a write to it (and none is kept).
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
     batch = _Batch(ctx, ns, statements, ordered, perform, is_update, rw,
+                   evaluates=scanning and any(statement_evaluates_expressions(s) for s in statements),
                    time_limit=TimeLimit.from_max_time_ms(_max_time_ms(ctx.cmd)))
     i, n = 0, len(statements)
     while i < n and not batch.stopped:

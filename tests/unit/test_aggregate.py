@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import re
+import time
 from typing import Any
 
 import pytest
@@ -917,3 +918,164 @@ def test_error_code_name_for_unknown_expression() -> None:
         validate_pipeline([{"$project": {"a": {"$nope": 1}}}])
     assert info.value.code_name == "InvalidPipelineOperator"
     assert re.search(r"Unrecognized expression '\$nope'$", info.value.errmsg)
+
+
+# ---------------------------------------------------------------------------
+# Bounded work: mongod's numeric rules and its limits on what an expression or a stage may build.
+
+_MB8 = "x" * (8 * 1024 * 1024)  # one 8 MiB string, shared by every document that holds it
+
+
+def _doubled(seed: str, times: int) -> dict[str, Any]:
+    """`seed` doubled `times` times by a $reduce: a long string built by expressions."""
+    return {"$reduce": {"input": {"$range": [0, times]}, "initialValue": seed,
+                        "in": {"$concat": ["$$value", "$$value"]}}}
+
+
+def _error(expr: Any, doc: dict[str, Any] | None = None) -> MongoError:
+    with pytest.raises(MongoError) as info:
+        evaluate(expr, doc or {}, now=NOW)
+    return info.value
+
+
+@pytest.mark.parametrize(("expr", "expected"), [
+    P({"$pow": [3, 2**31 - 1]}, float("inf"), id="pow-overflows-to-double"),
+    P({"$pow": [-3, 2**31 - 1]}, float("-inf"), id="pow-negative-odd-overflow"),
+    P({"$pow": [2, 62]}, Int64(2**62), id="pow-fits-long"),
+    P({"$pow": [2, 63]}, 9.223372036854776e18, id="pow-past-long-is-double"),
+    P({"$pow": [-2, 63]}, Int64(-(2**63)), id="pow-long-min"),
+    P({"$pow": [2, 30]}, 2**30, id="pow-int"),
+    P({"$pow": [2, 31]}, Int64(2**31), id="pow-int-grows-to-long"),
+    P({"$pow": [Int64(2), 3]}, Int64(8), id="pow-long-stays-long"),
+    P({"$pow": [-1, 2**31 - 1]}, -1, id="pow-minus-one"),
+    P({"$pow": [10.0, 400]}, float("inf"), id="pow-double-overflow"),
+    P({"$pow": [Dec("3"), 2**31 - 1]}, Dec("Infinity"), id="pow-decimal-overflow"),
+    P({"$multiply": [2**62, 4]}, 1.8446744073709552e19, id="multiply-overflow-to-double"),
+    P({"$multiply": [Int64(2)] * 70}, 2.0**70, id="multiply-many-longs"),
+    P({"$multiply": [2**31, 2]}, Int64(2**32), id="multiply-long"),
+    P({"$exp": 1000}, float("inf"), id="exp-overflow"),
+])
+def test_arithmetic_never_builds_a_big_integer(expr: Any, expected: Any) -> None:
+    started = time.monotonic()
+    assert same(evaluate(expr, {}, now=NOW), expected)
+    assert time.monotonic() - started < 0.5
+
+
+def test_abs_of_the_smallest_long() -> None:
+    assert _error({"$abs": Int64(-(2**63))}).code == 28680
+
+
+@pytest.mark.parametrize("end", [2**31 - 1, 12_000_000])
+def test_a_range_over_mongods_memory_limit_is_refused_before_it_is_built(end: int) -> None:
+    started = time.monotonic()
+    err = _error({"$range": [0, end]})
+    assert err.code == 146
+    assert "$range would use too much memory" in err.errmsg and "Memory limit: 104857600 bytes" in err.errmsg
+    assert time.monotonic() - started < 0.1
+
+
+def test_a_range_under_the_limit_is_built() -> None:
+    assert evaluate({"$size": {"$range": [0, 1_000_000]}}, {}, now=NOW) == 1_000_000
+    assert evaluate({"$range": [10, 0, -3]}, {}, now=NOW) == [10, 7, 4, 1]
+
+
+def test_strings_stop_at_16_mib() -> None:
+    assert _error(_doubled("x", 30)).code == 16493
+    assert _error({"$concat": ["$s", "$s"]}, {"s": _MB8}).code == 16493
+    assert evaluate({"$strLenBytes": {"$concat": ["$s", "y"]}}, {"s": _MB8}, now=NOW) == len(_MB8) + 1
+
+
+def test_array_builders_stop_at_100_mib() -> None:
+    many = [0] * 3_500_000
+    assert _error({"$concatArrays": ["$a", "$a"]}, {"a": many}).code == 146
+    collecting = {"$reduce": {"input": {"$range": [0, 100]}, "initialValue": [],
+                              "in": {"$concatArrays": ["$$value", ["$s"]]}}}
+    err = _error(collecting, {"s": _MB8})  # (13 references to 8 MiB: the accumulator's 100 MiB)
+    assert err.code == 146 and err.errmsg.startswith("$reduce used too much memory")
+    assert _error({"$map": {"input": {"$range": [0, 100]}, "in": "$s"}}, {"s": _MB8}).code == 146
+    assert _error({"$split": ["$s", ","]}, {"s": "," * 7_000_000}).code == 146
+    assert evaluate({"$size": {"$split": ["$s", ","]}}, {"s": "a," * 100_000}, now=NOW) == 100_001
+
+
+def test_a_reduce_cannot_nest_past_200_levels() -> None:
+    err = _error({"$reduce": {"input": {"$range": [0, 1000]}, "initialValue": {}, "in": {"a": "$$value"}}})
+    assert err.code == 15
+
+
+def test_a_long_evaluation_stops_at_its_interrupt_check() -> None:
+    from oplog.expr_eval import INTERRUPT_CHECK
+
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) > 3:
+            raise MongoError(50, "operation exceeded time limit")
+
+    token = INTERRUPT_CHECK.set(check)
+    try:
+        assert _error({"$map": {"input": {"$range": [0, 100_000]}, "in": "$$this"}}).code == 50
+    finally:
+        INTERRUPT_CHECK.reset(token)
+
+
+def test_field_paths_of_more_than_200_parts_are_refused() -> None:
+    long_path = ".".join(["a"] * 201)
+    for pipeline in ([{"$project": {"x": "$" + long_path}}], [{"$project": {long_path: 1}}],
+                     [{"$set": {long_path: 1}}], [{"$sort": {long_path: 1}}]):
+        with pytest.raises(MongoError) as info:
+            validate_pipeline(pipeline)
+        assert info.value.code == 15 and "FieldPath is too long" in info.value.errmsg
+    validate_pipeline([{"$project": {"x": "$" + ".".join(["a"] * 200)}}])
+    with pytest.raises(MongoError) as huge:
+        validate_pipeline([{"$set": {".".join(["a"] * 100_000): 1}}])
+    assert huge.value.code == 15
+
+
+def _run(docs: list[dict[str, Any]], pipeline: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
+    return run_pipeline(docs, pipeline, now=NOW, **kwargs)
+
+
+def test_push_and_add_to_set_stop_at_100_mib() -> None:
+    docs = [{"_id": i, "s": _MB8} for i in range(13)]
+    with pytest.raises(MongoError) as push:
+        _run(docs, [{"$group": {"_id": None, "all": {"$push": "$s"}}}])
+    assert push.value.code == 146 and push.value.errmsg.startswith("$push used too much memory")
+    distinct = {"$concat": ["$s", {"$toString": "$_id"}]}
+    with pytest.raises(MongoError) as add:
+        _run(docs, [{"$group": {"_id": None, "all": {"$addToSet": distinct}}}])
+    assert add.value.code == 146 and add.value.errmsg.startswith("$addToSet used too much memory")
+    assert len(_run(docs[:12], [{"$group": {"_id": None, "all": {"$push": "$s"}}}])[0]["all"]) == 12
+
+
+def test_group_past_100_mib_without_disk_use() -> None:
+    docs = [{"_id": i, "s": _MB8} for i in range(13)]
+    pipeline = [{"$group": {"_id": "$_id", "all": {"$push": "$s"}}}]
+    with pytest.raises(MongoError) as info:
+        _run(docs, pipeline, allow_disk_use=False)
+    assert info.value.code == 292
+    assert len(_run(docs, pipeline)) == 13  # (allowDiskUse, mongod's default, lets the groups grow)
+
+
+def test_facet_and_lookup_stop_at_100_mib() -> None:
+    docs = [{"_id": i, "s": _MB8} for i in range(13)]
+    with pytest.raises(MongoError) as facet:
+        _run(docs, [{"$facet": {"all": [{"$project": {"s": 1}}]}}])
+    assert facet.value.code == 4031700
+    with pytest.raises(MongoError) as lookup:
+        _run([{"_id": 1}], [{"$lookup": {"from": "big", "pipeline": [], "as": "joined"}}],
+             collections=lambda name: docs)
+    assert lookup.value.code == 4568
+
+
+def test_a_result_over_16_mib_is_refused_without_encoding_it() -> None:
+    from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
+
+    docs = [{"_id": 1, "s": _MB8}]
+    wide = {f"f{i}": "$s" for i in range(1000)}  # 8 GB of BSON, were it encoded
+    started = time.monotonic()
+    with pytest.raises(MongoError) as info:
+        _run(docs, [{"$project": wide}], output_limit=MAX_INTERNAL_BSON_SIZE)
+    assert info.value.code == 10334 and "is invalid. Size must be between 0 and 16793600" in info.value.errmsg
+    assert time.monotonic() - started < 1.0
+    assert _run(docs, [{"$project": {"a": "$s"}}], output_limit=MAX_INTERNAL_BSON_SIZE)[0]["a"] == _MB8

@@ -1225,16 +1225,19 @@ def test_an_inserted_document_nested_deeper_than_180_levels_is_refused() -> None
     from oplog.writes import MAX_STORED_DEPTH, prepare_insert_document
 
     def nested(levels: int) -> dict[str, Any]:
+        """`levels` levels of fields: the innermost `v` is at level `levels`."""
         doc: dict[str, Any] = {"v": 1}
-        for _ in range(levels):
+        for _ in range(levels - 1):
             doc = {"a": doc}
         return doc
 
+    # As mongod's validateDepth: the document and 179 nested objects hold fields down to level 180.
     prepare_insert_document(nested(MAX_STORED_DEPTH))
     prepare_insert_document({"list": [[[1]]]})
     with pytest.raises(MongoError) as err:
         prepare_insert_document(nested(MAX_STORED_DEPTH + 1))
     assert err.value.code == 15
+    assert "180 levels of nesting" in err.value.errmsg
 
 
 @settings(max_examples=300, deadline=None)
@@ -1250,3 +1253,79 @@ def test_property_pipeline_array_changes_replay_and_are_idempotent(doc: dict[str
         return
     assert_doc(apply_oplog_update(before, out.oplog_update), out.document)
     assert_doc(apply_oplog_update(out.document, out.oplog_update), out.document)
+
+
+# -- bounded work: what an update may leave ----------------------------------------
+_MB9 = "x" * (9 * 1024 * 1024)
+
+
+def _update_error(fn: Any, *args: Any, **kwargs: Any) -> MongoError:
+    with pytest.raises(MongoError) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def test_an_update_path_of_100000_parts_is_refused_cleanly() -> None:
+    long_path = ".".join(["a"] * 100_000)
+    for update in ({"$set": {long_path: 1}}, {"$unset": {long_path: 1}}, {"$inc": {long_path: 1}}):
+        err = _update_error(apply_update, {"_id": 1}, update, now=NOW)
+        assert err.code == 15 and "FieldPath is too long" in err.errmsg
+        assert _update_error(validate_update, update).code == 15
+
+
+def test_an_update_may_nest_fields_down_to_level_180() -> None:
+    def path(parts: int) -> str:
+        return ".".join(["a"] * parts)
+
+    out = apply_update({"_id": 1}, {"$set": {path(180): 1}}, now=NOW)
+    assert out.modified
+    err = _update_error(apply_update, {"_id": 1}, {"$set": {path(181): 1}}, now=NOW)
+    assert err.code == 15 and err.errmsg == "Document exceeds maximum nesting depth of 180"
+    err = _update_error(apply_update, {"_id": 1}, {"$set": {path(100): {"b": _nested_value(81)}}}, now=NOW)
+    assert err.code == 15
+
+
+def _nested_value(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_an_update_that_leaves_more_than_16_mib_is_refused() -> None:
+    doc = {"_id": 1, "a": _MB9}
+    err = _update_error(apply_update, doc, {"$set": {"b": _MB9}}, now=NOW)
+    assert (err.code, err.errmsg) == (17419, "Resulting document after update is larger than 16777216")
+    err = _update_error(apply_pipeline_update, doc, [{"$set": {"b": {"$concat": ["$a", "x"]}}}], now=NOW)
+    assert err.code == 17419
+    err = _update_error(apply_replacement, doc, {"a": _MB9, "b": _MB9})
+    assert err.code == 17419
+    assert apply_update(doc, {"$set": {"b": "x" * (6 * 1024 * 1024)}}, now=NOW).modified
+
+
+def test_an_upsert_that_builds_more_than_16_mib_is_refused() -> None:
+    seed = upsert_seed({"_id": 7})
+    err = _update_error(apply_update, seed, {"$set": {"a": _MB9, "b": _MB9}}, now=NOW, is_upsert_insert=True)
+    assert (err.code, err.errmsg) == (17420, "Document to upsert is larger than 16777216")
+    err = _update_error(apply_pipeline_update, seed, [{"$set": {"a": {"$literal": _MB9}, "b": {"$literal": _MB9}}}],
+                        now=NOW, is_upsert_insert=True)
+    assert err.code == 17420
+
+
+def test_a_pipeline_update_sharing_one_value_many_times_is_measured_not_encoded() -> None:
+    import time
+
+    doc = {"_id": 1, "a": _MB9}
+    wide = {f"f{i}": "$a" for i in range(2000)}  # 18 GB of BSON, were it encoded
+    started = time.monotonic()
+    assert _update_error(apply_pipeline_update, doc, [{"$set": wide}], now=NOW).code == 17419
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_oversize_insert_names_its_size() -> None:
+    from oplog.writes import prepare_insert_document
+
+    doc = {"_id": 1, "a": "x" * (16 * 1024 * 1024)}
+    err = _update_error(prepare_insert_document, doc)
+    assert err.code == 10334
+    assert err.errmsg == f"object to insert too large. size in bytes: {len(bson.encode(doc))}, max size: 16777216"
