@@ -24,13 +24,13 @@ from typing import Any
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from base.bson_types import bson_type
 from base.errors import MongoError
 from base.numbers import (
     MAX_CONFIG_VERSION,
     MAX_MEMBER_ID,
     MAX_TERM,
     UNINITIALIZED_TERM,
-    bson_type_name,
     int_in_range,
 )
 
@@ -60,7 +60,7 @@ def _priority(raw: Mapping[str, Any]) -> float:
     """member_config.idl: `priority` is a safeDouble with `validator: {gte: 0, lte: 1000}`."""
     value = raw.get("priority", 1.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _invalid(f"Expected field \"priority\" to have numeric type, but found {bson_type_name(value)}")
+        raise _invalid(f"Expected field \"priority\" to have numeric type, but found {bson_type(value)}")
     priority = float(value)
     if not 0 <= priority <= MAX_PRIORITY:  # NaN fails both comparisons
         raise _invalid(f"BSON field 'priority' value must be >= 0 and <= {MAX_PRIORITY}, "

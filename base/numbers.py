@@ -31,6 +31,7 @@ from typing import Any
 
 from bson.decimal128 import Decimal128
 
+from base.bson_types import bson_type
 from base.errors import MongoError
 
 INT32_MAX = 2**31 - 1
@@ -52,29 +53,6 @@ UNINITIALIZED_CONFIG_VERSION = -2
 MAX_MEMBER_ID = INT32_MAX
 
 
-def bson_type_name(value: Any) -> str:
-    """The BSON type name mongod puts into its messages."""
-    match value:
-        case bool():
-            return "bool"
-        case None:
-            return "null"
-        case str():
-            return "string"
-        case dict():
-            return "object"
-        case list() | tuple():
-            return "array"
-        case int():
-            return "int" if -(2**31) <= value <= INT32_MAX else "long"
-        case float():
-            return "double"
-        case Decimal128():
-            return "decimal"
-        case _:
-            return type(value).__name__
-
-
 def _shown(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
@@ -90,7 +68,7 @@ def exact_int(value: Any, field: str, *, type_code: int = 14) -> int:
     MongoError mongod's `bsonExtractIntegerField` gives (`type_code` for a value of another type)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal128)):
         raise MongoError(type_code, f"Expected field \"{field}\" to have numeric type, but found "
-                                    f"{bson_type_name(value)}")
+                                    f"{bson_type(value)}")
     number: int | None
     if isinstance(value, int):
         number = int(value)
@@ -119,7 +97,7 @@ def finite_number(value: Any, field: str, *, type_code: int = 14) -> float:
     """A number that may have a fraction (seconds for a stepdown or a freeze), but is finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal128)):
         raise MongoError(type_code, f"Expected field \"{field}\" to have numeric type, but found "
-                                    f"{bson_type_name(value)}")
+                                    f"{bson_type(value)}")
     try:
         number = float(value.to_decimal()) if isinstance(value, Decimal128) else float(value)
     except OverflowError:  # an int beyond any double (never from BSON, whose ints are 64-bit)

@@ -19,8 +19,9 @@ from typing import Any
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from base.bson_types import bson_type
 from base.errors import MongoError
-from base.numbers import MAX_TERM, UNINITIALIZED_TERM, bson_type_name, int_in_range
+from base.numbers import MAX_TERM, UNINITIALIZED_TERM, int_in_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ class OpTime:
         -1) an integer term up to `MAX_TERM`; anything else is FailedToParse (9) or BadValue (2)."""
         ts = doc.get("ts")
         if not isinstance(ts, Timestamp):
-            raise MongoError(9, f"Expected field \"ts\" to be a Timestamp, but found {bson_type_name(ts)}")
+            raise MongoError(9, f"Expected field \"ts\" to be a Timestamp, but found {bson_type(ts)}")
         term = int_in_range(doc.get("t", UNINITIALIZED_TERM), "t", UNINITIALIZED_TERM, MAX_TERM, type_code=9)
         return cls(ts.time, ts.inc, term)
 

@@ -29,25 +29,15 @@ No I/O here: a pure function of the command document.
 
 from __future__ import annotations
 
-import datetime
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-from bson.binary import Binary
-from bson.code import Code
-from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
-from bson.int64 import Int64
-from bson.max_key import MaxKey
-from bson.min_key import MinKey
-from bson.objectid import ObjectId
-from bson.regex import Regex
-from bson.timestamp import Timestamp
 
+from base.bson_types import bson_type
 from base.errors import MongoError
 
 # BSONDepth::kDefaultMaxAllowableDepth: levels of nesting under the outermost document.
@@ -349,56 +339,6 @@ _DEFAULT = CommandArgs()
 def args_for(name: str) -> CommandArgs:
     """The argument table of a command; commands without one take any fields."""
     return COMMAND_ARGS.get(name, _DEFAULT)
-
-
-# -- BSON type names ---------------------------------------------------------------------------
-def bson_type(value: Any) -> str:
-    """MongoDB's name of the BSON type this decoded value came from (as in its messages)."""
-    name = _TYPE_NAMES.get(type(value))
-    if name is not None:
-        return name
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "bool"
-        case Int64():
-            return "long"
-        case int():
-            return "int" if -(2**31) <= value <= _INT32_MAX else "long"
-        case float():
-            return "double"
-        case str():
-            return "string"
-        case Mapping() | DBRef():
-            return "object"
-        case list() | tuple():
-            return "array"
-        case Decimal128():
-            return "decimal"
-        case Binary() | bytes():
-            return "binData"
-        case ObjectId():
-            return "objectId"
-        case datetime.datetime():
-            return "date"
-        case Timestamp():
-            return "timestamp"
-        case Regex() | re.Pattern():
-            return "regex"
-        case Code():
-            return "javascript" if value.scope is None else "javascriptWithScope"
-        case MinKey():
-            return "minKey"
-        case MaxKey():
-            return "maxKey"
-    return type(value).__name__
-
-
-_TYPE_NAMES: dict[type, str] = {
-    dict: "object", list: "array", str: "string", float: "double", bool: "bool", type(None): "null",
-    Int64: "long", Decimal128: "decimal", Binary: "binData", ObjectId: "objectId",
-}
 
 
 def safe_number_long(value: Any) -> int:
