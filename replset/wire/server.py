@@ -165,7 +165,9 @@ class WireServer:
     def _close_idle(self, conn_id: int, why: str) -> None:
         writer = self._writers.get(conn_id)
         if writer is not None:
-            log.info("closing idle connection %d: %s", conn_id, why)
+            evicted = self.admission.evicted  # a flood closes thousands: one line, then one a thousand
+            log.log(logging.INFO if evicted == 1 or evicted % 1000 == 0 else logging.DEBUG,
+                    "closing idle connection %d (%d closed so far): %s", conn_id, evicted, why)
             writer.close()  # its task sees the end of the stream and leaves
 
     def _log_refused(self, peer: str) -> None:
