@@ -106,3 +106,21 @@ def finite_number(value: Any, field: str, *, type_code: int = 14) -> float:
         raise MongoError(2, f"Expected field \"{field}\" to be a finite number, but found {field}: "
                             f"{_shown(number)}")
     return number
+
+
+def safe_number_long(value: Any) -> int:
+    """mongod's BSONElement::safeNumberLong: truncate toward zero, NaN -> 0, clamp to 64 bits."""
+    if isinstance(value, Decimal128):
+        dec = value.to_decimal()
+        if dec.is_nan():
+            return 0
+        if dec.is_infinite():
+            return INT64_MAX if dec > 0 else INT64_MIN
+        value = int(dec)
+    elif isinstance(value, float):
+        if math.isnan(value):
+            return 0
+        if math.isinf(value):
+            return INT64_MAX if value > 0 else INT64_MIN
+        value = int(value)
+    return max(INT64_MIN, min(INT64_MAX, int(value)))

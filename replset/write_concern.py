@@ -16,7 +16,7 @@ from typing import Any
 
 from base.config import MAX_MEMBERS, ReplSetConfig
 from base.errors import MongoError
-from base.numbers import INT32_MAX, INT64_MAX, INT64_MIN
+from base.numbers import INT32_MAX, safe_number_long
 
 MAJORITY = "majority"
 
@@ -54,7 +54,7 @@ def parse_write_concern(raw: Any) -> WriteConcern:
     if isinstance(w, float):
         if math.isnan(w):
             raise MongoError(9, "w cannot be NaN")
-        w = _safe_number_long(w)
+        w = safe_number_long(w)
     if isinstance(w, int) and not 0 <= w <= MAX_MEMBERS:
         raise MongoError(9, f"w has to be a non-negative number and not greater than {MAX_MEMBERS}; found: {w}")
     j = raw.get("j", raw.get("fsync"))
@@ -62,21 +62,11 @@ def parse_write_concern(raw: Any) -> WriteConcern:
     if not isinstance(wtimeout, (int, float)) or isinstance(wtimeout, bool):
         raise MongoError(14, "wtimeout must be a number")
     # As mongod's parseWTimeoutFromBSON: the number as a 64-bit integer (NaN is 0: no limit), at most int32.
-    wtimeout_ms = _safe_number_long(wtimeout)
+    wtimeout_ms = safe_number_long(wtimeout)
     if wtimeout_ms > INT32_MAX:
         raise MongoError(9, "wtimeout must be a 32-bit integer")
     return WriteConcern(w=w, j=None if j is None else bool(j), wtimeout_ms=wtimeout_ms,
                         provenance="clientSupplied")
-
-
-def _safe_number_long(value: float) -> int:
-    """mongod's `BSONElement::safeNumberLong`: truncated toward zero, NaN as 0, clamped to 64 bits."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return 0
-        if math.isinf(value):
-            return INT64_MAX if value > 0 else INT64_MIN
-    return max(INT64_MIN, min(INT64_MAX, int(value)))
 
 
 def check_satisfiable(wc: WriteConcern, config: ReplSetConfig | None) -> MongoError | None:

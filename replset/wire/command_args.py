@@ -29,7 +29,6 @@ No I/O here: a pure function of the command document.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain
@@ -39,14 +38,13 @@ from bson.decimal128 import Decimal128
 
 from base.bson_types import bson_type
 from base.errors import MongoError
+from base.numbers import safe_number_long
 
 # BSONDepth::kDefaultMaxAllowableDepth: levels of nesting under the outermost document.
 MAX_BSON_DEPTH = 200
 MAX_WRITE_BATCH = 100_000
 _INT32_MAX = 2**31 - 1
 _CONTAINERS = frozenset({dict, list})
-_INT64_MAX = 2**63 - 1
-_INT64_MIN = -(2**63)
 
 NUMBER = ("long", "int", "decimal", "double")
 INTEGER = ("long", "int")
@@ -339,24 +337,6 @@ _DEFAULT = CommandArgs()
 def args_for(name: str) -> CommandArgs:
     """The argument table of a command; commands without one take any fields."""
     return COMMAND_ARGS.get(name, _DEFAULT)
-
-
-def safe_number_long(value: Any) -> int:
-    """mongod's BSONElement::safeNumberLong: truncate toward zero, NaN -> 0, clamp to 64 bits."""
-    if isinstance(value, Decimal128):
-        dec = value.to_decimal()
-        if dec.is_nan():
-            return 0
-        if dec.is_infinite():
-            return _INT64_MAX if dec > 0 else _INT64_MIN
-        value = int(dec)
-    elif isinstance(value, float):
-        if math.isnan(value):
-            return 0
-        if math.isinf(value):
-            return _INT64_MAX if value > 0 else _INT64_MIN
-        value = int(value)
-    return max(_INT64_MIN, min(_INT64_MAX, int(value)))
 
 
 # -- checks --------------------------------------------------------------------------------------
