@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 QUORUM_TIMEOUT_MS = 600_000   # ClickHouse's insert_quorum_timeout
 BAD_VALUE = 2
 UNSATISFIABLE = 100
+NETWORK_TIMEOUT = 89
 COMMIT_DEADLINE_S = 60.0   # every try of one commit, the primary's wait for its write concern included
 MIN_TRY_S = 5.0
 IN_DOUBT_KEEP_S = 600.0   # an unsettled commit's temporary parts wait this long for the log to name them
@@ -175,10 +176,14 @@ class PrimaryLink:
         must be safe to repeat (it carries an attempt id)."""
         reply: dict[str, Any] = {}
         started = time.monotonic()
-        async for attempt_state in self._retrying():
-            with attempt_state:
-                reply = (await here() if self.node.is_primary
-                         else await self._send(db, cmd, self._try_timeout(started)))
+        try:
+            async for attempt_state in self._retrying():
+                with attempt_state:
+                    reply = (await here() if self.node.is_primary
+                             else await self._send(db, cmd, self._try_timeout(started)))
+        except PeerError as exc:   # the primary never answered: whether it ran the command is unknown
+            raise MongoError(NETWORK_TIMEOUT, f"the primary did not answer {next(iter(cmd))} in time; it may or "
+                                              f"may not have run it ({exc})") from exc
         return reply
 
     async def ask(self, host: str, db: str, cmd: dict[str, Any], timeout_s: float) -> dict[str, Any]:

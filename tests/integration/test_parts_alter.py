@@ -90,7 +90,15 @@ def test_a_killed_mutation_is_planned_no_further_and_a_waiter_hears_so(rs3: Repl
     db.command({"insertBlock": "events", "rows": _rows(4, 12)})
     _converged(rs3, "km", set(range(12)))
     primary = rs3.wait_primary()
-    s2 = next(m for m in rs3.members if m is not primary)
+    s2, s1 = [m for m in rs3.members if m is not primary]
+
+    def s1_on_the_primary() -> bool:   # S1 chained to S2 would stall the kill's w:"majority" with S2
+        if rs3.sync_source(s1) == primary.host:
+            return True
+        rs3.direct(s1).admin.command("replSetSyncFrom", primary.host)
+        return False
+
+    wait_for(s1_on_the_primary, 30, "S1 to sync from the primary", interval_s=0.5)
     rs3.fail_point(s2, "stopReplProducer", "alwaysOn")
     outcome: list[Any] = []
 
@@ -107,7 +115,6 @@ def test_a_killed_mutation_is_planned_no_further_and_a_waiter_hears_so(rs3: Repl
         mutations = rs3.direct(primary).km["system.parts.events.mutations"]
         mutation = wait_for(lambda: mutations.find_one(), 20, "the mutation recorded")["_id"]
         wait_for(lambda: 0 not in _ns(rs3, primary, "km"), 20, "the primary to apply it")
-        s1 = next(m for m in rs3.members if m is not primary and m is not s2)
         kill = {"killPartsMutation": "events", "mutation": mutation}
         assert rs3.direct(s1).km.command(kill)["killed"] == [mutation]   # sent on to the primary
         assert rs3.direct(primary).km.command(kill)["killed"] == []
