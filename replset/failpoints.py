@@ -28,6 +28,9 @@ Supported fail points:
   is dropped as if the connection broke after the primary committed (the outcome is unknown to
   this member). `data.deadlineMS` shortens this member's retries of one commit (default 60 s).
 
+* `partsStopMerges` — the primary plans no merges while it is on (ClickHouse's `SYSTEM STOP MERGES`,
+  for tests): parts accumulate, and a test decides when they merge.
+
 * `failBatchWriteSlice` — a write command big enough to run in slices fails before its second
   and later slices with `data.errorCode` (default 91, ShutdownInProgress: retryable), as if the
   member had stopped part way; a retryable write retried then resumes where it stopped.
@@ -65,7 +68,7 @@ from base.errors import MongoError
 
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
                    "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
-                   "partsCommitReplyLost", "failCommand", "failGetMoreAfterCursorCheckout",
+                   "partsCommitReplyLost", "partsStopMerges", "failCommand", "failGetMoreAfterCursorCheckout",
                    "onPrimaryTransactionalWrite"})
 
 

@@ -153,6 +153,8 @@ class Metrics:
         self.elections = Counter("replset_elections_won", "elections this member won", registry=self.registry)
         self.part_fetch_bytes = Counter("replset_part_fetch_bytes", "bytes of parts fetched from other members",
                                         registry=self.registry)
+        self.parts_broken = Counter("replset_parts_broken", "parts found damaged here (set aside as broken_, "
+                                    "fetched again)", registry=self.registry)
 
     def watch(self, node: Node, connections: Callable[[], dict[str, int]] | None) -> None:
         self.registry.register(StateCollector(node, connections))

@@ -1,7 +1,7 @@
 """Parts on disk: one directory per part, written under a temporary name and renamed when complete.
 
     <dbpath>/parts/<db>.<table>/<part_name>/
-        data.parquet     the rows, sorted by the table's order key
+        data.parquet     the rows, sorted by the table's order key (every page with its CRC-32)
         columns.txt      the columns and their Arrow types, one per line
         checksums.txt    every other file's size and SHA-256
 
@@ -14,6 +14,13 @@ fixed compression), so replicas that merge the same parts get byte-identical
 parts and compare them by checksum. A merge streams (`iter_merged`, a k-way
 merge): it holds a batch of each source and a row group, not the sources, and
 writes the bytes a merge in memory would.
+
+Bytes are checked end to end: every Parquet page carries a CRC-32, verified on every read
+(ClickHouse's per-block checksums), so a damaged page fails the read instead of answering other
+rows; `verify_part` checks whole files against `checksums.txt` and against the checksums the part
+log recorded (a merge checks its sources so before it reads them); `part_signature` tells a file
+rewritten since it was last verified. A damaged part is moved aside as `broken_<name>_<time>`,
+never deleted.
 
 A shell: file I/O and pyarrow. The decisions (names, covering, what to merge)
 are the pure modules beside it.
@@ -36,7 +43,7 @@ import pyarrow.parquet as pq
 
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
-from oplog.parts.table import TableDef, partition_id
+from oplog.parts.table import TableDef, arrow_type, partition_id
 
 DATA_FILE = "data.parquet"
 COLUMNS_FILE = "columns.txt"
@@ -73,7 +80,7 @@ def check_part_dir_name(name: str) -> str:
 
 
 def arrow_schema(table: TableDef) -> pa.Schema:
-    return pa.schema([pa.field(c.name, pa.type_for_alias(c.type)) for c in table.columns])
+    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in table.columns])
 
 
 def conform(table: TableDef, data: pa.Table) -> pa.Table:
@@ -85,7 +92,7 @@ def conform(table: TableDef, data: pa.Table) -> pa.Table:
                             f"{', '.join(c.name for c in table.columns)}")
     arrays = []
     for column in table.columns:
-        type_ = pa.type_for_alias(column.type)
+        type_ = arrow_type(column.type)
         if column.name in data.column_names:
             try:
                 arrays.append(data.column(column.name).cast(type_))
@@ -200,7 +207,8 @@ def write_temp_part(table_dir: str, tmp_name: str, data: pa.Table, table: TableD
     return write_temp_part_streaming(table_dir, tmp_name, [data], table)
 
 
-UNEXPECTED_PREFIX = "unexpected_"
+UNEXPECTED_PREFIX = "unexpected_"   # a part no log entry names
+BROKEN_PREFIX = "broken_"           # a part whose bytes failed their checksums
 
 
 def publish(table_dir: str, tmp_name: str, name: str, *, sync: bool = True) -> None:
@@ -231,12 +239,16 @@ def read_checksums(part_dir: str) -> dict[str, tuple[int, str]]:
         return parse_checksums(f.read())
 
 
-def verify_part(part_dir: str) -> str | None:
-    """Why the part directory is not a whole, intact part (None: it is)."""
+def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
+    """Why the part directory is not a whole, intact part (None: it is): every file against its
+    `checksums.txt` and, given `recorded` (what the part log recorded for the part), against that too."""
     try:
         expected = read_checksums(part_dir)
     except (OSError, ValueError, MongoError) as exc:
         return f"no readable {CHECKSUMS_FILE}: {exc}"
+    for file, sums in (recorded or {}).items():
+        if file != CHECKSUMS_FILE and expected.get(file) != sums:
+            return f"{CHECKSUMS_FILE} records other bytes for {file} than the part log"
     for file, (size, digest) in expected.items():
         path = os.path.join(part_dir, file)
         if not os.path.exists(path):
@@ -246,9 +258,40 @@ def verify_part(part_dir: str) -> str | None:
     return None
 
 
+def check_sizes(part_dir: str) -> str | None:
+    """A cheap check (ClickHouse's at start-up): every file of `checksums.txt` is there with its size."""
+    try:
+        expected = read_checksums(part_dir)
+    except (OSError, ValueError, MongoError) as exc:
+        return f"no readable {CHECKSUMS_FILE}: {exc}"
+    for file, (size, _digest) in expected.items():
+        try:
+            if os.path.getsize(os.path.join(part_dir, file)) != size:
+                return f"{file} is not of its recorded size"
+        except OSError:
+            return f"{file} is missing"
+    return None
+
+
+Signature = tuple[tuple[str, int, int, int], ...]
+
+
+def part_signature(part_dir: str) -> Signature:
+    """What tells the part's files apart from a rewritten copy without reading them: each file's inode,
+    size and modification time (() when the part is gone)."""
+    out = []
+    for file in PART_FILES:
+        try:
+            st = os.stat(os.path.join(part_dir, file))
+        except OSError:
+            return ()
+        out.append((file, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = None) -> pa.Table:
     """A part's rows in the table's current schema (columns added since it was written get defaults)."""
-    data = pq.read_table(os.path.join(part_dir, DATA_FILE))
+    data = pq.read_table(os.path.join(part_dir, DATA_FILE), page_checksum_verification=True)
     if table.changes:
         data = _through_changes(data, table, part_metadata_version(part_dir))
     present = [name for name in data.column_names if table.column(name) is not None]
@@ -262,7 +305,8 @@ def iter_part(part_dir: str, table: TableDef, batch_rows: int) -> Iterator[pa.Ta
     """A part's rows in the table's current schema, `batch_rows` at a time: what a read holds in
     memory is a batch (a Parquet row group is decoded as it is reached), not the part."""
     written_at = part_metadata_version(part_dir) if table.changes else 0
-    for batch in pq.ParquetFile(os.path.join(part_dir, DATA_FILE)).iter_batches(batch_size=batch_rows):
+    data_file = pq.ParquetFile(os.path.join(part_dir, DATA_FILE), page_checksum_verification=True)
+    for batch in data_file.iter_batches(batch_size=batch_rows):
         data = pa.Table.from_batches([batch])
         if table.changes:
             data = _through_changes(data, table, written_at)
@@ -365,7 +409,8 @@ def write_temp_part_streaming(table_dir: str, tmp_name: str, chunks: Iterable[pa
         def flush(group: pa.Table) -> None:
             nonlocal writer
             if writer is None:
-                writer = pq.ParquetWriter(f, group.schema, compression=COMPRESSION, write_statistics=True)
+                writer = pq.ParquetWriter(f, group.schema, compression=COMPRESSION, write_statistics=True,
+                                          write_page_checksum=True)
             writer.write_table(group.combine_chunks(), row_group_size=ROW_GROUP_ROWS)
 
         for chunk in chunks:
@@ -395,10 +440,11 @@ def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: 
     return write_temp_part_streaming(table_dir, tmp_name, iter_merged(table_dir, sources, table), table)
 
 
-def set_aside(table_dir: str, name: str) -> str | None:
-    """Moves the part directory `name` out of the way as `unexpected_<name>_<unix time>` (ClickHouse's
-    `unexpected_` parts): never read, never deleted. Returns the new path (None: it was not there)."""
-    base = os.path.join(table_dir, f"{UNEXPECTED_PREFIX}{check_part_dir_name(name)}_{int(time.time())}")
+def set_aside(table_dir: str, name: str, prefix: str = UNEXPECTED_PREFIX) -> str | None:
+    """Moves the part directory `name` out of the way as `<prefix><name>_<unix time>` (ClickHouse's
+    `unexpected_` and `broken_` parts): never read, never deleted. Returns the new path (None: it was
+    not there)."""
+    base = os.path.join(table_dir, f"{prefix}{check_part_dir_name(name)}_{int(time.time())}")
     path = base
     while os.path.exists(path):   # set aside twice within a second
         path = f"{base}_{os.urandom(3).hex()}"

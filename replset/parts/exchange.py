@@ -7,11 +7,14 @@ must be a parts table of this member. Anything else - a path that would leave th
 part directory, a temporary part, an unknown table - is 400 or 404, never a file.
 The fetcher (`sync.part_fetch`) checks every byte against the checksums the part
 log recorded when the part was committed, so a member serving a damaged copy is
-found out, not believed.
+found out, not believed; and a member checks its copy before it sends a byte of it (hashed again
+when its files changed since they were last verified): a damaged copy is answered 404, set aside
+and fetched again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
@@ -49,6 +52,10 @@ def add_routes(app: web.Application, node: Node) -> None:
             raise web.HTTPNotFound(text=exc.errmsg) if exc.code == 26 else web.HTTPBadRequest(text=exc.errmsg)
         if not os.path.isfile(path):
             raise web.HTTPNotFound(text=f"this member has no {request.match_info['part']}")
+        ns, part = request.match_info["ns"], request.match_info["part"]
+        why = await asyncio.to_thread(node.parts.damage_for_serving, ns, part)
+        if why is not None:   # set aside and fetched again here; the fetcher goes to another replica
+            raise web.HTTPNotFound(text=f"this member's copy of {part} is damaged ({why})")
         return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
     app.router.add_get(ROUTE, serve)

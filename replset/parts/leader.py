@@ -79,6 +79,7 @@ from replset.parts.runtime import TableRuntime
 if TYPE_CHECKING:
     from replset.node import Node
 
+STOP_MERGES = "partsStopMerges"   # fail point: no merges planned while on
 log = logging.getLogger(__name__)
 
 REGISTER_BATCH = 1000
@@ -322,6 +323,8 @@ class Leader:
 
     def _merges(self) -> tuple[TableRuntime, list[list[PartInfo]]] | None:
         now = time.monotonic()
+        if self.node.failpoints.peek(STOP_MERGES) is not None:
+            return None
         for rt in self.tables.values():
             if now < rt.next_merge_select:
                 continue

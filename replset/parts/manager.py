@@ -69,6 +69,7 @@ from replset.parts.registry import (
     REACHED,
     Checksums,
     HeldReports,
+    checksum_docs,
     parse_checksums,
     parse_held,
     quorum_status,
@@ -88,6 +89,9 @@ STALE_AFTER_404S = 3   # a registered holder answering "no such part" this often
 TOO_MANY_PARTS = 96   # OperationFailed (ClickHouse: TOO_MANY_PARTS)
 INTERRUPTED = 11601
 RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
+OPERATION_FAILED = 96
+PART_CHECK_PERIOD_S = 3600.0   # each part here is hashed whole again this often
+PART_CHECK_TICK_S = 1.0        # ... one part at a time, at most this often
 _merge_names = itertools.count(1)
 
 
@@ -129,11 +133,15 @@ class PartsManager:
         self._was_primary = False   # as of the runner's last look (a rebuild resets it: see `_load_all`)
         self._in_doubt: list[tuple[float, str, list[str]]] = []   # (until, directory, tmp parts): unsettled commits
         self._inserted: dict[tuple[str, str], float] = {}   # (ns, part) -> until: published by an insert here
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_part_check = 0.0
+        self._checking: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="part-log")
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name="part-log")
 
     async def stop(self) -> None:
         self.link.close()
@@ -170,6 +178,7 @@ class PartsManager:
                     self._notice_step_up()
                     self.leader.step(self._wake.fire)
                     self._remove_outdated()
+                    self._check_schedule()
                 await self._expire_in_doubt()
             except asyncio.CancelledError:
                 raise
@@ -229,6 +238,12 @@ class PartsManager:
             if info.ns.partition(".")[2] == PART_LOG for doc in r.scan(info.ns)])
         for db, doc in definitions:
             await self._add_table(TableDef.from_document(db, doc))
+        for ns, rt in self.tables.items():
+            old = before.get(ns)
+            if old is not None:   # a rebuild: what was verified stays verified while its files are unchanged
+                rt.checked, rt.checked_at = old.checked, old.checked_at
+            else:
+                await asyncio.to_thread(self._trust_sizes, rt)
         self.held.own.clear()
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
@@ -270,6 +285,11 @@ class PartsManager:
 
     async def _scan(self, ns: str) -> list[dict[str, Any]]:
         return list(await self._read_all(lambda r: list(r.scan(ns)) if r.collection(ns) is not None else []))
+
+    @staticmethod
+    def _trust_sizes(rt: TableRuntime) -> None:
+        for part in rt.queue.current:
+            rt.trust_sizes(part.name, 0.0)   # first in line for the check schedule
 
     @staticmethod
     def _checksums_of(rt: TableRuntime, part: str) -> Checksums:
@@ -436,6 +456,8 @@ class PartsManager:
         elif op == "d":
             part, _, member = str(doc["_id"]).rpartition("@")
             rt.remove_holder(part, member)
+            if member == self.node.options.me:
+                self.held.gone.pop((rt.table.ns, part), None)   # the damaged copy's registration is gone
             try:
                 here = member == self.node.options.me and PartInfo.parse(part) in rt.queue.current
             except MongoError:
@@ -537,6 +559,106 @@ class PartsManager:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
+    # -- damaged parts ---------------------------------------------------------------------------
+
+    def check_for_read(self, ns: str, part: str) -> None:
+        """Before a read here uses `part` (on a query's thread): OperationFailed if this member's copy is not
+        the bytes recorded for it (the part is then set aside and fetched again from a replica)."""
+        rt = self.tables.get(ns)
+        if rt is None:
+            return
+        why = rt.damage(part, self.node.options.me, whole=False, now=time.monotonic())
+        if why is not None:
+            self.report_damage(ns, part, why)
+            raise MongoError(OPERATION_FAILED, f"part {part} of {ns} is damaged on this member ({why}): it is "
+                                               "set aside and fetched again from a replica; read from another "
+                                               "member or retry")
+
+    def damage_for_serving(self, ns: str, part: str) -> str | None:
+        """Before this member sends `part` to a replica (on a thread): why it must not (None: it may)."""
+        rt = self.tables.get(ns)
+        if rt is None:
+            return None
+        why = rt.damage(part, self.node.options.me, whole=False, now=time.monotonic())
+        if why is not None:
+            self.report_damage(ns, part, why)
+        return why
+
+    def report_damage(self, ns: str, part: str, why: str) -> None:
+        """This member's copy of `part` failed its checksums (from any thread)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_damage, ns, part, why)
+
+    def _on_damage(self, ns: str, part: str, why: str) -> None:
+        rt = self.tables.get(ns)
+        if rt is None or part in rt.broken:
+            return
+        rt.broken.add(part)
+        task = asyncio.get_running_loop().create_task(self._set_aside_broken(rt, part, why))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _set_aside_broken(self, rt: TableRuntime, name: str, why: str) -> None:
+        """ClickHouse's broken part: moved aside as `broken_<name>_<time>` (never deleted), unregistered,
+        and, while the log still wants it here, fetched again from a healthy replica (the fetch checks
+        every byte against the recorded checksums)."""
+        me, ns = self.node.options.me, rt.table.ns
+        try:
+            info = PartInfo.parse(name)
+            log.error("part %s of %s is damaged (%s): setting it aside as %s%s and fetching it again",
+                      name, ns, why, part_files.BROKEN_PREFIX, name)
+            self.node.metrics.parts_broken.inc()
+            recorded = rt.recorded_checksums(name, me)
+            here = info in rt.queue.current
+            if here:
+                rt.queue.part_removed(info)   # no read, merge or fetch uses it from now on
+            rt.outdated.pop(name, None)
+            rt.checked.pop(name, None)
+            rt.checked_at.pop(name, None)
+            await asyncio.to_thread(part_files.set_aside, rt.directory, name, part_files.BROKEN_PREFIX)
+            self.held.own.pop((ns, name), None)
+            if self.node.is_primary:
+                self.leader.not_held(ns, name, me)
+            else:
+                self.held.gone[(ns, name)] = None
+                self.node.repl.holdings_changed()
+            if here and self.tables.get(ns) is rt and name not in rt.lost:
+                self._refetch(rt, info, recorded)
+        finally:
+            rt.broken.discard(name)
+            self.parts_moved.fire()
+            self._wake.fire()
+
+    @staticmethod
+    def _refetch(rt: TableRuntime, part: PartInfo, recorded: Checksums) -> None:
+        """Queues a fetch of `part`, which this member had and lost to damage (ClickHouse's
+        `removePartAndEnqueueFetch`): a task of this member's queue only, never of the log."""
+        node_name = f"refetch_{part.name}"
+        entry = QueueEntry(node_name, EntryType.GET_PART, part, create_time_ms=_now_ms())
+        if rt.queue.add(entry):
+            rt.docs[node_name] = {"_id": node_name, "type": "GET_PART", "part": part.name,
+                                  "checksums": checksum_docs(recorded)}
+
+    def _check_schedule(self) -> None:
+        """ClickHouse's part checks, on a schedule: every `PART_CHECK_PERIOD_S` each part here is hashed
+        whole again, one part per `PART_CHECK_TICK_S`, the one verified longest ago first."""
+        now = time.monotonic()
+        if now < self._next_part_check or (self._checking is not None and not self._checking.done()):
+            return
+        self._next_part_check = now + PART_CHECK_TICK_S
+        due = min(((rt.checked_at.get(p.name, 0.0), ns, p.name) for ns, rt in self.tables.items()
+                   for p in rt.queue.current if p.name not in rt.broken), default=None)
+        if due is None or due[0] > now - PART_CHECK_PERIOD_S:
+            return
+        rt = self.tables[due[1]]
+
+        async def check() -> None:
+            why = await asyncio.to_thread(rt.damage, due[2], self.node.options.me, whole=True, now=now)
+            if why is not None and self.tables.get(rt.table.ns) is rt:
+                self._on_damage(rt.table.ns, due[2], why)
+
+        self._checking = asyncio.get_running_loop().create_task(check())
+
     # -- running tasks ---------------------------------------------------------------------------
 
     def _schedule(self) -> None:
@@ -602,6 +724,7 @@ class PartsManager:
                     if entry.type is EntryType.DROP_RANGE:
                         rt.finished_drops.add(produced.name)
                     else:
+                        rt.checked_at[produced.name] = time.monotonic()   # its bytes were just checked
                         self._held(rt, produced.name, checksums)
                     if self.node.is_primary:
                         self.leader.parts_arrived(rt)
@@ -622,7 +745,8 @@ class PartsManager:
         return found
 
     @staticmethod
-    def _claim_name(rt: TableRuntime, part: PartInfo, expected: Checksums) -> Checksums | None:
+    def _claim_name(rt: TableRuntime, part: PartInfo, expected: Checksums,
+                    report_damage: Callable[[str, str, str], None] | None = None) -> Checksums | None:
         """Before a part is fetched or made here: a directory of its name may be here already - fetched
         just now for another task (a covering part), or a copy a rolled-back history left (outside the
         active set once the part covering it was set aside as a conflict). Its checksums when its bytes
@@ -635,7 +759,16 @@ class PartsManager:
         except (OSError, ValueError, MongoError):
             here = {}
         if here and same_data(here, expected):
-            return here
+            why = part_files.verify_part(path, expected)
+            if why is None:
+                return here
+            if part in rt.queue.current:
+                if report_damage is not None:
+                    report_damage(rt.table.ns, part.name, why)
+            else:
+                log.error("part %s of %s here is damaged (%s): setting it aside", part, rt.table.ns, why)
+                part_files.set_aside(rt.directory, part.name, part_files.BROKEN_PREFIX)
+            return None
         if part not in rt.queue.current:
             log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
             part_files.set_aside(rt.directory, part.name)
@@ -652,7 +785,9 @@ class PartsManager:
         except (OSError, ValueError, MongoError):
             return None
         expected = parse_checksums(doc.get("checksums", []))
-        return here if expected and same_data(here, expected) else None
+        if not expected or not same_data(here, expected):
+            return None
+        return here if part_files.verify_part(path, expected) is None else None
 
     async def _produce_here(self, rt: TableRuntime, entry: QueueEntry) -> Checksums | None:
         """Merges the sources into the entry's part, or rewrites its source for a mutation; None when
@@ -662,6 +797,13 @@ class PartsManager:
         name = entry.new_part.name
         tmp = f"{part_files.TMP_MERGE}{name}_{os.getpid()}_{next(_merge_names)}"
         sources = [p.name for p in entry.source_parts]
+        me = self.node.options.me
+        for source in sources:   # every byte of every source, before a row of it is read
+            why = await asyncio.to_thread(rt.damage, source, me, whole=True, now=time.monotonic())
+            if why is not None:
+                self._on_damage(rt.table.ns, source, why)
+                raise MongoError(OPERATION_FAILED, f"{source}, a source of {name}, is damaged here ({why}): "
+                                                   "it is fetched again first")
         if entry.type is EntryType.MUTATE_PART:
             mutation = rt.mutations.get(str(rt.docs.get(entry.node_name, {}).get("mutation")))
             if mutation is None:
@@ -677,7 +819,8 @@ class PartsManager:
                 log.warning("merging into %s of %s gave other bytes than the registered copy: fetching that",
                             name, rt.table.ns)
                 return None
-            here = await asyncio.to_thread(self._claim_name, rt, entry.new_part, files.checksums)
+            here = await asyncio.to_thread(self._claim_name, rt, entry.new_part, files.checksums,
+                                              self.report_damage)
             if here is not None:
                 return here
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
@@ -691,7 +834,7 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
-        here = await asyncio.to_thread(self._claim_name, rt, part, checksums)
+        here = await asyncio.to_thread(self._claim_name, rt, part, checksums, self.report_damage)
         if here is not None:
             return part, here
         try:
@@ -788,6 +931,7 @@ class PartsManager:
     def _held(self, rt: TableRuntime, part: str, checksums: Checksums) -> None:
         """This member now holds `part`: the registry should say so."""
         me = self.node.options.me
+        self.held.gone.pop((rt.table.ns, part), None)   # damaged once, whole again: registered as it stands
         if me in rt.holders.get(part, {}) or part not in rt.logged or not checksums:
             return
         self.held.own[(rt.table.ns, part)] = checksums
@@ -810,9 +954,13 @@ class PartsManager:
             if self.held.relay(items, _now_ms()):
                 self.node.repl.holdings_changed()
             return
-        for member, http, parts in items:
+        for member, http, parts, gone in items:
             for ns, part, checksums in parts:
                 self.leader.register(ns, part, member, http, parse_checksums(checksums))
+            for ns, part in gone:
+                rt = self.tables.get(ns)
+                if rt is not None and member in rt.holders.get(part, {}):
+                    self.leader.not_held(ns, part, member)
         self._wake.fire()
 
     async def wait_quorum(self, ns: str, blocks: list[tuple[str, str]], required: int,

@@ -24,7 +24,9 @@ write acknowledgements do:
   documents of the parts a merged part replaced (it drops them once they are
   `oldPartsLifetimeSecs` old; a replica that needs one fetches the merged part);
 * the registration replicates back to the reporter, which then stops reporting
-  that part.
+  that part;
+* a member that set a part aside as damaged reports it `gone` the same way, until
+  the primary has removed its registration (or it holds the part again).
 
 The reports are state, not deltas: each one says everything a member still
 waits to have registered, so a lost report, a new primary or a restarted member
@@ -84,52 +86,64 @@ class HeldReports:
     me: str
     http: str
     own: dict[Holding, Checksums] = field(default_factory=dict)   # insertion-ordered
-    relayed: dict[str, tuple[str, list[Any], int]] = field(default_factory=dict)   # member -> (http, parts, at)
+    gone: dict[Holding, None] = field(default_factory=dict)       # set aside as damaged, maybe still registered
+    relayed: dict[str, tuple[str, list[Any], list[Any], int]] = field(default_factory=dict)
+    # member -> (http, parts, gone, at)
 
     def report(self, now_ms: int) -> list[dict[str, Any]]:
         """`partsHeld` for the next position report ([] when there is nothing to say)."""
         items, budget = [], MAX_REPORTED_PARTS
         own = list(self.own.items())[:budget]
-        if own:
+        gone = [[ns, part] for ns, part in list(self.gone)[:MAX_REPORTED_PARTS]]
+        if own or gone:
             items.append({"member": self.me, "http": self.http,
-                          "parts": [[ns, part, checksum_docs(sums)] for (ns, part), sums in own]})
+                          "parts": [[ns, part, checksum_docs(sums)] for (ns, part), sums in own]}
+                         | ({"gone": gone} if gone else {}))
             budget -= len(own)
-        for member, (http, parts, at) in list(self.relayed.items()):
+        for member, (http, parts, gone_there, at) in list(self.relayed.items()):
             if now_ms - at > RELAY_TTL_MS:
                 del self.relayed[member]
-            elif budget > 0 and parts:
-                items.append({"member": member, "http": http, "parts": parts[:budget]})
+            elif (budget > 0 and parts) or gone_there:
+                items.append({"member": member, "http": http, "parts": parts[:budget]}
+                             | ({"gone": gone_there} if gone_there else {}))
                 budget -= min(len(parts), budget)
         return items
 
-    def relay(self, items: Iterable[tuple[str, str, list[Any]]], now_ms: int) -> bool:
+    def relay(self, items: Iterable[HeldItem], now_ms: int) -> bool:
         """Keeps what downstream members reported, to pass upstream; True if it says something new."""
         changed = False
-        for member, http, parts in items:
+        for member, http, parts, gone in items:
             if member == self.me:
                 continue
             old = self.relayed.get(member)
-            changed = changed or old is None or old[1] != parts
-            self.relayed[member] = (http, parts, now_ms)
+            changed = changed or old is None or old[1] != parts or old[2] != gone
+            self.relayed[member] = (http, parts, gone, now_ms)
         return changed
 
 
-def parse_held(raw: Any) -> list[tuple[str, str, list[Any]]]:
-    """The `partsHeld` of a position report, as `(member, http, [[ns, part, checksums], ...])`; anything
-    malformed is ignored (reports are advisory: the primary checks each against the part log)."""
-    out: list[tuple[str, str, list[Any]]] = []
+HeldItem = tuple[str, str, list[Any], list[Any]]   # (member, http, [[ns, part, checksums]], [[ns, part]] gone)
+
+
+def parse_held(raw: Any) -> list[HeldItem]:
+    """The `partsHeld` of a position report, as `(member, http, [[ns, part, checksums], ...], [[ns, part],
+    ...] gone)`; anything malformed is ignored (reports are advisory: the primary checks each against
+    the part log)."""
+    out: list[HeldItem] = []
     if not isinstance(raw, list):
         return out
     for item in raw[:64]:
         if not isinstance(item, Mapping):
             continue
-        member, http, parts = item.get("member"), item.get("http"), item.get("parts")
-        if not isinstance(member, str) or not isinstance(http, str) or not isinstance(parts, list):
+        member, http, parts, gone = item.get("member"), item.get("http"), item.get("parts"), item.get("gone", [])
+        if not isinstance(member, str) or not isinstance(http, str) or not isinstance(parts, list) \
+                or not isinstance(gone, list):
             continue
         held = [[p[0], p[1], p[2]] for p in parts[:MAX_REPORTED_PARTS]
                 if isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and isinstance(p[1], str)
                 and parse_checksums(p[2])]
-        out.append((member, http, held))
+        lost_here = [[g[0], g[1]] for g in gone[:MAX_REPORTED_PARTS]
+                     if isinstance(g, list) and len(g) == 2 and isinstance(g[0], str) and isinstance(g[1], str)]
+        out.append((member, http, held, lost_here))
     return out
 
 

@@ -81,6 +81,9 @@ class TableRuntime:
     next_mutation_check: float = 0.0                                # monotonic s (the primary's rewrites)
     next_log_cleanup: float = 0.0                                   # monotonic s (the primary's log clean-up)
     registered_by_partition: dict[str, dict[PartInfo, str]] = field(default_factory=dict)   # `holders`' parts
+    checked: dict[str, part_files.Signature] = field(default_factory=dict)   # part -> its files when verified
+    checked_at: dict[str, float] = field(default_factory=dict)      # part -> when wholly verified (monotonic s)
+    broken: set[str] = field(default_factory=set)                   # parts being set aside as damaged now
 
     def log_produces(self, part: str, logged: LoggedPart) -> None:
         self.logged[part] = logged
@@ -166,6 +169,42 @@ class TableRuntime:
         newest = self.quorum_reached.get(info.partition_id)
         if newest is None or PartInfo.parse(newest).max_block < info.max_block:
             self.quorum_reached[info.partition_id] = part
+
+    def recorded_checksums(self, part: str, me: str) -> Checksums:
+        """What the part log recorded for `part`'s bytes: its insert's checksums, else this member's own
+        registered copy's ({} when neither is known: only `checksums.txt` speaks for the part)."""
+        logged = self.logged.get(part)
+        if logged is not None and logged.checksums:
+            return logged.checksums
+        mine = self.holders.get(part, {}).get(me)
+        return mine.checksums if mine is not None else {}
+
+    def damage(self, part: str, me: str, *, whole: bool, now: float) -> str | None:
+        """Why this member's copy of `part` must not be used (None: it may). `whole`: every byte is hashed
+        (before a merge or a mutation reads it, and on the check schedule); otherwise a copy whose files
+        have not changed since they were last verified is taken as verified, and a copy never verified
+        since start-up is hashed once. File I/O: call it off the event loop."""
+        path = os.path.join(self.directory, part)
+        signature = part_files.part_signature(path)
+        if not signature:
+            return "its files are gone"
+        if not whole and self.checked.get(part) == signature:
+            return None
+        why = part_files.verify_part(path, self.recorded_checksums(part, me))
+        if why is None:
+            self.checked[part] = signature
+            self.checked_at[part] = now
+        else:
+            self.checked.pop(part, None)
+        return why
+
+    def trust_sizes(self, part: str, now: float) -> None:
+        """At start-up: a part whose files have their recorded sizes is taken as verified until its files
+        change or the check schedule reaches it (ClickHouse checks sizes at start-up, bytes later)."""
+        path = os.path.join(self.directory, part)
+        if part_files.check_sizes(path) is None:
+            self.checked[part] = part_files.part_signature(path)
+            self.checked_at.setdefault(part, now)
 
     def part_sizes(self) -> dict[str, tuple[int, int]]:
         return {name: (p.bytes, p.create_ms) for name, p in self.logged.items()}

@@ -132,7 +132,8 @@ def test_rows_split_into_the_partitions_partition_id_names(keys: list[int | None
 
 def parquet_bytes(data: pa.Table, path: str) -> bytes:
     """The rows written in one go, as `pyarrow.parquet.write_table` writes them: the reference bytes."""
-    pq.write_table(data, path, compression=pf.COMPRESSION, row_group_size=pf.ROW_GROUP_ROWS, write_statistics=True)
+    pq.write_table(data, path, compression=pf.COMPRESSION, row_group_size=pf.ROW_GROUP_ROWS, write_statistics=True,
+                   write_page_checksum=True)
     with open(path, "rb") as f:
         return f.read()
 
@@ -183,3 +184,30 @@ def test_a_streamed_merge_cuts_row_groups_where_a_merge_in_memory_does(tmp_path:
     assert data_bytes(directory, "tmp_merge_b") == parquet_bytes(whole, os.path.join(directory, "whole.parquet"))
     assert by_stream.rows == 15 and len(pq.ParquetFile(os.path.join(directory, "whole.parquet")).metadata.to_dict()
                                         ["row_groups"]) == 4
+
+
+def test_a_damaged_page_fails_the_read_and_the_part_check(tmp_path: pathlib.Path) -> None:
+    """Every page carries its CRC: a flipped byte fails the read (never other rows), and `verify_part`
+    names the file; against the checksums the log recorded, a rewritten checksums.txt is caught too."""
+    directory = str(tmp_path)
+    data = pf.conform(TABLE, rows(*[(5, f"u{j % 7}", j) for j in range(2000)]))
+    written = pf.write_part(directory, "all_1_1_0", data, TABLE)
+    part_dir = os.path.join(directory, "all_1_1_0")
+    assert pf.verify_part(part_dir, written.checksums) is None
+    before = pf.part_signature(part_dir)
+    path = os.path.join(part_dir, pf.DATA_FILE)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+    assert pf.part_signature(part_dir) != before
+    with pytest.raises(OSError):
+        pf.read_part(part_dir, TABLE)
+    assert pf.verify_part(part_dir) == f"{pf.DATA_FILE} does not match its checksum"
+    assert pf.check_sizes(part_dir) is None   # the cheap start-up check sees sizes only
+    forged = {**written.checksums, pf.DATA_FILE: pf._sha256(path)}
+    pf.write_checksums(part_dir, forged)
+    assert pf.verify_part(part_dir) is None
+    assert "other bytes" in str(pf.verify_part(part_dir, written.checksums))
+    assert pf.set_aside(directory, "all_1_1_0", pf.BROKEN_PREFIX).split(os.sep)[-1].startswith("broken_all_1_1_0_")
