@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from base.errors import MongoError
-from oplog.parts.table import TableDef
+from oplog.parts.table import TableDef, arrow_type
 
 BAD_VALUE = 2
 _COMPARE = {"$eq": "equal", "$ne": "not_equal", "$gt": "greater", "$gte": "greater_equal",
@@ -48,7 +48,7 @@ def _type_of(table: TableDef, name: str) -> pa.DataType:
     column = table.column(name)
     if column is None:
         raise _bad(f"{table.ns} has no column {name!r}; its columns are {', '.join(c.name for c in table.columns)}")
-    return pa.type_for_alias(column.type)
+    return arrow_type(column.type)
 
 
 def _literal(value: Any, type_: pa.DataType, where: str) -> pc.Expression:

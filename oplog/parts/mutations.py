@@ -10,7 +10,9 @@ first block) is below it too. Parts inserted later get higher block numbers and
 are never touched. A killed mutation (ClickHouse's KILL MUTATION) has no more
 parts planned for it; the rewrites already logged still run on every member (a
 logged rewrite must give the same bytes everywhere), and what it rewrote stays
-rewritten.
+rewritten. Whether a mutation is done on a member (`mutation_done`) is a fact
+about that member's parts, killed or not: a mutation killed after it finished
+stays done, one killed before leaves parts it never rewrites and stays not done.
 A part is rewritten by one mutation at a time, oldest first,
 into `mutated_part(part, version)`; merges only join parts at the same mutation
 version, so a merged part never mixes rows from before and after a mutation.
@@ -64,6 +66,13 @@ def next_mutation(part: PartInfo, mutations: Iterable[Mutation]) -> Mutation | N
 def parts_to_do(mutation: Mutation, parts: ActivePartSet) -> list[PartInfo]:
     """The parts of `parts` that `mutation` has yet to rewrite."""
     return [p for pid in mutation.versions for p in parts.parts_of(pid) if mutation.affects(p)]
+
+
+def mutation_done(mutation: Mutation, current: ActivePartSet, virtual: ActivePartSet) -> bool:
+    """No part of a member needs `mutation` any more: none it has (`current`) nor any its queue is to
+    bring (`virtual`: a fetch of a part written before the mutation is work still to do). The kill
+    does not enter into it."""
+    return not parts_to_do(mutation, current) and not parts_to_do(mutation, virtual)
 
 
 def versions_by_partition(mutations: Iterable[Mutation]) -> dict[str, list[int]]:

@@ -5,6 +5,11 @@
     {createPartsTable: "events", columns: [{name: "ts", type: "timestamp[ms]"}, {name: "user", type: "string"},
      {name: "n", type: "int64", default: 0}], partitionBy: "toYYYYMM(ts)", orderBy: ["user", "ts"]}
 
+A column's type is one of `ARROW_TYPES`, named as Arrow prints the type;
+`arrow_type` gives the Arrow type (pyarrow's aliases know no time zone, so
+`timestamp[ms, tz=UTC]` is built here). The names are what `columns.txt` and
+the replicated definition record.
+
 `partitionBy` is a column name, `toYYYYMM(<date or timestamp column>)`, or absent
 (every row in partition `all`). Partition ids follow ClickHouse: an integer key
 is its value, a date `YYYYMMDD`, a timestamp its Unix time in seconds,
@@ -26,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from base.errors import MongoError
 
 BAD_VALUE = 2
@@ -37,9 +44,18 @@ ARROW_TYPES = frozenset({
     "timestamp[ns]", "timestamp[ms, tz=UTC]", "timestamp[us, tz=UTC]"})
 INTEGER_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 DATE_TYPES = frozenset({"date32"} | {t for t in ARROW_TYPES if t.startswith("timestamp")})
+TIMESTAMP = re.compile(r"^timestamp\[(s|ms|us|ns)(?:, tz=(UTC))?\]$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 TO_YYYYMM = re.compile(r"^toYYYYMM\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)$")
 ALL_PARTITION = "all"
+
+
+def arrow_type(type_name: str) -> pa.DataType:
+    """The Arrow type of a column type name of `ARROW_TYPES`."""
+    timestamp = TIMESTAMP.match(type_name)
+    if timestamp is not None:
+        return pa.timestamp(timestamp.group(1), tz=timestamp.group(2))
+    return pa.type_for_alias(type_name)
 
 
 @dataclass(frozen=True, slots=True)

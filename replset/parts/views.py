@@ -9,7 +9,9 @@ for `oldPartsLifetimeSecs`, so a running read finishes on the parts it began wit
 
 from __future__ import annotations
 
+import datetime
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ import pyarrow.parquet as pq
 
 from base.errors import MongoError
 from oplog.parts import part_files
-from oplog.parts.mutations import parts_to_do
+from oplog.parts.mutations import mutation_done, parts_to_do
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType
 from oplog.parts.table import TableDef
@@ -29,10 +31,19 @@ if TYPE_CHECKING:
 
 NOT_IN_QUORUM = 134   # ReadConcernMajorityNotAvailableYet: this member cannot yet serve what was promised
 READ_BATCH_ROWS = 4096
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)   # ClickHouse's DateTime "never"
+# The queue keeps times on the runner's clock (monotonic ms, `replset.parts.manager`); the views show
+# wall times. One offset per process: the same failure shows the same time every time it is asked.
+_WALL_MINUS_MONOTONIC_MS = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+# Row counts of part copies, by path, with the identity of the data file they were read from (a part
+# never changes; another copy under the same name - after a rollback - is another file).
+_ROWS: dict[str, tuple[tuple[int, int], int]] = {}
 
 
 def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
-    """`system.parts`-like rows for this member's active parts (sizes from the part log)."""
+    """`system.parts`-like rows for this member's active parts (sizes from the part log), then its old
+    parts still on disk, then the lost ones. `rows` is read from the part's Parquet footer the first
+    time a copy is shown (None when it is not on disk here)."""
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return []
@@ -42,7 +53,7 @@ def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": part.name, "active": True, "level": part.level,
                      "min_block_number": part.min_block, "max_block_number": part.max_block,
-                     "data_version": part.data_version,
+                     "data_version": part.data_version, "rows": _part_rows(rt.directory, part.name),
                      "bytes_on_disk": logged.bytes if logged is not None else None,
                      "replicas": sorted(rt.holders.get(part.name, {}))})
     for name in sorted(rt.outdated):
@@ -50,18 +61,52 @@ def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": name, "active": False, "level": part.level, "min_block_number": part.min_block,
                      "max_block_number": part.max_block, "data_version": part.data_version,
-                     "bytes_on_disk": None, "replicas": []})
+                     "rows": _part_rows(rt.directory, name), "bytes_on_disk": None, "replicas": []})
     for name, reason in sorted(rt.lost.items()):
         part = PartInfo.parse(name)
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": name, "active": False, "lost": True, "lost_reason": reason, "level": part.level,
                      "min_block_number": part.min_block, "max_block_number": part.max_block,
-                     "data_version": part.data_version, "bytes_on_disk": None, "replicas": []})
+                     "data_version": part.data_version, "rows": None, "bytes_on_disk": None, "replicas": []})
+    _forget_rows(rt.directory, {r["name"] for r in rows})
     return rows
 
 
+def _part_rows(directory: str, name: str) -> int | None:
+    """The rows of the part copy `directory/name`: a stat of its data file, and its footer read once."""
+    path = os.path.join(directory, name, part_files.DATA_FILE)
+    try:
+        stat = os.stat(path)
+        identity = (stat.st_ino, stat.st_mtime_ns)
+        known = _ROWS.get(path)
+        if known is not None and known[0] == identity:
+            return known[1]
+        rows = pq.read_metadata(path).num_rows
+    except (OSError, pq.lib.ArrowException):   # not here (a part being removed): no count
+        return None
+    _ROWS[path] = (identity, rows)
+    return rows
+
+
+def _forget_rows(directory: str, shown: set[str]) -> None:
+    """Forgets the counts of the table's parts no longer shown (what is kept stays that of the table)."""
+    prefix = directory.rstrip(os.sep) + os.sep
+    for path in [p for p in _ROWS if p.startswith(prefix)]:
+        if os.path.basename(os.path.dirname(path)) not in shown:
+            del _ROWS[path]
+
+
+def _wall_time(monotonic_ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp((monotonic_ms + _WALL_MINUS_MONOTONIC_MS) / 1000, datetime.UTC)
+
+
 def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
-    """`system.mutations`-like rows; `parts_to_do` and `is_done` as this member stands."""
+    """`system.mutations`-like rows, as this member stands: `parts_to_do` the parts it is still to rewrite
+    here (none once killed: nothing more is planned for it); `is_done` when no part here, or coming
+    here, needs it (`oplog.parts.mutations.mutation_done`) - a mutation killed after it finished stays
+    done. `latest_failed_part`, `latest_fail_time` and `latest_fail_reason` are those of its rewrite
+    here that failed last ("", 1970-01-01 and "" as in ClickHouse when none is failing: a rewrite that
+    succeeds leaves the queue, and its failures with it)."""
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return []
@@ -70,13 +115,16 @@ def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
         todo = [] if mutation.killed else parts_to_do(mutation, rt.queue.current)
         failed = [e for e in rt.queue.entries if e.type is EntryType.MUTATE_PART and e.last_exception
                   and rt.docs.get(e.node_name, {}).get("mutation") == mutation.id]
+        last = max(failed, key=lambda e: e.last_exception_time_ms, default=None)   # the first of a tie
         rows.append({"database": table.db, "table": table.name, "mutation_id": mutation.id,
                      "command": mutation.command(), "create_time": mutation.create_ms,
                      "block_numbers": dict(mutation.versions), "parts_to_do_names": [p.name for p in todo],
-                     "parts_to_do": len(todo), "is_done": not todo and not mutation.killed,
+                     "parts_to_do": len(todo),
+                     "is_done": mutation_done(mutation, rt.queue.current, rt.queue.virtual),
                      "is_killed": mutation.killed,
-                     "latest_failed_part": failed[-1].new_part.name if failed and failed[-1].new_part else "",
-                     "latest_fail_reason": failed[-1].last_exception if failed else ""})
+                     "latest_failed_part": last.new_part.name if last is not None and last.new_part else "",
+                     "latest_fail_time": _wall_time(last.last_exception_time_ms) if last is not None else EPOCH,
+                     "latest_fail_reason": last.last_exception if last is not None else ""})
     return rows
 
 
@@ -110,19 +158,26 @@ def read_rows(node: Node, table: TableDef, expression: pc.Expression | None,
     if rt is None:
         return iter(())
     paths = [os.path.join(rt.directory, part.name) for part in rt.queue.current]
-    return _rows(paths, table, expression, list(columns) if columns else None)
+    return _rows(node, paths, table, expression, list(columns) if columns else None)
 
 
-def _rows(paths: list[str], table: TableDef, expression: pc.Expression | None,
+def _rows(node: Node, paths: list[str], table: TableDef, expression: pc.Expression | None,
           columns: list[str] | None) -> Iterator[dict[str, Any]]:
+    """Each part checked before it is read (`PartsManager.check_for_read`: hashed when its files changed
+    since they were last verified), each page against its CRC as it is read: a damaged part fails the
+    read, never answers other rows."""
     for path in paths:
         check_time_limit()
+        part = os.path.basename(path)
+        node.parts.check_for_read(table.ns, part)
         batches = part_files.iter_part(path, table, READ_BATCH_ROWS)
         while True:
             try:
                 data = next(batches, None)
-            except (OSError, pq.lib.ArrowException) as exc:   # removed under us: long after its lifetime
-                raise MongoError(96, f"part {os.path.basename(path)} could not be read: {exc}") from None
+            except (OSError, pq.lib.ArrowException) as exc:   # damaged, or removed under us (long after its lifetime)
+                if os.path.isdir(path):
+                    node.parts.report_damage(table.ns, part, str(exc))
+                raise MongoError(96, f"part {part} could not be read: {exc}") from None
             if data is None:
                 break
             if expression is not None:
