@@ -61,6 +61,7 @@ from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
 from oplog.parts.replica_rules import LOST_AFTER_TRIES, log_entry_obsolete, quorum_orphaned, seems_lost
+from oplog.parts.table_replica import TableReplica
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
 from replset.parts.names import state_ns
@@ -74,7 +75,6 @@ from replset.parts.registry import (
     register_holders,
     settle_quorum,
 )
-from replset.parts.runtime import TableRuntime
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -91,7 +91,7 @@ MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this of
 LOG_CLEANUP_BATCH = 1000     # log documents removed per transaction
 
 
-def merge_log_doc(rt: TableRuntime, sources: list[PartInfo], seq: int, now: datetime.datetime) -> dict[str, Any]:
+def merge_log_doc(rt: TableReplica, sources: list[PartInfo], seq: int, now: datetime.datetime) -> dict[str, Any]:
     new = merged_part(sources)
     return {"_id": f"merge_{new.name}", "seq": seq, "type": "MERGE_PARTS", "part": new.name,
             "partition": new.partition_id, "sources": [p.name for p in sources], "createTime": now,
@@ -99,7 +99,7 @@ def merge_log_doc(rt: TableRuntime, sources: list[PartInfo], seq: int, now: date
 
 
 class Leader:
-    def __init__(self, node: Node, tables: dict[str, TableRuntime]) -> None:
+    def __init__(self, node: Node, tables: dict[str, TableReplica]) -> None:
         self.node = node
         self.tables = tables   # the manager's (replaced on a rebuild: see `rebind`)
         self.pending: dict[tuple[str, str, str], tuple[str, Checksums]] = {}   # (ns, part, member) -> copy
@@ -109,7 +109,7 @@ class Leader:
         self._orphaned: dict[tuple[str, str], float] = {}   # (ns, quorum part) -> since when no live member has it
         self._settle_quorums = False   # look at every pending quorum once (a new primary, a rebuild)
 
-    def rebind(self, tables: dict[str, TableRuntime]) -> None:
+    def rebind(self, tables: dict[str, TableReplica]) -> None:
         self.tables = tables
 
     def cancel(self) -> asyncio.Task[None] | None:
@@ -135,7 +135,7 @@ class Leader:
         reached): every pending quorum is looked at again once."""
         self._settle_quorums = True
 
-    def parts_arrived(self, rt: TableRuntime) -> None:
+    def parts_arrived(self, rt: TableReplica) -> None:
         """Parts changed here (or a mutation arrived): look for merges and rewrites soon, not at once."""
         rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
         rt.next_mutation_check = min(rt.next_mutation_check, time.monotonic() + MIN_SELECT_INTERVAL_S)
@@ -284,7 +284,7 @@ class Leader:
 
     # -- the dedup window ----------------------------------------------------------------------------
 
-    def _dedup_keys_to_forget(self) -> tuple[TableRuntime, list[RememberedBlock]] | None:
+    def _dedup_keys_to_forget(self) -> tuple[TableReplica, list[RememberedBlock]] | None:
         """The oldest dedup keys of a table that fell out of its window (ClickHouse's `clearOldBlocks`),
         looked for at most once a second per table. The insert's lookup checks the window too: this
         only keeps the keys from piling up."""
@@ -306,7 +306,7 @@ class Leader:
                 return rt, list(itertools.islice(rt.remembered, n))
         return None
 
-    async def _forget_dedup_keys(self, rt: TableRuntime, keys: list[RememberedBlock]) -> None:
+    async def _forget_dedup_keys(self, rt: TableReplica, keys: list[RememberedBlock]) -> None:
         blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
 
         def body(env: WriteEnv) -> None:
@@ -321,7 +321,7 @@ class Leader:
 
     # -- merge selection ---------------------------------------------------------------------------
 
-    def _merges(self) -> tuple[TableRuntime, list[list[PartInfo]]] | None:
+    def _merges(self) -> tuple[TableReplica, list[list[PartInfo]]] | None:
         now = time.monotonic()
         if self.node.failpoints.peek(STOP_MERGES) is not None:
             return None
@@ -336,7 +336,7 @@ class Leader:
                 return rt, plans
         return None
 
-    def _mutations(self) -> tuple[TableRuntime, list[tuple[PartInfo, Mutation]]] | None:
+    def _mutations(self) -> tuple[TableReplica, list[tuple[PartInfo, Mutation]]] | None:
         """The parts here that a recorded mutation has yet to rewrite and no queued task takes, each with
         the oldest mutation it needs."""
         now = time.monotonic()
@@ -358,7 +358,7 @@ class Leader:
                 return rt, todo
         return None
 
-    async def _log_mutations(self, rt: TableRuntime, todo: list[tuple[PartInfo, Mutation]]) -> None:
+    async def _log_mutations(self, rt: TableReplica, todo: list[tuple[PartInfo, Mutation]]) -> None:
         db, name = rt.table.db, rt.table.name
         log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
 
@@ -381,7 +381,7 @@ class Leader:
 
         await self.node.submit_write(body, durable=False)
 
-    async def _log_merges(self, rt: TableRuntime, plans: list[list[PartInfo]]) -> None:
+    async def _log_merges(self, rt: TableReplica, plans: list[list[PartInfo]]) -> None:
         db, name = rt.table.db, rt.table.name
         log_ns, counters_ns = state_ns(db, name, "log"), state_ns(db, name, "counters")
 
@@ -404,7 +404,7 @@ class Leader:
 
     # -- old log entries -----------------------------------------------------------------------------
 
-    def _old_log_entries(self) -> tuple[TableRuntime, list[tuple[str, str | None, bool]]] | None:
+    def _old_log_entries(self) -> tuple[TableReplica, list[tuple[str, str | None, bool]]] | None:
         """A table's log documents that can go (`log_entry_obsolete`), as (log id, block id, whether its
         quorum record goes too: not the newest reached quorum of its partition, which sequentially
         consistent reads check), oldest first; looked for every `cleanupDelayPeriodSecs` per table. The walk stops at the first document
@@ -445,7 +445,7 @@ class Leader:
                 return rt, doomed
         return None
 
-    async def _clear_old_log(self, rt: TableRuntime, doomed: list[tuple[str, str | None, bool]]) -> None:
+    async def _clear_old_log(self, rt: TableReplica, doomed: list[tuple[str, str | None, bool]]) -> None:
         db, name = rt.table.db, rt.table.name
         log_ns, blocks_ns, quorum_ns = (state_ns(db, name, what) for what in ("log", "blocks", "quorum"))
 

@@ -57,24 +57,32 @@ from oplog.parts.active_set import ActivePartSet
 from oplog.parts.mutations import Mutation, parts_to_do
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
-from oplog.parts.replica_rules import Copy, choose_source, task_of
 from oplog.parts.table import TableDef
+from oplog.parts.table_replica import (
+    BROKEN,
+    UNEXPECTED,
+    Check,
+    Checksums,
+    Gone,
+    Held,
+    Moved,
+    NotHeld,
+    Registered,
+    RemoveOld,
+    Run,
+    SetAside,
+    TableReplica,
+    Unlogged,
+    parse_checksums,
+    same_data,
+)
 from replset.parts.alter import rewrite_part
 from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
 from replset.parts.insert import logged_block, remembered
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
-from replset.parts.registry import (
-    PENDING,
-    REACHED,
-    Checksums,
-    HeldReports,
-    checksum_docs,
-    parse_checksums,
-    parse_held,
-    quorum_status,
-)
-from replset.parts.runtime import Holder, LoggedPart, TableRuntime, adopt_temporary, local_parts, same_data
+from replset.parts.registry import PENDING, REACHED, HeldReports, parse_held, quorum_status
+from replset.parts.runtime import adopt_temporary, local_parts, part_damage, trust_sizes
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
@@ -85,25 +93,12 @@ log = logging.getLogger(__name__)
 
 MARKER = f".{PART_LOG}".encode()
 PULL_CHUNK = 1000
-STALE_AFTER_404S = 3   # a registered holder answering "no such part" this often is unregistered
 TOO_MANY_PARTS = 96   # OperationFailed (ClickHouse: TOO_MANY_PARTS)
 INTERRUPTED = 11601
 RETRY_S = 1.0          # the runner looks again at least this often (backed-off tasks, merge selection)
 OPERATION_FAILED = 96
-PART_CHECK_PERIOD_S = 3600.0   # each part here is hashed whole again this often
-PART_CHECK_TICK_S = 1.0        # ... one part at a time, at most this often
+PART_CHECK_TICK_S = 1.0   # the check schedule (`TableReplica.check_due`) is looked at this often
 _merge_names = itertools.count(1)
-
-
-def _copies(by_member: dict[str, Holder], http_of: Callable[[str], str | None]) -> dict[str, Copy]:
-    """The registered copies of members of the config, each at the HTTP address the member itself gave
-    (never the one a document names: see replset/member_http.py)."""
-    out = {}
-    for member, holder in by_member.items():
-        address = http_of(member)
-        if address is not None:
-            out[member] = Copy(member, address, holder.checksums)
-    return out
 
 
 def _now_ms() -> int:
@@ -113,7 +108,7 @@ def _now_ms() -> int:
 class PartsManager:
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.tables: dict[str, TableRuntime] = {}
+        self.tables: dict[str, TableReplica] = {}
         self._wake = Pulse()
         self._dirty = False
         self._rescan = True
@@ -135,7 +130,7 @@ class PartsManager:
         self._inserted: dict[tuple[str, str], float] = {}   # (ns, part) -> until: published by an insert here
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_part_check = 0.0
-        self._checking: asyncio.Task[None] | None = None
+        self._checking: set[str] = set()   # parts the check schedule is hashing now
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -243,7 +238,7 @@ class PartsManager:
             if old is not None:   # a rebuild: what was verified stays verified while its files are unchanged
                 rt.checked, rt.checked_at = old.checked, old.checked_at
             else:
-                await asyncio.to_thread(self._trust_sizes, rt)
+                await asyncio.to_thread(trust_sizes, rt)
         self.held.own.clear()
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
@@ -265,9 +260,11 @@ class PartsManager:
                 self._enqueue(rt, doc)
             await self._set_aside_unexpected(rt)
             await self._set_aside_mismatched(rt)
+            me = self.node.options.me
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
-                    self._held(rt, part.name, await asyncio.to_thread(self._checksums_of, rt, part.name))
+                    rt.held(part.name, await asyncio.to_thread(self._checksums_of, rt, part.name), me)
+            self._carry_out(rt)
         self._started_up = True
         self._was_primary = False   # a rebuild while primary looks at registrations and quorums again
         self.registry_moved.fire()
@@ -287,12 +284,7 @@ class PartsManager:
         return list(await self._read_all(lambda r: list(r.scan(ns)) if r.collection(ns) is not None else []))
 
     @staticmethod
-    def _trust_sizes(rt: TableRuntime) -> None:
-        for part in rt.queue.current:
-            rt.trust_sizes(part.name, 0.0)   # first in line for the check schedule
-
-    @staticmethod
-    def _checksums_of(rt: TableRuntime, part: str) -> Checksums:
+    def _checksums_of(rt: TableReplica, part: str) -> Checksums:
         try:
             return part_files.read_checksums(os.path.join(rt.directory, part))
         except (OSError, ValueError, MongoError):
@@ -303,14 +295,14 @@ class PartsManager:
         if not self._started_up:
             await self._recover_inserts(table, directory)
         parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
-        rt = TableRuntime(table, directory, ReplicationQueue(parts))
-        now = time.monotonic()
+        rt = TableReplica(table, directory, ReplicationQueue(parts))
+        now = _now_ms()
         for part in parts:
             if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable
                 rt.mark_outdated(part.name, now)
         self.tables[table.ns] = rt
 
-    async def _set_aside_unexpected(self, rt: TableRuntime) -> None:
+    async def _set_aside_unexpected(self, rt: TableReplica) -> None:
         """Every rebuild: a part directory that no part of the log contains (an insert whose commit never
         happened, a part of a history a rollback undid) is never read, and renamed `unexpected_<name>`:
         never deleted (ClickHouse's `unexpected_` parts). But a part an insert here published lately may
@@ -324,7 +316,7 @@ class PartsManager:
             except (MongoError, PartsIntersect):
                 continue
         here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
-        now = time.monotonic()
+        now = _now_ms()
         cloning = self.node.state is MemberState.STARTUP2
         for part in here:
             if produced.containing(part) is not None:
@@ -335,7 +327,8 @@ class PartsManager:
                 rt.mark_outdated(part.name, now)   # dropped: goes after oldPartsLifetimeSecs, like merged-away parts
                 continue
             rt.outdated.pop(part.name, None)
-            until = now + IN_DOUBT_KEEP_S if cloning else self._inserted.get((rt.table.ns, part.name), 0.0)
+            until = now + int(IN_DOUBT_KEEP_S * 1000) if cloning else \
+                int(self._inserted.get((rt.table.ns, part.name), 0.0) * 1000)
             if until > now:
                 log.info("part %s of %s is not in the log (yet): not read until it is",
                          part.name, rt.table.ns)
@@ -345,7 +338,7 @@ class PartsManager:
                         part.name, rt.table.ns, part.name)
             await asyncio.to_thread(part_files.set_aside, rt.directory, part.name)
 
-    async def _set_aside_mismatched(self, rt: TableRuntime) -> None:
+    async def _set_aside_mismatched(self, rt: TableReplica) -> None:
         """Every rebuild: a part here whose bytes are not the ones the log recorded for its name (or, for
         a merged or mutated part, not those of any registered copy) is set aside. After a rollback a block
         number can name other rows than before; the copy of the history that lost must not be read."""
@@ -367,7 +360,8 @@ class PartsManager:
 
         for part in await asyncio.to_thread(mismatched):
             log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
-            self._set_aside(rt, part)
+            rt.set_aside(part, UNEXPECTED)
+        self._carry_out(rt)
 
     async def _recover_inserts(self, table: TableDef, directory: str) -> None:
         """At start-up, before temporary parts are removed: an insert whose commit went through while this
@@ -440,52 +434,26 @@ class PartsManager:
                 doc = entry["o"] if op == "i" else self.node.store.reader.get(ns, entry.get("o2", {}).get("_id"))
                 if doc is None:
                     return
-                mutation = Mutation.from_document(doc)
-                rt.mutations[mutation.id] = mutation
-                rt.next_mutation_check = 0.0   # the primary plans its rewrites at once
-                self.parts_moved.fire()
+                rt.mutation_recorded(Mutation.from_document(doc))
+            if rt is not None:
+                self._carry_out(rt)
 
-    def _on_registry_entry(self, rt: TableRuntime, op: Any, entry: dict[str, Any]) -> None:
-        doc = entry["o"]
+    def _on_registry_entry(self, rt: TableReplica, op: Any, entry: dict[str, Any]) -> None:
+        doc, me = entry["o"], self.node.options.me
         if op == "i":
             part, member = str(doc["part"]), str(doc["member"])
-            rt.add_holder(part, member, str(doc["http"]), parse_checksums(doc.get("checksums", [])))
-            if member == self.node.options.me:
-                self.held.own.pop((rt.table.ns, part), None)
+            rt.registry_added(part, member, str(doc["http"]), parse_checksums(doc.get("checksums", [])), me)
             self.leader.registered(rt.table.ns, part, member)
         elif op == "d":
             part, _, member = str(doc["_id"]).rpartition("@")
-            rt.remove_holder(part, member)
-            if member == self.node.options.me:
-                self.held.gone.pop((rt.table.ns, part), None)   # the damaged copy's registration is gone
-            try:
-                here = member == self.node.options.me and PartInfo.parse(part) in rt.queue.current
-            except MongoError:
-                here = False
-            if here:   # unregistered by mistake (a fetch saw it before it was published): say so again
-                self._held(rt, part, self._checksums_of(rt, part))
+            rt.registry_removed(part, member, me)
         self.registry_moved.fire()
 
-    def _on_lost(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
-        """A part the primary found no member has: its tasks here go, and a copy here (a member the primary
-        could not reach while it decided) is set aside, since the log no longer names it."""
-        name = str(doc.get("part", ""))
-        rt.lost[name] = str(doc.get("reason", ""))
-        rt.logged.pop(name, None)
-        self.held.own.pop((rt.table.ns, name), None)
-        try:
-            part = PartInfo.parse(name)
-        except MongoError:
-            return
-        for entry in [e for e in rt.queue.entries if e.new_part == part and not e.currently_executing]:
-            rt.queue.drop(entry)
-            rt.docs.pop(entry.node_name, None)
-        rt.queue.virtual.remove(part)
-        if part in rt.queue.current:
-            self._set_aside(rt, part)
+    def _on_lost(self, rt: TableReplica, doc: dict[str, Any]) -> None:
+        rt.part_lost(str(doc.get("part", "")), str(doc.get("reason", "")))
         self.registry_moved.fire()
 
-    def _on_dedup_key_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
+    def _on_dedup_key_entry(self, rt: TableReplica, ns: str, op: Any, entry: dict[str, Any]) -> None:
         """A dedup key written (remembered, newest last) or removed (the stale oldest ones forgotten)."""
         reader = self.node.store.reader
         if op in ("i", "u"):
@@ -495,7 +463,7 @@ class PartsManager:
         elif op == "d":
             rt.drop_stale_keys(lambda block_id: reader.get(ns, block_id))
 
-    def _on_quorum_entry(self, rt: TableRuntime, ns: str, op: Any, entry: dict[str, Any]) -> None:
+    def _on_quorum_entry(self, rt: TableReplica, ns: str, op: Any, entry: dict[str, Any]) -> None:
         block_id = entry["o"]["_id"] if op in ("i", "d") else entry.get("o2", {}).get("_id")
         doc = self.node.store.reader.get(ns, block_id)
         rt.quorum_settled(str(block_id))
@@ -505,59 +473,60 @@ class PartsManager:
             rt.quorum_was_reached(str(doc["part"]))
         self.registry_moved.fire()
 
-    def _enqueue(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
+    def _enqueue(self, rt: TableReplica, doc: dict[str, Any]) -> None:
         try:
-            self._enqueue_entry(rt, doc)
+            rt.log_doc(doc)
         except (KeyError, TypeError, ValueError, MongoError, PartsIntersect) as exc:
             # Not a log document this member can use: skipped, not a reason to rebuild again and again.
-            log.warning("part log document %r of %s is malformed (%s): skipped", doc.get("_id"), rt.table.ns, exc)
+            log.warning("part log document %r of %s is skipped: %s", doc.get("_id"), rt.table.ns, exc)
 
-    def _enqueue_entry(self, rt: TableRuntime, doc: dict[str, Any]) -> None:
-        entry = task_of(doc)
-        if entry is None:
-            return
-        if entry.type is EntryType.DROP_RANGE:
-            assert entry.new_part is not None
-            rt.drop_ranges.append(entry.new_part)
-            for name in [n for n in rt.logged if entry.new_part.contains(PartInfo.parse(n))]:
-                del rt.logged[name]   # dropped: never registered or merged again
-                self.held.own.pop((rt.table.ns, name), None)
-        if entry.type in (EntryType.DROP_RANGE, EntryType.ALTER_METADATA):
-            if rt.queue.add(entry):
-                rt.docs[entry.node_name] = doc
-            return
-        if entry.node_name in rt.docs or not self._resolve_conflicts(rt, entry):
-            return
-        rt.log_produces(str(doc["part"]), LoggedPart.of(doc))
-        if rt.queue.add(entry):
-            rt.docs[entry.node_name] = doc
+    # -- carrying out the core's decisions ---------------------------------------------------------
 
-    def _resolve_conflicts(self, rt: TableRuntime, entry: QueueEntry) -> bool:
-        """The log wins over what is on this disk: a part here that intersects the entry's part (a merge of
-        a history a rollback undid) is set aside as `unexpected_`. False when the entry conflicts with
-        another log entry's part (never on one history): it is skipped, loudly."""
-        new = entry.new_part
-        if new is None:
-            return True
-        clashes = [p for p in rt.queue.virtual.overlapping(new) if not p.contains(new) and not new.contains(p)]
-        for part in clashes:
-            if part in rt.queue.current and part.name not in rt.logged:
-                log.warning("part %s of %s conflicts with %s of the log: setting it aside", part, rt.table.ns, new)
-                self._set_aside(rt, part)
-            else:
-                log.error("log entry %s of %s makes %s, which intersects %s: skipped", entry.node_name, rt.table.ns,
-                          new, part)
-                return False
-        return True
+    def _carry_out(self, rt: TableReplica) -> None:
+        """The core's actions, in order (`oplog.parts.table_replica`): file work goes to threads, and
+        reports back to the core when it is done."""
+        ns, me = rt.table.ns, self.node.options.me
+        for action in rt.take_actions():
+            if isinstance(action, Run):
+                self._spawn(self._execute(rt, action))
+            elif isinstance(action, SetAside):
+                self._spawn(self._move_aside(rt, action))
+            elif isinstance(action, Held):
+                self._held(rt, action)
+            elif isinstance(action, (Registered, Unlogged)):
+                self.held.own.pop((ns, action.part), None)
+                self.held.gone.pop((ns, action.part), None)
+            elif isinstance(action, NotHeld):
+                self.leader.not_held(ns, action.part, action.member)
+            elif isinstance(action, Gone):
+                self.held.own.pop((ns, action.part), None)
+                if self.node.is_primary:
+                    self.leader.not_held(ns, action.part, me)
+                else:   # reported upstream until the primary removed the registration
+                    self.held.gone[(ns, action.part)] = None
+                    self.node.repl.holdings_changed()
+            elif isinstance(action, RemoveOld):
+                self._spawn(asyncio.to_thread(shutil.rmtree, os.path.join(rt.directory, action.part), True))
+            elif isinstance(action, Check):
+                self._spawn(self._check(rt, action.part))
+            elif isinstance(action, Moved):
+                if self.node.is_primary:
+                    self.leader.parts_arrived(rt)
+                self.parts_moved.fire()
+        self._wake.fire()
 
-    def _set_aside(self, rt: TableRuntime, part: PartInfo) -> None:
-        rt.queue.part_removed(part)
-        rt.queue.virtual.remove(part)
-        rt.outdated.pop(part.name, None)
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-            part_files.set_aside, rt.directory, part.name))
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+
+    async def _move_aside(self, rt: TableReplica, action: SetAside) -> None:
+        try:
+            await asyncio.to_thread(part_files.set_aside, rt.directory, action.part, action.prefix)
+        finally:
+            if self.tables.get(rt.table.ns) is rt:
+                rt.set_aside_done(action.part, _now_ms())
+                self._carry_out(rt)
 
     # -- damaged parts ---------------------------------------------------------------------------
 
@@ -567,7 +536,7 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return
-        why = rt.damage(part, self.node.options.me, whole=False, now=time.monotonic())
+        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms())
         if why is not None:
             self.report_damage(ns, part, why)
             raise MongoError(OPERATION_FAILED, f"part {part} of {ns} is damaged on this member ({why}): it is "
@@ -579,7 +548,7 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return None
-        why = rt.damage(part, self.node.options.me, whole=False, now=time.monotonic())
+        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms())
         if why is not None:
             self.report_damage(ns, part, why)
         return why
@@ -591,111 +560,62 @@ class PartsManager:
 
     def _on_damage(self, ns: str, part: str, why: str) -> None:
         rt = self.tables.get(ns)
-        if rt is None or part in rt.broken:
+        if rt is not None:
+            self._damaged(rt, part, why)
+
+    def _damaged(self, rt: TableReplica, part: str, why: str) -> None:
+        if part in rt.broken:
             return
-        rt.broken.add(part)
-        task = asyncio.get_running_loop().create_task(self._set_aside_broken(rt, part, why))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-
-    async def _set_aside_broken(self, rt: TableRuntime, name: str, why: str) -> None:
-        """ClickHouse's broken part: moved aside as `broken_<name>_<time>` (never deleted), unregistered,
-        and, while the log still wants it here, fetched again from a healthy replica (the fetch checks
-        every byte against the recorded checksums)."""
-        me, ns = self.node.options.me, rt.table.ns
-        try:
-            info = PartInfo.parse(name)
-            log.error("part %s of %s is damaged (%s): setting it aside as %s%s and fetching it again",
-                      name, ns, why, part_files.BROKEN_PREFIX, name)
-            self.node.metrics.parts_broken.inc()
-            recorded = rt.recorded_checksums(name, me)
-            here = info in rt.queue.current
-            if here:
-                rt.queue.part_removed(info)   # no read, merge or fetch uses it from now on
-            rt.outdated.pop(name, None)
-            rt.checked.pop(name, None)
-            rt.checked_at.pop(name, None)
-            await asyncio.to_thread(part_files.set_aside, rt.directory, name, part_files.BROKEN_PREFIX)
-            self.held.own.pop((ns, name), None)
-            if self.node.is_primary:
-                self.leader.not_held(ns, name, me)
-            else:
-                self.held.gone[(ns, name)] = None
-                self.node.repl.holdings_changed()
-            if here and self.tables.get(ns) is rt and name not in rt.lost:
-                self._refetch(rt, info, recorded)
-        finally:
-            rt.broken.discard(name)
-            self.parts_moved.fire()
-            self._wake.fire()
-
-    @staticmethod
-    def _refetch(rt: TableRuntime, part: PartInfo, recorded: Checksums) -> None:
-        """Queues a fetch of `part`, which this member had and lost to damage (ClickHouse's
-        `removePartAndEnqueueFetch`): a task of this member's queue only, never of the log."""
-        node_name = f"refetch_{part.name}"
-        entry = QueueEntry(node_name, EntryType.GET_PART, part, create_time_ms=_now_ms())
-        if rt.queue.add(entry):
-            rt.docs[node_name] = {"_id": node_name, "type": "GET_PART", "part": part.name,
-                                  "checksums": checksum_docs(recorded)}
+        log.error("part %s of %s is damaged (%s): setting it aside as %s%s and fetching it again",
+                  part, rt.table.ns, why, BROKEN, part)
+        self.node.metrics.parts_broken.inc()
+        rt.damaged(part, self.node.options.me)
+        self._carry_out(rt)
 
     def _check_schedule(self) -> None:
-        """ClickHouse's part checks, on a schedule: every `PART_CHECK_PERIOD_S` each part here is hashed
-        whole again, one part per `PART_CHECK_TICK_S`, the one verified longest ago first."""
+        """The part checks on a schedule (`TableReplica.check_due`), looked at once a `PART_CHECK_TICK_S`."""
         now = time.monotonic()
-        if now < self._next_part_check or (self._checking is not None and not self._checking.done()):
+        if now < self._next_part_check or self._checking:
             return
         self._next_part_check = now + PART_CHECK_TICK_S
-        due = min(((rt.checked_at.get(p.name, 0.0), ns, p.name) for ns, rt in self.tables.items()
-                   for p in rt.queue.current if p.name not in rt.broken), default=None)
-        if due is None or due[0] > now - PART_CHECK_PERIOD_S:
-            return
-        rt = self.tables[due[1]]
+        for rt in self.tables.values():
+            rt.check_due(_now_ms())
+            self._carry_out(rt)
 
-        async def check() -> None:
-            why = await asyncio.to_thread(rt.damage, due[2], self.node.options.me, whole=True, now=now)
-            if why is not None and self.tables.get(rt.table.ns) is rt:
-                self._on_damage(rt.table.ns, due[2], why)
-
-        self._checking = asyncio.get_running_loop().create_task(check())
+    async def _check(self, rt: TableReplica, part: str) -> None:
+        self._checking.add(part)
+        try:
+            why = await asyncio.to_thread(part_damage, rt, part, self.node.options.me, whole=True, now_ms=_now_ms())
+        finally:
+            self._checking.discard(part)
+        if why is not None and self.tables.get(rt.table.ns) is rt:
+            self._damaged(rt, part, why)
 
     # -- running tasks ---------------------------------------------------------------------------
 
     def _schedule(self) -> None:
         now = _now_ms()
         for rt in list(self.tables.values()):
-            while (entry := rt.queue.next_to_run(now)) is not None:
-                rt.queue.started(entry, now)
-                if entry.type is EntryType.ALTER_METADATA:
-                    # Parts read through schema changes (`part_files.read_part`): adopting the version is all.
-                    rt.queue.finished(entry, now)
-                    rt.docs.pop(entry.node_name, None)
-                    self.parts_moved.fire()
-                    continue
-                if rt.queue.already_done(entry):
-                    rt.queue.finished(entry, now)
-                    rt.docs.pop(entry.node_name, None)
-                    continue
-                task = asyncio.get_running_loop().create_task(self._execute(rt, entry))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
+            rt.schedule(now)
+            self._carry_out(rt)
 
-    async def _execute(self, rt: TableRuntime, entry: QueueEntry) -> None:
+    async def _execute(self, rt: TableReplica, run: Run) -> None:
+        entry = run.entry
         assert entry.new_part is not None
         error, produced, checksums = "", entry.new_part, {}
         try:
             await asyncio.to_thread(os.makedirs, rt.directory, exist_ok=True)
             made = None
-            if entry.type is EntryType.DROP_RANGE:
+            if run.how == "drop":
                 made = {}   # nothing to do on disk: the queue drops what it covers; the parts age out
-            elif entry.type is EntryType.GET_PART:   # an insert on this member published it already
+            elif run.how == "get":   # an insert on this member published it already
                 made = await asyncio.to_thread(self._published_here, rt, entry.new_part.name,
                                                rt.docs.get(entry.node_name, {}))
                 if made is None:   # or wrote it, and the commit's reply is late or was lost
                     made = await asyncio.to_thread(self._adopt_own, rt, entry.new_part.name,
                                                    rt.docs.get(entry.node_name, {}))
-            elif all(p in rt.queue.current for p in entry.source_parts):
-                made = await self._produce_here(rt, entry)
+            elif run.how == "produce":
+                made = await self._produce_here(rt, entry, run.verify)
             if made is not None:
                 checksums = made
             else:
@@ -703,35 +623,17 @@ class PartsManager:
         except (FetchFailed, MongoError, OSError) as exc:
             error = str(exc) or type(exc).__name__
             log.info("%s of %s failed: %s", entry.node_name, rt.table.ns, error)
-        except Exception as exc:   # a bug or a damaged part: the task backs off, the runner goes on
+        except Exception as exc:   # a bug: the task backs off, the runner goes on
             error = f"{type(exc).__name__}: {exc}"
             log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
-            if self.tables.get(rt.table.ns) is rt and rt.queue.has(entry) and produced.name in rt.lost:
-                rt.queue.finished(entry, _now_ms(), error="lost")   # declared lost while it ran: it goes
-                rt.queue.drop(entry)
-                rt.docs.pop(entry.node_name, None)
-            elif self.tables.get(rt.table.ns) is rt and rt.queue.has(entry):
-                replaced = [] if error else [p for p in rt.queue.current.covered_by(produced) if p != produced]
-                cancelled = rt.queue.finished(entry, _now_ms(), error=error, produced=None if error else produced)
-                for gone in cancelled:
-                    rt.docs.pop(gone.node_name, None)
-                if not error:
-                    rt.docs.pop(entry.node_name, None)
-                    now = time.monotonic()
-                    for part in replaced:
-                        rt.mark_outdated(part.name, now)
-                    if entry.type is EntryType.DROP_RANGE:
-                        rt.finished_drops.add(produced.name)
-                    else:
-                        rt.checked_at[produced.name] = time.monotonic()   # its bytes were just checked
-                        self._held(rt, produced.name, checksums)
-                    if self.node.is_primary:
-                        self.leader.parts_arrived(rt)
-                    self.parts_moved.fire()
+            if self.tables.get(rt.table.ns) is rt:
+                rt.task_finished(entry, _now_ms(), error=error, produced=None if error else produced,
+                                 checksums=checksums, me=self.node.options.me)
+                self._carry_out(rt)
             self._wake.fire()
 
-    def _adopt_own(self, rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
+    def _adopt_own(self, rt: TableReplica, part: str, doc: dict[str, Any]) -> Checksums | None:
         if doc.get("source") != self.node.options.me or "blockId" not in doc:
             return None
         found = adopt_temporary(rt.directory, str(doc["blockId"]), part, parse_checksums(doc.get("checksums", [])))
@@ -745,7 +647,7 @@ class PartsManager:
         return found
 
     @staticmethod
-    def _claim_name(rt: TableRuntime, part: PartInfo, expected: Checksums,
+    def _claim_name(rt: TableReplica, part: PartInfo, expected: Checksums,
                     report_damage: Callable[[str, str, str], None] | None = None) -> Checksums | None:
         """Before a part is fetched or made here: a directory of its name may be here already - fetched
         just now for another task (a covering part), or a copy a rolled-back history left (outside the
@@ -775,7 +677,7 @@ class PartsManager:
         return None
 
     @staticmethod
-    def _published_here(rt: TableRuntime, part: str, doc: dict[str, Any]) -> Checksums | None:
+    def _published_here(rt: TableReplica, part: str, doc: dict[str, Any]) -> Checksums | None:
         """The checksums of `part` if this member's directory holds it as the log recorded it."""
         path = os.path.join(rt.directory, part)
         if not os.path.isdir(path):
@@ -789,23 +691,24 @@ class PartsManager:
             return None
         return here if part_files.verify_part(path, expected) is None else None
 
-    async def _produce_here(self, rt: TableRuntime, entry: QueueEntry) -> Checksums | None:
-        """Merges the sources into the entry's part, or rewrites its source for a mutation; None when
-        another member's copy of the part has other bytes (the caller fetches that copy instead:
-        replicas end up byte-identical)."""
+    async def _produce_here(self, rt: TableReplica, entry: QueueEntry, verify: tuple[str, ...]) -> Checksums | None:
+        """Merges the sources into the entry's part, or rewrites its source for a mutation, once every byte of
+        the sources the core named (`verify`) matched its checksums; None when another member's copy of
+        the part has other bytes (the caller fetches that copy instead: replicas end up byte-identical)."""
         assert entry.new_part is not None
         name = entry.new_part.name
         tmp = f"{part_files.TMP_MERGE}{name}_{os.getpid()}_{next(_merge_names)}"
         sources = [p.name for p in entry.source_parts]
         me = self.node.options.me
-        for source in sources:   # every byte of every source, before a row of it is read
-            why = await asyncio.to_thread(rt.damage, source, me, whole=True, now=time.monotonic())
+        for source in verify:   # before a row of it is read
+            why = await asyncio.to_thread(part_damage, rt, source, me, whole=True, now_ms=_now_ms())
             if why is not None:
-                self._on_damage(rt.table.ns, source, why)
+                if self.tables.get(rt.table.ns) is rt:
+                    self._damaged(rt, source, why)
                 raise MongoError(OPERATION_FAILED, f"{source}, a source of {name}, is damaged here ({why}): "
                                                    "it is fetched again first")
         if entry.type is EntryType.MUTATE_PART:
-            mutation = rt.mutations.get(str(rt.docs.get(entry.node_name, {}).get("mutation")))
+            mutation = rt.mutation_of(entry)
             if mutation is None:
                 raise MongoError(8, f"the mutation of {entry.node_name} is not known here yet")
             # (A killed mutation's rewrites logged before the kill still run: every member makes the same bytes.)
@@ -813,14 +716,12 @@ class PartsManager:
         else:
             files = await asyncio.to_thread(part_files.merge_to_temp, rt.directory, sources, tmp, rt.table)
         try:
-            other = next((h for m, h in rt.holders.get(name, {}).items()
-                          if m != self.node.options.me and h.checksums), None)
-            if other is not None and not same_data(other.checksums, files.checksums):
+            if not rt.merge_result_usable(name, files.checksums, me):
                 log.warning("merging into %s of %s gave other bytes than the registered copy: fetching that",
                             name, rt.table.ns)
                 return None
             here = await asyncio.to_thread(self._claim_name, rt, entry.new_part, files.checksums,
-                                              self.report_damage)
+                                           self.report_damage)
             if here is not None:
                 return here
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
@@ -828,9 +729,11 @@ class PartsManager:
         finally:
             await asyncio.to_thread(shutil.rmtree, os.path.join(rt.directory, tmp), True)
 
-    async def _fetch(self, rt: TableRuntime, entry: QueueEntry) -> tuple[PartInfo, Checksums]:
+    async def _fetch(self, rt: TableReplica, entry: QueueEntry) -> tuple[PartInfo, Checksums]:
         assert entry.new_part is not None and self._session is not None
-        source = self._fetch_source(rt, entry.new_part, rt.docs.get(entry.node_name, {}))
+        node = self.node
+        source = rt.fetch_source(entry.new_part, rt.docs.get(entry.node_name, {}), me=node.options.me,
+                                 live=node.live_members(), http_of=node.http_of, choose=node.rng.choice)
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
@@ -839,49 +742,19 @@ class PartsManager:
             return part, here
         try:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
-            await fetch_part(self._session, self.node.failpoints.peer_route(http), rt.table.ns, part.name,
+            await fetch_part(self._session, node.failpoints.peer_route(http), rt.table.ns, part.name,
                              checksums, rt.directory,
                              progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000,
-                             scheme=self.node.http_scheme)
+                             scheme=node.http_scheme)
         except FetchFailed as exc:
-            rt.failed_sources.setdefault(entry.new_part.name, set()).add(http)   # the next try goes elsewhere
-            if isinstance(exc, PartMissing) and self.node.is_primary:
-                # A member that inserted a part publishes it just after the commit: one 404 proves nothing.
-                key = (part.name, http)
-                rt.missing_answers[key] = rt.missing_answers.get(key, 0) + 1
-                if rt.missing_answers[key] >= STALE_AFTER_404S:
-                    del rt.missing_answers[key]
-                    for member in list(rt.holders.get(part.name, {})):
-                        if self.node.http_of(member) == http:
-                            self.leader.not_held(rt.table.ns, part.name, member)
+            if self.tables.get(rt.table.ns) is rt:
+                rt.fetch_failed(entry.new_part.name, part.name, http, missing=isinstance(exc, PartMissing),
+                                primary=node.is_primary, http_of=node.http_of)
+                self._carry_out(rt)
             raise
-        rt.failed_sources.pop(entry.new_part.name, None)
-        self.node.metrics.part_fetch_bytes.inc(sum(size for size, _digest in checksums.values()))
+        rt.fetched(entry.new_part.name)
+        node.metrics.part_fetch_bytes.inc(sum(size for size, _digest in checksums.values()))
         return part, checksums
-
-    def _fetch_source(self, rt: TableRuntime, part: PartInfo, doc: dict[str, Any]
-                      ) -> tuple[str, PartInfo, Checksums] | None:
-        """Where to fetch `part` from, and what to fetch: a live member the registry lists as holding it,
-        chosen at random (as today's ClickHouse does: the fetches of many replicas spread over every
-        holder); else a live member holding the largest part that covers it and that our own log
-        produces; else the member that inserted it, while the registry names no live holder yet."""
-        me = self.node.options.me
-        failed = rt.failed_sources.get(part.name, set())
-        checksums = parse_checksums(doc.get("checksums", []))
-        http_of = self.node.http_of
-        inserted_by = str(doc.get("source", ""))
-        inserter_http = http_of(inserted_by) if inserted_by else None
-        inserter = Copy(inserted_by, inserter_http, checksums) if inserter_http is not None else None
-        covering = [(info, _copies(by_member, http_of)) for info, by_member in rt.registered_covering(part)
-                    if rt.queue.virtual.containing(info) is not None]
-        source = choose_source(part, _copies(rt.holders.get(part.name, {}), http_of), covering, me=me,
-                               live=self.node.live_members(), failed=failed, inserter=inserter,
-                               choose=self.node.rng.choice)
-        if source is None:
-            return None
-        if source.forget_failures:
-            failed.clear()
-        return source.copy.address, source.part, source.copy.checksums
 
     def insert_delay(self, ns: str, partitions: list[str]) -> float:
         """ClickHouse's insert backpressure: seconds to wait before committing into these partitions (0 when
@@ -902,41 +775,29 @@ class PartsManager:
         return float(settings.max_delay_to_insert_ms ** (over / allowed)) / 1000
 
     def _remove_outdated(self) -> None:
-        """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long).
-        Looked at once a second at most, not on every wake."""
+        """Old parts and parked ones (`TableReplica.expire`), looked at once a second at most."""
         now = time.monotonic()
         if now < self._next_outdated_check:
             return
         self._next_outdated_check = now + RETRY_S
         for rt in self.tables.values():
-            for name in [n for n, until in rt.parked.items() if until <= now]:
-                del rt.parked[name]
-                if PartInfo.parse(name) not in rt.queue.current and name not in rt.logged:
-                    self._set_aside(rt, PartInfo.parse(name))   # its log entry never came: rolled back
-            lifetime = rt.table.settings.old_parts_lifetime_secs
-            # Insertion order is age order (`mark_outdated`): the walk stops at the first part still young,
-            # so it costs the parts that go, not every old part.
-            expired = list(itertools.takewhile(lambda item, life=lifetime: now - item[1] >= life,
-                                               rt.outdated.items()))
-            for name, _since in expired:
-                del rt.outdated[name]
-                if PartInfo.parse(name) not in rt.queue.current:
-                    task = asyncio.get_running_loop().create_task(
-                        asyncio.to_thread(shutil.rmtree, os.path.join(rt.directory, name), True))
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
+            rt.expire(_now_ms())
+            self._carry_out(rt)
 
     # -- "has part": reports upstream --------------------------------------------------------------
 
-    def _held(self, rt: TableRuntime, part: str, checksums: Checksums) -> None:
-        """This member now holds `part`: the registry should say so."""
-        me = self.node.options.me
-        self.held.gone.pop((rt.table.ns, part), None)   # damaged once, whole again: registered as it stands
-        if me in rt.holders.get(part, {}) or part not in rt.logged or not checksums:
+    def _held(self, rt: TableReplica, held: Held) -> None:
+        """This member holds a part; the registry should say so."""
+        ns, me = rt.table.ns, self.node.options.me
+        self.held.gone.pop((ns, held.part), None)   # damaged once, whole again: registered as it stands
+        if not held.register:
             return
-        self.held.own[(rt.table.ns, part)] = checksums
+        checksums = held.checksums if held.checksums is not None else self._checksums_of(rt, held.part)
+        if me in rt.holders.get(held.part, {}) or held.part not in rt.logged or not checksums:
+            return
+        self.held.own[(ns, held.part)] = checksums
         if self.node.is_primary:
-            self.leader.register(rt.table.ns, part, me, self.node.options.http_address, checksums)
+            self.leader.register(ns, held.part, me, self.node.options.http_address, checksums)
             self._wake.fire()
         else:
             self.node.repl.holdings_changed()

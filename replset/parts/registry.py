@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oplog.entry import delete_entry, insert_entry, update_entry
+from oplog.parts.table_replica import Checksums, checksum_docs, parse_checksums
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.names import state_ns
 
@@ -64,19 +65,6 @@ def quorum_status(record: Mapping[str, Any] | None, holders: int, required: int)
     return REACHED if holders >= required else PENDING
 
 Holding = tuple[str, str]   # (table namespace, part name)
-Checksums = dict[str, tuple[int, str]]   # file -> (size, sha256)
-
-
-def checksum_docs(checksums: Checksums) -> list[dict[str, Any]]:
-    return [{"file": file, "size": size, "sha256": digest} for file, (size, digest) in sorted(checksums.items())]
-
-
-def parse_checksums(raw: Any) -> Checksums:
-    """A checksums list as documents carry it; {} when malformed."""
-    try:
-        return {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in raw}
-    except (KeyError, TypeError, ValueError):
-        return {}
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo, mutated_part
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import ARROW_TYPES, TableDef, parse_table_def
+from oplog.parts.table_replica import TableReplica
 from replset.parts import views
-from replset.parts.runtime import TableRuntime
 
 P = PartInfo.parse
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -39,17 +39,17 @@ TABLE = parse_table_def("db", "events", {"columns": [{"name": "user", "type": "s
 DELETE = Mutation("mutation_0000000001", "delete", {"n": 1}, versions={"all": 5})
 
 
-def node_with(rt: TableRuntime) -> Any:
+def node_with(rt: TableReplica) -> Any:
     return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}))
 
 
-def runtime(tmp_path: pathlib.Path, parts: list[str], *mutations: Mutation, table: TableDef = TABLE) -> TableRuntime:
-    rt = TableRuntime(table, str(tmp_path), ReplicationQueue([P(p) for p in parts]))
+def runtime(tmp_path: pathlib.Path, parts: list[str], *mutations: Mutation, table: TableDef = TABLE) -> TableReplica:
+    rt = TableReplica(table, str(tmp_path), ReplicationQueue([P(p) for p in parts]))
     rt.mutations = {m.id: m for m in mutations}
     return rt
 
 
-def the_row(rt: TableRuntime) -> dict[str, Any]:
+def the_row(rt: TableReplica) -> dict[str, Any]:
     (row,) = views.mutations_view(node_with(rt), rt.table)
     return row
 
