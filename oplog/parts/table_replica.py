@@ -56,6 +56,7 @@ DATA_FILE, COLUMNS_FILE = "data.parquet", "columns.txt"
 UNEXPECTED, BROKEN = "unexpected_", "broken_"   # what a part set aside is renamed with
 STALE_AFTER_404S = 3   # a registered holder answering "no such part" this often is unregistered
 PART_CHECK_PERIOD_MS = 3_600_000   # each part here is hashed whole again this often
+SEND_CHECK_AGE_MS = 600_000        # a part not hashed whole this long is hashed before it is sent
 
 
 def checksum_docs(checksums: Checksums) -> list[dict[str, Any]]:
@@ -222,6 +223,7 @@ class TableReplica:
     checked_at: dict[str, int] = field(default_factory=dict)        # part -> when wholly verified (ms)
     broken: set[str] = field(default_factory=set)                   # damaged parts being set aside now
     refetch: dict[str, Checksums] = field(default_factory=dict)     # ... to fetch again once aside: their bytes
+    check_period_ms: int = PART_CHECK_PERIOD_MS
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -350,8 +352,8 @@ class TableReplica:
         return other is None or same_data(other.checksums, checksums)
 
     def fetch_source(self, part: PartInfo, doc: dict[str, Any], *, me: str, live: set[str],
-                     http_of: Callable[[str], str | None], choose: Callable[[list[Any]], Any]
-                     ) -> tuple[str, PartInfo, Checksums] | None:
+                     http_of: Callable[[str], str | None], choose: Callable[[list[Any]], Any],
+                     rank: Callable[[Copy], Any] | None = None) -> tuple[str, PartInfo, Checksums] | None:
         """Where to fetch `part` from, and what to fetch: a live member the registry lists as holding it,
         chosen at random (as today's ClickHouse does: the fetches of many replicas spread over every
         holder); else a live member holding the largest part that covers it and that our own log
@@ -364,7 +366,7 @@ class TableReplica:
         covering = [(info, _copies(by_member, http_of)) for info, by_member in self.registered_covering(part)
                     if self.queue.virtual.containing(info) is not None]
         source = choose_source(part, _copies(self.holders.get(part.name, {}), http_of), covering, me=me,
-                               live=live, failed=failed, inserter=inserter, choose=choose)
+                               live=live, failed=failed, inserter=inserter, choose=choose, rank=rank)
         if source is None:
             return None
         if source.forget_failures:
@@ -472,16 +474,20 @@ class TableReplica:
         if whole:
             self.checked_at[name] = now_ms
 
-    def needs_hashing(self, name: str, signature: Any) -> bool:
-        """Before a read or a send: hash the part again unless its files are unchanged since it was hashed."""
-        return self.checked.get(name) != signature
+    def needs_hashing(self, name: str, signature: Any, *, now_ms: int | None = None) -> bool:
+        """Before a read (or, with `now_ms`, a send): hash the part again unless its files are unchanged since
+        it was hashed (and, before a send, it was hashed whole within `SEND_CHECK_AGE_MS`: a sender finds
+        bytes that rotted in place, which change no file's size or time)."""
+        if self.checked.get(name) != signature:
+            return True
+        return now_ms is not None and now_ms - self.checked_at.get(name, 0) > SEND_CHECK_AGE_MS
 
     def check_due(self, now_ms: int) -> None:
-        """ClickHouse's part checks, on a schedule: every `PART_CHECK_PERIOD_MS` each part here is hashed whole
+        """ClickHouse's part checks, on a schedule: every `check_period_ms` each part here is hashed whole
         again, the one verified longest ago first (one `Check` per call)."""
         due = min(((self.checked_at.get(p.name, 0), p.name) for p in self.queue.current
                    if p.name not in self.broken), default=None)
-        if due is not None and due[0] <= now_ms - PART_CHECK_PERIOD_MS:
+        if due is not None and due[0] <= now_ms - self.check_period_ms:
             self.checked_at[due[1]] = now_ms   # not again before its next period, whatever the shell finds
             self.actions.append(Check(due[1]))
 

@@ -548,7 +548,7 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return None
-        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms())
+        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms(), send=True)
         if why is not None:
             self.report_damage(ns, part, why)
         return why

@@ -15,15 +15,16 @@ from oplog.parts.part_info import PartInfo
 from oplog.parts.table_replica import Checksums, TableReplica
 
 
-def part_damage(rt: TableReplica, part: str, me: str, *, whole: bool, now_ms: int) -> str | None:
+def part_damage(rt: TableReplica, part: str, me: str, *, whole: bool, now_ms: int, send: bool = False) -> str | None:
     """Why this member's copy of `part` must not be used (None: it may). `whole`: every byte is hashed
     (before a merge or a mutation reads it, and on the check schedule); otherwise a copy whose files
-    have not changed since they were last verified is taken as verified, and any other is hashed."""
+    have not changed since they were last verified is taken as verified (`send`: if it was hashed lately,
+    see `TableReplica.needs_hashing`), and any other is hashed."""
     path = os.path.join(rt.directory, part)
     signature = part_files.part_signature(path)
     if not signature:
         return "its files are gone"
-    if not whole and not rt.needs_hashing(part, signature):
+    if not whole and not rt.needs_hashing(part, signature, now_ms=now_ms if send else None):
         return None
     why = part_files.verify_part(path, rt.recorded_checksums(part, me))
     if why is None:

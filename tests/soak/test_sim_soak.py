@@ -33,10 +33,12 @@ def test_ten_thousand_seeds() -> None:
 
 
 def test_part_log_seeds() -> None:
-    """2,000 part-log simulator seeds beyond the 100 of `make test` (`python -m tests.sim.parts --seed S`)."""
+    """10,000 part-log simulator seeds beyond the 100 of `make test` (`python -m tests.sim.parts --seed S`;
+    `PART_SOAK_SEEDS` changes how many)."""
     from tests.sim.parts import run_seed
 
+    count = int(os.environ.get("PART_SOAK_SEEDS", "10000"))
     started = time.monotonic()
-    failed = [r for r in map(run_seed, range(100, 2100)) if not r.ok]
-    print(f"\n2000 part-log seeds from 100: {len(failed)} failures in {time.monotonic() - started:.0f} s")
+    failed = [r for r in map(run_seed, range(100, 100 + count)) if not r.ok]
+    print(f"\n{count} part-log seeds from 100: {len(failed)} failures in {time.monotonic() - started:.0f} s")
     assert not failed, failed[0].report
