@@ -14,6 +14,11 @@ clock (`now_ms`, monotonic milliseconds); what the shell must do comes out as ac
     core --Run / SetAside / Held / NotHeld / Gone / RemoveOld / Check / Unlogged / Moved--> shell
     shell --set_aside_done / verified / fetch_failed / task_finished--> core
 
+On the primary, the same object answers what its part-log leader (`replset.parts.leader`) writes:
+the merges to log (`merges_due`), the rewrites of recorded mutations (`rewrites_due`), the log
+entries that can go (`obsolete_log_entries`) and the parts no member has (`lost_fetches`), each
+from this member's view and the times passed in; the leader turns the answers into transactions.
+
 No asyncio, clock, randomness (the fetch source's random choice is passed in), files or sockets.
 The member's runner (`replset.parts.manager`) and the part-log simulator (`tests/sim/parts.py`) are
 the two shells around this one class.
@@ -45,10 +50,11 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.parts.blocks import RememberedBlock
-from oplog.parts.mutations import Mutation
+from oplog.parts.merges import plan_merges
+from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
-from oplog.parts.replica_rules import Copy, choose_source, task_of
+from oplog.parts.replica_rules import Copy, choose_source, log_entry_obsolete, seems_lost, task_of
 from oplog.parts.table import TableDef
 
 Checksums = dict[str, tuple[int, str]]   # file -> (size, sha256)
@@ -490,6 +496,93 @@ class TableReplica:
         if due is not None and due[0] <= now_ms - self.check_period_ms:
             self.checked_at[due[1]] = now_ms   # not again before its next period, whatever the shell finds
             self.actions.append(Check(due[1]))
+
+    # -- the primary's selections (its leader writes them) ---------------------------------------
+
+    def merges_due(self, now_s: float, wall_ms: int) -> list[list[PartInfo]]:
+        """The merges to log now (at most one per partition), looked for every `mergeSelectingSleepMS`."""
+        if now_s < self.next_merge_select:
+            return []
+        self.next_merge_select = now_s + self.table.settings.merge_selecting_sleep_ms / 1000
+        pinned = [PartInfo.parse(p) for p in self.quorum_blocks]
+        return plan_merges(self.queue.current, self.queue.virtual, self.part_sizes(), wall_ms,
+                           pinned=pinned, mutations=versions_by_partition(self.mutations.values()))
+
+    def rewrites_due(self, now_s: float, batch: int) -> list[tuple[PartInfo, Mutation]]:
+        """The parts here that a recorded mutation has yet to rewrite and no queued task takes, each with
+        the oldest mutation it needs (at most `batch`; looked for again at once when the batch is full)."""
+        if not self.mutations or now_s < self.next_mutation_check:
+            return []
+        self.next_mutation_check = now_s + self.table.settings.merge_selecting_sleep_ms / 1000
+        todo = []
+        for part in self.queue.current:
+            if self.queue.virtual.containing(part) != part:
+                continue
+            mutation = next_mutation(part, self.mutations.values())
+            if mutation is not None:
+                todo.append((part, mutation))
+            if len(todo) >= batch:
+                self.next_mutation_check = now_s   # more may follow this batch
+                break
+        return todo
+
+    def obsolete_log_entries(self, now_s: float, wall_ms: int, members: set[str],
+                             dedup_key: Callable[[str], dict[str, Any] | None],
+                             batch: int) -> list[tuple[str, str | None, bool]]:
+        """The log documents that can go (`log_entry_obsolete`), as (log id, block id, whether its quorum
+        record goes too: not the newest reached quorum of its partition, which sequentially consistent
+        reads check), oldest first; looked for every `cleanupDelayPeriodSecs`. `members`: the live
+        data-bearing members, this one included; `dedup_key(block id)`: the dedup key document as it
+        stands. The walk stops at the first document younger than `oldPartsLifetimeSecs`: it costs the
+        old entries, which the clean-up keeps few."""
+        if now_s < self.next_log_cleanup:
+            return []
+        settings = self.table.settings
+        self.next_log_cleanup = now_s + settings.cleanup_delay_period_secs
+        lifetime_ms = settings.old_parts_lifetime_secs * 1000
+        doomed: list[tuple[str, str | None, bool]] = []
+        newest_quorums = set(self.quorum_reached.values())
+        for log_id, name in self.log_parts.items():
+            logged = self.logged.get(name)
+            if logged is None or logged.log_id != log_id:
+                continue
+            if wall_ms - logged.create_ms < lifetime_ms:
+                break
+            part = PartInfo.parse(name)
+            covering = self.queue.current.containing(part)
+            holders = (self.holders.get(covering.name, {}) if covering is not None and covering != part
+                       and covering.name in self.logged and covering.name not in self.lost else None)
+            key = dedup_key(logged.block_id) if holders is not None and logged.block_id is not None else None
+            if log_entry_obsolete(created_ms=logged.create_ms, now_ms=wall_ms, lifetime_ms=lifetime_ms,
+                                  covering_holders=holders, members=members,
+                                  quorum_pending=name in self.quorum_blocks,
+                                  names_a_dedup_key=key is not None and key.get("log") == log_id):
+                doomed.append((log_id, logged.block_id, name not in newest_quorums))
+                if len(doomed) >= batch:
+                    self.next_log_cleanup = now_s   # more may follow this batch
+                    break
+        return doomed
+
+    def lost_fetches(self, me: str, wall_ms: int) -> list[tuple[str, str, str | None, str]]:
+        """The parts this member keeps failing to fetch that no other member is registered for (nor for a
+        part covering them): lost (`seems_lost`), as (part, log id, block id, why)."""
+        lost = []
+        for entry in self.queue.fetches():
+            part = entry.new_part
+            if part is None or entry.num_tries < 1:
+                continue   # the cheap test first: most fetches never failed
+            logged = self.logged.get(part.name)
+            if not seems_lost(entry, here=self.queue.current.containing(part) is not None,
+                              held_elsewhere=any(m != me for m in self.holders.get(part.name, {}))
+                              or bool(self.registered_covering(part)),
+                              already_lost=part.name in self.lost,
+                              created_ms=logged.create_ms if logged is not None else None, now_ms=wall_ms):
+                continue
+            block_id = self.docs.get(entry.node_name, {}).get("blockId")
+            log_id = logged.log_id if logged is not None and logged.log_id else entry.node_name
+            lost.append((part.name, log_id, str(block_id) if block_id is not None else None,
+                         f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
+        return lost
 
     # -- old parts -------------------------------------------------------------------------------
 

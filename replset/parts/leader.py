@@ -57,10 +57,9 @@ from typing import TYPE_CHECKING, Any
 from base.errors import MongoError
 from oplog.entry import delete_entry, insert_entry
 from oplog.parts.blocks import RememberedBlock, forgotten_prefix
-from oplog.parts.merges import plan_merges
-from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
+from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
-from oplog.parts.replica_rules import LOST_AFTER_TRIES, log_entry_obsolete, quorum_orphaned, seems_lost
+from oplog.parts.replica_rules import quorum_orphaned
 from oplog.parts.table_replica import TableReplica
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
@@ -245,21 +244,8 @@ class Leader:
         now_ms, wall_ms = int(now * 1000), int(time.time() * 1000)
         lost: list[LostPart] = []
         for rt in self.tables.values():
-            for entry in rt.queue.fetches():
-                part = entry.new_part
-                if part is None or entry.num_tries < LOST_AFTER_TRIES:
-                    continue   # the cheap test first: most fetches never failed
-                logged = rt.logged.get(part.name)
-                if not seems_lost(entry, here=rt.queue.current.containing(part) is not None,
-                                  held_elsewhere=any(m != me for m in rt.holders.get(part.name, {}))
-                                  or bool(rt.registered_covering(part)),
-                                  already_lost=part.name in rt.lost,
-                                  created_ms=logged.create_ms if logged is not None else None, now_ms=wall_ms):
-                    continue
-                block_id = rt.docs.get(entry.node_name, {}).get("blockId")
-                lost.append(LostPart(rt.table.db, rt.table.name, part.name, entry.node_name,
-                                     str(block_id) if block_id is not None else None,
-                                     f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
+            lost += [LostPart(rt.table.db, rt.table.name, part, log_id, block_id, why)
+                     for part, log_id, block_id, why in rt.lost_fetches(me, wall_ms)]
             after_ms = rt.table.settings.quorum_lost_after_ms
             for part_name, block_id in list(rt.quorum_blocks.items()):
                 if part_name in rt.lost:
@@ -322,39 +308,20 @@ class Leader:
     # -- merge selection ---------------------------------------------------------------------------
 
     def _merges(self) -> tuple[TableReplica, list[list[PartInfo]]] | None:
-        now = time.monotonic()
         if self.node.failpoints.peek(STOP_MERGES) is not None:
             return None
+        now, wall_ms = time.monotonic(), int(time.time() * 1000)
         for rt in self.tables.values():
-            if now < rt.next_merge_select:
-                continue
-            rt.next_merge_select = now + rt.table.settings.merge_selecting_sleep_ms / 1000
-            pinned = [PartInfo.parse(p) for p in rt.quorum_blocks]
-            plans = plan_merges(rt.queue.current, rt.queue.virtual, rt.part_sizes(), int(time.time() * 1000),
-                                pinned=pinned, mutations=versions_by_partition(rt.mutations.values()))
+            plans = rt.merges_due(now, wall_ms)
             if plans:
                 return rt, plans
         return None
 
     def _mutations(self) -> tuple[TableReplica, list[tuple[PartInfo, Mutation]]] | None:
-        """The parts here that a recorded mutation has yet to rewrite and no queued task takes, each with
-        the oldest mutation it needs."""
         now = time.monotonic()
         for rt in self.tables.values():
-            if not rt.mutations or now < rt.next_mutation_check:
-                continue
-            rt.next_mutation_check = now + rt.table.settings.merge_selecting_sleep_ms / 1000
-            todo = []
-            for part in rt.queue.current:
-                if rt.queue.virtual.containing(part) != part:
-                    continue
-                mutation = next_mutation(part, rt.mutations.values())
-                if mutation is not None:
-                    todo.append((part, mutation))
-                if len(todo) >= MUTATE_BATCH:
-                    break
+            todo = rt.rewrites_due(now, MUTATE_BATCH)
             if todo:
-                rt.next_mutation_check = now   # more may follow this batch
                 return rt, todo
         return None
 
@@ -405,42 +372,14 @@ class Leader:
     # -- old log entries -----------------------------------------------------------------------------
 
     def _old_log_entries(self) -> tuple[TableReplica, list[tuple[str, str | None, bool]]] | None:
-        """A table's log documents that can go (`log_entry_obsolete`), as (log id, block id, whether its
-        quorum record goes too: not the newest reached quorum of its partition, which sequentially
-        consistent reads check), oldest first; looked for every `cleanupDelayPeriodSecs` per table. The walk stops at the first document
-        younger than `oldPartsLifetimeSecs`: it costs the old entries, which the clean-up keeps few."""
+        """A table's log documents that can go (`TableReplica.obsolete_log_entries`)."""
         now, wall_ms = time.monotonic(), int(time.time() * 1000)
         members = self.node.live_members() | {self.node.options.me}
         reader = self.node.store.reader
         for rt in self.tables.values():
-            if now < rt.next_log_cleanup:
-                continue
-            settings = rt.table.settings
-            rt.next_log_cleanup = now + settings.cleanup_delay_period_secs
-            lifetime_ms = settings.old_parts_lifetime_secs * 1000
             blocks_ns = state_ns(rt.table.db, rt.table.name, "blocks")
-            doomed: list[tuple[str, str | None, bool]] = []
-            newest_quorums = set(rt.quorum_reached.values())
-            for log_id, name in rt.log_parts.items():
-                logged = rt.logged.get(name)
-                if logged is None or logged.log_id != log_id:
-                    continue
-                if wall_ms - logged.create_ms < lifetime_ms:
-                    break
-                part = PartInfo.parse(name)
-                covering = rt.queue.current.containing(part)
-                holders = (rt.holders.get(covering.name, {}) if covering is not None and covering != part
-                           and covering.name in rt.logged and covering.name not in rt.lost else None)
-                key = (reader.get(blocks_ns, logged.block_id)
-                       if holders is not None and logged.block_id is not None else None)
-                if log_entry_obsolete(created_ms=logged.create_ms, now_ms=wall_ms, lifetime_ms=lifetime_ms,
-                                      covering_holders=holders, members=members,
-                                      quorum_pending=name in rt.quorum_blocks,
-                                      names_a_dedup_key=key is not None and key.get("log") == log_id):
-                    doomed.append((log_id, logged.block_id, name not in newest_quorums))
-                    if len(doomed) >= LOG_CLEANUP_BATCH:
-                        rt.next_log_cleanup = now   # more may follow this batch
-                        break
+            doomed = rt.obsolete_log_entries(now, wall_ms, members, lambda block_id, ns=blocks_ns: reader.get(ns, block_id),
+                                             LOG_CLEANUP_BATCH)
             if doomed:
                 return rt, doomed
         return None

@@ -3,10 +3,10 @@ one seed.
 
 What runs is the product's pure part-log core - `oplog.parts.table_replica.TableReplica` (each
 member's state of the table and its decisions: log documents as tasks, which task runs and how, the
-fetch source, finishing a task, damaged parts and their refetch, the check schedule, old parts),
-with the `ReplicationQueue` and `replica_rules` inside it, `replica_rules.log_entry_obsolete` (which
-old log entries the primary removes) and `oplog.parts.merges.plan_merges` (the primary's merge
-selection) - around a simulated clock, network and disks. This file is the second shell around
+fetch source, finishing a task, damaged parts and their refetch, the check schedule, old parts; on
+the primary, the merges to log and the log entries that can go, as its leader asks them), with the
+`ReplicationQueue`, `replica_rules` and `plan_merges` inside it - around a simulated clock, network
+and disks. This file is the second shell around
 `TableReplica` (the member's runner is the first): it carries out the same actions: the part log is a list of documents the primary appends to and
 each member pulls with its own lag; fetches take the time the part's bytes need over the source's
 upload bandwidth, shared by its concurrent uploads; members crash (their queue is rebuilt from the
@@ -42,16 +42,16 @@ primary's decisions (`replset.parts.leader`) beyond merge selection and log clea
 from __future__ import annotations
 
 import argparse
+import datetime
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from oplog.parts.active_set import ActivePartSet
-from oplog.parts.merges import plan_merges
 from oplog.parts.part_info import PartInfo, inserted_part, merged_part
 from oplog.parts.queue import ReplicationQueue
-from oplog.parts.replica_rules import Copy, log_entry_obsolete
+from oplog.parts.replica_rules import Copy
 from oplog.parts.table import parse_table_def
 from oplog.parts.table_replica import (
     Check,
@@ -78,8 +78,9 @@ CHECK_PERIOD_MS = 30_000               # the check schedule (the product's is an
 LIVENESS_BOUND_MS = 300_000
 SUMS = {"data.parquet": (1, "x"), "columns.txt": (1, "c")}   # every intact copy of a part has these bytes
 MADE_FROM_DAMAGE = {"data.parquet": (1, "made from damaged bytes"), "columns.txt": (1, "c")}
-TABLE = parse_table_def("sim", "events", {"columns": [{"name": "n", "type": "int64"}], "orderBy": ["n"],
-                                          "settings": {"oldPartsLifetimeSecs": OLD_PARTS_LIFETIME_MS // 1000}})
+TABLE = parse_table_def("sim", "events", {"columns": [{"name": "n", "type": "int64"}], "orderBy": ["n"], "settings": {
+    "oldPartsLifetimeSecs": OLD_PARTS_LIFETIME_MS // 1000, "mergeSelectingSleepMS": MERGE_EVERY_MS,
+    "cleanupDelayPeriodSecs": CLEANUP_EVERY_MS // 1000}})
 
 
 @dataclass
@@ -178,41 +179,45 @@ class PartSim:
         member.replica.queue.virtual.add(part)
         self.sizes[part.name] = (BLOCK_BYTES, self.now)
         self.log.append((self.now, {"_id": f"b{self.blocks}.{self.blocks}", "type": "GET_PART", "part": part.name,
-                                    "source": member.name, "checksums": checksum_docs(SUMS)}))
+                                    "source": member.name, "checksums": checksum_docs(SUMS),
+                                    "blockId": str(self.blocks), "bytes": BLOCK_BYTES, "createTime": self.wall()}))
         self.register(part, member, SUMS)
 
+    def wall(self) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self.now / 1000, datetime.UTC)
+
     def select_merges(self) -> None:
+        """The primary's merge selection: the core's (`TableReplica.merges_due`), as its leader asks it."""
         primary = self.primary
         if not primary.up:
             return
-        plans = plan_merges(primary.replica.queue.current, primary.replica.queue.virtual, self.sizes, self.now)
-        for sources in plans:
+        for sources in primary.replica.merges_due(self.now / 1000, self.now):
             new = merged_part(sources)
             if any(d.get("part") == new.name for _, d in self.log if d["type"] != "REMOVED"):
                 continue
-            self.sizes[new.name] = (sum(self.sizes.get(p.name, (0, 0))[0] for p in sources), self.now)
+            size = sum(self.sizes.get(p.name, (0, 0))[0] for p in sources)
+            self.sizes[new.name] = (size, self.now)
             self.log.append((self.now, {"_id": f"merge_{new.name}", "type": "MERGE_PARTS", "part": new.name,
-                                        "sources": [p.name for p in sources]}))
+                                        "sources": [p.name for p in sources], "bytes": size,
+                                        "createTime": self.wall()}))
 
     def clear_old_log(self) -> None:
-        """The primary's clean-up: the product's rule, with the live members it can reach."""
+        """The primary's clean-up: the core's rule (`TableReplica.obsolete_log_entries`), with the live
+        members the primary can reach and the dedup keys of the newest `DEDUP_WINDOW` blocks."""
         primary = self.primary
         if not primary.up:
             return
         live = {m.name for m in self.members if self.reachable(primary.name, m.name)}
-        keyed = {f"b{n}.{n}" for n in range(self.blocks - DEDUP_WINDOW + 1, self.blocks + 1)}
-        for at, doc in list(self.log):
-            if doc["type"] == "REMOVED" or doc["_id"] in self.removed:
-                continue
-            part = PartInfo.parse(doc["part"])
-            covering = primary.replica.queue.current.containing(part)
-            holders = set(primary.replica.holders.get(covering.name, {})) \
-                if covering is not None and covering != part else None
-            if log_entry_obsolete(created_ms=at, now_ms=self.now, lifetime_ms=OLD_PARTS_LIFETIME_MS,
-                                  covering_holders=holders, members=live, quorum_pending=False,
-                                  names_a_dedup_key=doc["_id"] in keyed):
-                self.removed.add(doc["_id"])
-                self.log.append((self.now, {"_id": doc["_id"], "type": "REMOVED"}))
+
+        def dedup_key(block_id: str) -> dict[str, Any] | None:
+            n = int(block_id)
+            return {"log": f"b{n}.{n}"} if n > self.blocks - DEDUP_WINDOW else None
+
+        for log_id, _block_id, _with_quorum in primary.replica.obsolete_log_entries(
+                self.now / 1000, self.now, live, dedup_key, 1000):
+            if log_id not in self.removed:
+                self.removed.add(log_id)
+                self.log.append((self.now, {"_id": log_id, "type": "REMOVED"}))
 
     # -- every member: the shell around its core ------------------------------------------------
 
@@ -416,11 +421,9 @@ class PartSim:
                 self.finish(member)
                 member.replica.schedule(self.now)
                 self.carry_out(member)
-        if self.now % MERGE_EVERY_MS == 0:
-            self.select_merges()
-            self.pull(self.primary)
-        if self.now % CLEANUP_EVERY_MS == 0:
-            self.clear_old_log()
+        self.select_merges()
+        self.pull(self.primary)
+        self.clear_old_log()
         self.now += STEP_MS
 
     def expected(self) -> list[PartInfo]:
