@@ -341,6 +341,8 @@ class TableReplica:
                 self.docs.pop(entry.node_name, None)
             elif entry.type is EntryType.DROP_RANGE:
                 self.actions.append(Run(entry, "drop"))
+            elif entry.new_part is not None and entry.new_part.name in self.broken:   # wait: it is being moved
+                self.queue.finished(entry, now_ms, error=f"{entry.new_part.name} here is being set aside as damaged")
             elif entry.type is EntryType.GET_PART:
                 self.actions.append(Run(entry, "get"))
             elif all(p in self.queue.current for p in entry.source_parts):
@@ -465,7 +467,8 @@ class TableReplica:
             return
         recorded = self.refetch.pop(name)
         part = PartInfo.parse(name)
-        if name in self.lost or self.queue.current.containing(part) is not None:
+        if name in self.lost or self.queue.current.containing(part) is not None \
+                or any(e.new_part == part for e in self.queue.fetches()):   # the log's own fetch will do
             return
         node_name = f"refetch_{name}"
         entry = QueueEntry(node_name, EntryType.GET_PART, part, create_time_ms=now_ms)
