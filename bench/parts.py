@@ -22,6 +22,9 @@ Each figure is printed next to a baseline measured in the same run, as a ratio:
 * **memory**: the RSS of every member after 100,000 parts (`--quick`: 10,000; one-row blocks in
   1,000 partitions) were inserted, fetched everywhere and merged, next to the RSS with the table
   empty;
+* **checksums**: on one part (2,000,000 rows; `--quick`: 200,000), writing with a CRC-32 per page
+  against without, reading with every page's CRC verified against without, and hashing the part
+  whole (what a merge does to each source before it reads it) against reading it;
 * **fetch source**: in the part-log simulator (`tests/sim/parts.py`, simulated time), the catch-up
   after a heal with a random live holder (today's ClickHouse, and this product) against the seed's
   "largest log pointer, smallest queue", on the same 100 seeds.
@@ -43,6 +46,7 @@ from typing import Any
 
 import aiohttp
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
@@ -299,10 +303,53 @@ def source_choice(seeds: int = 100) -> None:
           f"ratio {catch_up['seed'] / max(1, catch_up['random']):.2f}")
 
 
+def _best_s(fn: Any, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def checksum_cost(n_rows: int, directory: str) -> None:
+    """What checking bytes costs on one part: writing it with a CRC-32 per page against without, reading
+    it with every page's CRC verified against without, and hashing it whole (`verify_part`, what a merge
+    does to each source first) against reading it."""
+    table = parse_table_def("bench", "t", TABLE)
+    data = part_files.sort_rows(table, part_files.conform(table, rows(n_rows)))
+    path = os.path.join(directory, "crc.parquet")
+    plain = os.path.join(directory, "plain.parquet")
+
+    def write(page_checksum: bool, where: str) -> None:
+        pq.write_table(data, where, compression=part_files.COMPRESSION, row_group_size=part_files.ROW_GROUP_ROWS,
+                       write_statistics=True, write_page_checksum=page_checksum)
+
+    with_crc, without = _best_s(lambda: write(True, path)), _best_s(lambda: write(False, plain))
+    read_crc = _best_s(lambda: pq.read_table(path, page_checksum_verification=True))
+    read_plain = _best_s(lambda: pq.read_table(path))
+    written = part_files.write_part(directory, "202401_1_1_0_crc", data, table)
+    part_dir = os.path.join(directory, written.name)
+    hashing = _best_s(lambda: part_files.verify_part(part_dir, written.checksums))
+    mb = os.path.getsize(path) / 1e6
+    print(f"checksums, one part of {n_rows:,} rows ({mb:.0f} MB of Parquet):")
+    print(f"  write with page CRCs {with_crc * 1000:.0f} ms, without {without * 1000:.0f} ms: "
+          f"ratio {with_crc / without:.2f}")
+    print(f"  read verifying page CRCs {read_crc * 1000:.0f} ms, without {read_plain * 1000:.0f} ms: "
+          f"ratio {read_crc / read_plain:.2f}")
+    print(f"  hash the part whole (SHA-256) {hashing * 1000:.0f} ms, read it {read_plain * 1000:.0f} ms: "
+          f"ratio {hashing / read_plain:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--checksums-only", action="store_true", help="only the checksum costs (no members)")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        checksum_cost(200_000 if args.quick else 2_000_000, directory)
+    if args.checksums_only:
+        return
     scheduler_cost()
     catch_up_scheduler_cost()
     source_choice()
