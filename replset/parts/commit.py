@@ -24,14 +24,32 @@ member as the source of parts that nobody else has. When the log arrives here,
 the part-log runner publishes the temporary part whose checksums are the ones
 the log recorded (`replset.parts.runtime.adopt_temporary`); parts that no log
 names after `IN_DOUBT_KEEP_S` are removed. The client gets a retryable error
-(HostUnreachable, 6; 503 over HTTP): sending the insert again with the same
-dedup token is safe. A crash of this member between the primary's commit and
-the publish leaves a temporary part too: start-up publishes it the same way.
+labelled `RetryableWriteError` (`in_doubt_error`: HostUnreachable, 6, or
+PrimarySteppedDown, 189, when this member was the primary and stepped down;
+503 over HTTP): sending the insert again with the same dedup token is safe. It
+never gets a bare NotWritablePrimary for a commit that may have happened. A
+crash of this member between the primary's commit and the publish leaves a
+temporary part too: start-up publishes it the same way.
+
+Quorum inserts (`insertQuorum` above 1) are bounded, as ClickHouse's are:
+
+* refused at once, before a block is written, when the quorum is larger than
+  the data-bearing members this one sees alive through heartbeats (this member
+  and `Node.live_members`): UnsatisfiableWriteConcern (100), "too few live
+  replicas" - ClickHouse's TOO_FEW_LIVE_REPLICAS;
+* the commit (every try, and the primary's wait for the write concern) and the
+  quorum wait share one deadline, `quorumTimeoutMS` from the start of the
+  commit, in place of `COMMIT_DEADLINE_S`. The write concern sent with a
+  commit carries a wtimeout within what is left, so the primary answers in
+  time. A commit the write concern did not confirm by then (wtimeout) was made
+  on the primary but may still be rolled back: the client gets the retryable
+  error, not `quorumStatus: "pending"`, which only a confirmed commit gets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -69,8 +87,14 @@ COMMIT_DEADLINE_S = 60.0   # every try of one commit, the primary's wait for its
 MIN_TRY_S = 5.0
 IN_DOUBT_KEEP_S = 600.0   # an unsettled commit's temporary parts wait this long for the log to name them
 HOST_UNREACHABLE = 6
+WRITE_CONCERN_FAILED = 64
+PRIMARY_STEPPED_DOWN = 189
 NO_PRIMARY = 10107
 NOT_PRIMARY_OR_SECONDARY = 13436
+NOT_PRIMARY_CODES = frozenset({NO_PRIMARY, 13435, NOT_PRIMARY_OR_SECONDARY})
+RETRYABLE_WRITE_ERROR = "RetryableWriteError"
+QUORUM_TRY_MIN_S = 0.1    # a quorum commit's try starts only with this much of its deadline left
+FORWARD_MARGIN_S = 0.25   # a sent commit's wtimeout ends this long before the sender stops waiting
 HANG_AFTER_COMMIT = "partsHangAfterCommit"
 REPLY_LOST = "partsCommitReplyLost"
 FAIL_POINT_POLL_S = 0.05
@@ -89,12 +113,56 @@ def parse_quorum(raw: Any, config: ReplSetConfig | None) -> int:
     return int(raw)
 
 
+def live_replicas(config: ReplSetConfig | None, me: str, live: set[str]) -> list[str]:
+    """This member and the data-bearing members it sees alive (`Node.live_members`: heartbeats answered
+    as primary or secondary)."""
+    if config is None:
+        return [me]
+    return sorted({m.host for m in config.members if m.data_bearing and m.host in live} | {me})
+
+
+def check_live_quorum(node: Node, quorum: int) -> None:
+    """ClickHouse's TOO_FEW_LIVE_REPLICAS: a quorum this member cannot see enough live replicas for is
+    refused before anything is written (UnsatisfiableWriteConcern, 100, as mongod answers a `w` above
+    the number of members; not labelled retryable: the same insert fails again until members return)."""
+    if quorum <= 1:
+        return
+    live = live_replicas(node.config, node.options.me, node.live_members())
+    if quorum > len(live):
+        raise MongoError(UNSATISFIABLE, f"too few live replicas: insertQuorum {quorum}, and this member sees "
+                                        f"{len(live)} live data-bearing member(s) ({', '.join(live)}): the "
+                                        "insert was not made",
+                         extra={"errInfo": {"insertQuorum": quorum, "liveReplicas": live}})
+
+
 def new_attempt() -> str:
     return uuid.uuid4().hex
 
 
+class CommitNotConfirmed(MongoError):
+    """A quorum insert's commit was made on the primary but its write concern was not met within the
+    insert's deadline: it may still be rolled back. Not tried again (the deadline is spent, and a
+    retry that finds its own blocks cannot confirm them)."""
+
+
 def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, CommitNotConfirmed):
+        return False
     return isinstance(exc, PeerError) or (isinstance(exc, MongoError) and exc.code in RETRYABLE_CODES)
+
+
+def _left_s(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+def bounded_write_concern(wc: WriteConcern, deadline: float | None, margin_s: float = 0.0) -> WriteConcern:
+    """`wc` with a wtimeout no longer than what is left before `deadline`, less `margin_s` (never 0:
+    that is "wait forever")."""
+    if deadline is None:
+        return wc
+    left_ms = max(1, int((_left_s(deadline) - margin_s) * 1000))
+    wtimeout_ms = left_ms if wc.wtimeout_ms <= 0 else min(wc.wtimeout_ms, left_ms)
+    return dataclasses.replace(wc, wtimeout_ms=wtimeout_ms)
 
 
 async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], dict[str, Any]], *,
@@ -157,16 +225,26 @@ class PrimaryLink:
         lost = self.node.failpoints.peek(REPLY_LOST)
         return float(lost.data.get("deadlineMS", COMMIT_DEADLINE_S * 1000)) / 1000 if lost else COMMIT_DEADLINE_S
 
-    def _retrying(self) -> AsyncRetrying:
-        """Tries until the deadline, backing off, while the failure is one a change of primary explains."""
+    def _retrying(self, deadline: float | None = None) -> AsyncRetrying:
+        """Tries until the deadline (`COMMIT_DEADLINE_S`, or the monotonic `deadline` a quorum insert
+        gives), backing off, while the failure is one a change of primary explains."""
         node = self.node
-        return AsyncRetrying(retry=retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down),
-                             stop=stop_after_delay(self._deadline_s()),
-                             wait=wait_exponential_jitter(initial=0.05, max=1.0), reraise=True)
+        retry = retry_if_exception(lambda exc: _retryable(exc) and not node.shutting_down)
+        backoff = wait_exponential_jitter(initial=0.05, max=1.0)
+        if deadline is None:
+            return AsyncRetrying(retry=retry, stop=stop_after_delay(self._deadline_s()), wait=backoff,
+                                 reraise=True)
+        last_start = deadline - QUORUM_TRY_MIN_S   # no try starts later, no backoff sleeps past it
+        return AsyncRetrying(retry=retry, stop=lambda _state: time.monotonic() >= last_start,
+                             wait=lambda state: min(backoff(state), max(0.0, last_start - time.monotonic())),
+                             reraise=True)
 
-    def _try_timeout(self, started: float) -> float:
-        """One try's share: what is left of the commit's deadline (never less than `MIN_TRY_S`), so that
-        all tries together stay near the deadline."""
+    def _try_timeout(self, started: float, deadline: float | None = None) -> float:
+        """One try's share: what is left of the commit's deadline (never less than `MIN_TRY_S`, or than
+        `QUORUM_TRY_MIN_S` before a quorum insert's own deadline), so that all tries together stay near
+        the deadline."""
+        if deadline is not None:
+            return max(QUORUM_TRY_MIN_S, _left_s(deadline))
         return max(MIN_TRY_S, self._deadline_s() - (time.monotonic() - started))
 
     async def on_primary(self, db: str, cmd: dict[str, Any],
@@ -200,34 +278,43 @@ class PrimaryLink:
         return await self.ask(host, db, cmd, timeout_s)
 
     async def commit(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
-                     attempt: str, quorum: int, dedup_token: str | None) -> dict[str, Any]:
+                     attempt: str, quorum: int, dedup_token: str | None,
+                     deadline: float | None = None) -> dict[str, Any]:
         """Commits `blocks` through whichever member is primary, retrying across a change of primary;
-        publishes the temporary parts written here under their committed names."""
+        publishes the temporary parts written here under their committed names. `deadline` (monotonic
+        seconds; a quorum insert's) bounds every try and the primary's wait for `wc`."""
         reply: dict[str, Any] = {}
         started = time.monotonic()
-        async for attempt_state in self._retrying():
+        async for attempt_state in self._retrying(deadline):
             with attempt_state:
                 reply = await self._commit_once(db, name, blocks, directory, wc=wc, attempt=attempt,
-                                                quorum=quorum, dedup_token=dedup_token,
-                                                timeout_s=self._try_timeout(started))
+                                                quorum=quorum, dedup_token=dedup_token, deadline=deadline,
+                                                timeout_s=self._try_timeout(started, deadline))
         return reply
 
     async def _commit_once(self, db: str, name: str, blocks: list[Block], directory: str, *, wc: WriteConcern,
-                           attempt: str, quorum: int, dedup_token: str | None, timeout_s: float) -> dict[str, Any]:
+                           attempt: str, quorum: int, dedup_token: str | None, deadline: float | None,
+                           timeout_s: float) -> dict[str, Any]:
         node = self.node
         me, http = node.options.me, node.options.http_address
         ns = f"{db}.{name}"
         if node.is_primary:
             # Off the loop: a commit of many blocks checks, numbers and renames each one.
-            reply = await commit_here(node, wc, primary_body(
+            reply = await commit_here(node, bounded_write_concern(wc, deadline), primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
                 dedup_token=dedup_token, directory=directory,
                 publishing=lambda parts: node.parts.inserting(ns, parts)), off_loop=True)
             _raise_if_may_roll_back(reply.get("writeConcernError"))
+            if deadline is not None:
+                _raise_if_unconfirmed(reply.get("writeConcernError"))
             return reply
+        # The primary's wait for the write concern ends a little before this member stops waiting for
+        # its reply, so that a commit it made is reported as such, not as a lost reply.
+        margin_s = min(FORWARD_MARGIN_S, timeout_s / 4)
         body: dict[str, Any] = {
             "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me,
-            "attempt": attempt, "quorum": quorum, "writeConcern": wc.to_document()}
+            "attempt": attempt, "quorum": quorum,
+            "writeConcern": bounded_write_concern(wc, deadline, margin_s).to_document()}
         if dedup_token is not None:
             body["dedupToken"] = dedup_token
         reply = await self._send(db, body, timeout_s)
@@ -235,6 +322,8 @@ class PrimaryLink:
             raise PeerError(f"the reply of {node.primary_host} to _partsCommit was lost (fail point)")
         wce = reply.get("writeConcernError")
         _raise_if_may_roll_back(wce)
+        if deadline is not None:
+            _raise_if_unconfirmed(wce)   # before publishing: the log, if it keeps the commit, names them
         committed = {str(b["blockId"]): b for b in reply.get("blocks", [])}
         for block in blocks:
             done = committed.get(block.block_id)
@@ -254,6 +343,14 @@ def _raise_if_may_roll_back(wce: Any) -> None:
         raise MongoError(int(wce["code"]), str(wce.get("errmsg", "")))
 
 
+def _raise_if_unconfirmed(wce: Any) -> None:
+    """A quorum insert's commit whose write concern timed out: made on the primary, not confirmed."""
+    if isinstance(wce, dict) and wce.get("code") == WRITE_CONCERN_FAILED:
+        raise CommitNotConfirmed(HOST_UNREACHABLE, "the primary committed it, but its write concern was not met "
+                                                   "within quorumTimeoutMS, so it may yet be rolled back: "
+                                                   f"{wce.get('errmsg')}")
+
+
 def outcome_unknown(exc: BaseException) -> bool:
     """The commit may have happened: a reply lost, a try cut short, a primary gone mid-commit. Only a
     primary's own refusal (a non-retryable code) proves that nothing was committed."""
@@ -263,37 +360,43 @@ def outcome_unknown(exc: BaseException) -> bool:
 async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: WriteConcern, dedup_token: str | None,
                       quorum: int, quorum_timeout_ms: int) -> dict[str, Any]:
     """The `insertBlock` command's work, on any member: write the blocks here, commit them through the
-    primary, then (`quorum` > 1) wait until that many members hold each new part."""
+    primary, then (`quorum` > 1) wait until that many members hold each new part. A quorum insert
+    is refused at once when too few replicas are alive, and its commit and quorum wait end within
+    `quorum_timeout_ms` (see the module doc)."""
     if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
         # A member syncing from scratch, rolling back or recovering would be the parts' only source while
         # its own table directory may be replaced: it takes no inserts (as a mongod takes no reads then).
         raise MongoError(NOT_PRIMARY_OR_SECONDARY, f"this member is {node.state.name}: an insert needs a "
                                                    "primary or a secondary")
     table = load_table(node.store.reader, db, name)
+    check_live_quorum(node, quorum)   # before a block is written
     directory = table_dir(node.options.dbpath, table.ns)
     blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)
+    was_primary = node.is_primary
+    deadline: float | None = None
     try:
         delay = node.parts.insert_delay(table.ns, [b.partition_id for b in blocks])
         if delay > 0:
             await asyncio.sleep(delay)   # backpressure: merges are behind (ClickHouse's parts_to_delay_insert)
+        if quorum > 1:
+            deadline = time.monotonic() + quorum_timeout_ms / 1000
         committed = await node.parts.link.commit(db, name, blocks, directory, wc=wc, attempt=new_attempt(),
-                                                 quorum=quorum, dedup_token=dedup_token)
+                                                 quorum=quorum, dedup_token=dedup_token, deadline=deadline)
     except BaseException as exc:
         if not outcome_unknown(exc):
             await asyncio.to_thread(discard_temporary, directory, blocks)
             raise
         node.parts.keep_in_doubt(directory, [b.tmp_name for b in blocks], IN_DOUBT_KEEP_S)
-        if isinstance(exc, PeerError):
-            raise MongoError(HOST_UNREACHABLE, f"the commit of this insert through the primary has an unknown "
-                                               f"outcome ({exc}); send it again with the same dedupToken") from exc
+        if isinstance(exc, (PeerError, MongoError)):
+            raise in_doubt_error(exc, stepped_down=was_primary and not node.is_primary) from exc
         raise
     await asyncio.to_thread(discard_temporary, directory, blocks)
     reply: dict[str, Any] = {"blocks": [b.reply() for b in blocks],
                              "inserted": sum(not b.deduplicated for b in blocks),
                              "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
     if quorum > 1:
-        statuses = await node.parts.wait_quorum(table.ns, [(b.block_id, b.part) for b in blocks], quorum,
-                                                quorum_timeout_ms / 1000)
+        left_s = max(0.0, _left_s(deadline)) if deadline is not None else quorum_timeout_ms / 1000
+        statuses = await node.parts.wait_quorum(table.ns, [(b.block_id, b.part) for b in blocks], quorum, left_s)
         for block, status in zip(reply["blocks"], statuses, strict=True):
             block["quorumStatus"] = status
         # One answer for the insert: reached only if every block's part reached it.
@@ -302,3 +405,18 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
     if "writeConcernError" in committed:
         reply["writeConcernError"] = committed["writeConcernError"]
     return reply
+
+
+def in_doubt_error(exc: PeerError | MongoError, *, stepped_down: bool) -> MongoError:
+    """What the client hears when its insert's commit may or may not have happened: a retryable error
+    with the `RetryableWriteError` label (insertBlock is no retryable write to the dispatcher, so it is
+    set here). A "not primary" code from the tries (no primary known, say) would tell a driver that
+    this member cannot take writes: it becomes PrimarySteppedDown (189) when this member was the
+    primary and is no longer, else HostUnreachable (6), as does a peer that did not answer."""
+    code = exc.code if isinstance(exc, MongoError) else HOST_UNREACHABLE
+    if code in NOT_PRIMARY_CODES:
+        code = PRIMARY_STEPPED_DOWN if stepped_down else HOST_UNREACHABLE
+    reason = exc.errmsg if isinstance(exc, MongoError) else str(exc)
+    return MongoError(code, f"the outcome of this insert's commit is not known ({reason}); send the same "
+                            "insert again with the same dedupToken: the block dedup makes the retry safe",
+                      extra={"errorLabels": [RETRYABLE_WRITE_ERROR]})

@@ -17,7 +17,21 @@ them but cannot write them (`system_namespaces`).
   reply lists each block's part and whether it was `deduplicated`. With a quorum above 1 the reply
   waits until that many members hold each new part, or says `quorumStatus: "pending"` when
   `quorumTimeoutMS` (ClickHouse's `insert_quorum_timeout`, 600 s) passes first - never an ambiguous
-  failure: `insertStatus` answers later.
+  failure: `insertStatus` answers later. A quorum insert is bounded:
+  - a quorum above the data-bearing members this member sees alive (itself and those whose
+    heartbeats answer as primary or secondary) is refused at once, before anything is written:
+    100 `UnsatisfiableWriteConcern`, "too few live replicas" (ClickHouse's TOO_FEW_LIVE_REPLICAS;
+    mongod's answer to a `w` above the number of data-bearing members), no error label: the same
+    insert fails again until members come back. `errInfo` lists the live replicas;
+  - the commit through the primary and the quorum wait together end within `quorumTimeoutMS`
+    (counted from the commit, once the blocks are written here). `quorumStatus: "pending"` only
+    when the commit was confirmed (its write concern met); a commit not confirmed in time - no
+    primary reached, or its write concern timed out (made on the primary, not yet on a majority:
+    it may be rolled back) - is an error. A plain insert retries its commit for up to 60 s.
+  An insert whose commit may or may not have happened fails with a retryable error, labelled
+  `RetryableWriteError`, whose message says to send it again with the same dedupToken (the block
+  dedup makes that safe): 6 `HostUnreachable`, or 189 `PrimarySteppedDown` when this member was the
+  primary and stepped down meanwhile (shutdown and network codes pass through). Never a bare 10107.
 - `{insertStatus: <name>, blockIds: [...] | dedupToken: <string>, insertQuorum: N}`: each block's
   state - `reached`, `pending` or `failed` for quorum inserts, `committed` for the others, `unknown`
   when no member committed it. With `insertQuorum`, measured against that quorum (holders counted),
@@ -26,8 +40,10 @@ them but cannot write them (`system_namespaces`).
   `mutations_sync`: return once recorded, once this member applied it, or once every data-bearing
   member did (MaxTimeMSExpired, 50, naming the members behind after 600 s).
 - `{killPartsMutation: <name>, mutation: <id>}`: ClickHouse's KILL MUTATION.
-- `{_partsCommit: <name>, blocks: [...], source, http, attempt, quorum}`: a member's commit of blocks
-  it wrote, sent to the primary; only over a member connection.
+- `{_partsCommit: <name>, blocks: [...], source, http, attempt, quorum, writeConcern}`: a member's
+  commit of blocks it wrote, sent to the primary; only over a member connection. It waits for the
+  write concern sent (a quorum insert's carries a wtimeout within what is left of its
+  `quorumTimeoutMS`), and a timeout is a `writeConcernError` beside `ok: 1`, as mongod answers.
 """
 
 from __future__ import annotations
@@ -135,7 +151,8 @@ async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
     """Another member's commit of blocks it wrote (`replset.parts.commit.PrimaryLink`). With auth on,
     only a member (logged in with the keyfile) may send it (replset/auth/roles.py). The parts' source
     must be a member of the config, and where its files are fetched from is what that member says in
-    its heartbeats, never what the message says (replset/member_http.py)."""
+    its heartbeats, never what the message says (replset/member_http.py). The write concern's wtimeout
+    bounds the wait, so the sender hears "committed, not confirmed" before it stops waiting."""
     name = ctx.cmd["_partsCommit"]
     source = ctx.cmd.get("source")
     http = ctx.node.http_of(source) if isinstance(source, str) else None
@@ -335,7 +352,16 @@ async def cmd_kill_parts_mutation(ctx: CommandContext) -> dict[str, Any]:
     """`{killPartsMutation: <table>, mutation: <id>}`: ClickHouse's KILL MUTATION. No more parts are planned
     for the mutation; the rewrites already in the log still run on every member (the same bytes
     everywhere), and what it rewrote stays. A `sync` wait on it fails with Interrupted (11601). The reply
-    lists the mutations it killed ([] when that one is unknown or killed before)."""
+    lists the mutations it killed ([] when that one is unknown or killed before).
+
+    A mutation that has finished is killed like any other, as ClickHouse's KILL MUTATION does (it
+    selects from `system.mutations` whatever `is_done` says, and removes the entry): the reply names it,
+    and nothing changes but `is_killed` - its rewrites are all done, so `partsMutations` keeps saying
+    `is_done: true` on every member where it was done (`is_done` is a fact about a member's parts, see
+    `oplog.parts.mutations.mutation_done`). Whether it had finished is not decided here, so the kill
+    needs no view of the other members: one done on the primary but not yet on a lagging member is
+    killed too - nothing more is planned for it and the waits on it end with Interrupted, as in
+    ClickHouse - and the lagging member, once its logged rewrites ran, shows it done as well."""
     name = ctx.cmd["killPartsMutation"]
     table = load_table(ctx.node.store.reader, ctx.db, name)
     mutation_id = ctx.cmd["mutation"]
@@ -356,7 +382,9 @@ async def cmd_kill_parts_mutation(ctx: CommandContext) -> dict[str, Any]:
 
 @command("partsMutations")
 async def cmd_parts_mutations(ctx: CommandContext) -> dict[str, Any]:
-    """`system.mutations`-like rows: each mutation and, on this member, the parts it has yet to rewrite."""
+    """`system.mutations`-like rows: each mutation and, on this member, the parts it has yet to rewrite,
+    whether it is done, and its rewrite that failed last here (`latest_failed_part`, `latest_fail_time`
+    - a UTC datetime, 1970-01-01 when none is failing, as in ClickHouse - and `latest_fail_reason`)."""
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsMutations"])
     return {"mutations": mutations_view(ctx.node, table), "ok": 1.0}
 
