@@ -230,6 +230,8 @@ class TableReplica:
     broken: set[str] = field(default_factory=set)                   # damaged parts being set aside now
     refetch: dict[str, Checksums] = field(default_factory=dict)     # ... to fetch again once aside: their bytes
     check_period_ms: int = PART_CHECK_PERIOD_MS
+    check_queue: deque[str] = field(default_factory=deque)          # parts due for the check schedule, oldest first
+    next_check_walk_ms: int = 0                                     # when the schedule looks for due parts again
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -493,12 +495,23 @@ class TableReplica:
 
     def check_due(self, now_ms: int) -> None:
         """ClickHouse's part checks, on a schedule: every `check_period_ms` each part here is hashed whole
-        again, the one verified longest ago first (one `Check` per call)."""
-        due = min(((self.checked_at.get(p.name, 0), p.name) for p in self.queue.current
-                   if p.name not in self.broken), default=None)
-        if due is not None and due[0] <= now_ms - self.check_period_ms:
-            self.checked_at[due[1]] = now_ms   # not again before its next period, whatever the shell finds
-            self.actions.append(Check(due[1]))
+        again, the one verified longest ago first (one `Check` per call). The parts due are found by one
+        walk every tenth of a period (a minute at most), not on every call: what a call costs does not
+        grow with the parts of the table."""
+        if not self.check_queue:
+            if now_ms < self.next_check_walk_ms:
+                return
+            self.next_check_walk_ms = now_ms + min(self.check_period_ms // 10, 60_000)
+            due = sorted((at, p.name) for p in self.queue.current
+                         if (at := self.checked_at.get(p.name, 0)) <= now_ms - self.check_period_ms)
+            self.check_queue = deque(name for _at, name in due)
+        while self.check_queue:
+            name = self.check_queue.popleft()
+            if name in self.broken or PartInfo.parse(name) not in self.queue.current:
+                continue   # gone meanwhile
+            self.checked_at[name] = now_ms   # not again before its next period, whatever the shell finds
+            self.actions.append(Check(name))
+            return
 
     # -- the primary's selections (its leader writes them) ---------------------------------------
 

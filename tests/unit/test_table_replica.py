@@ -116,6 +116,13 @@ def test_the_check_schedule_names_the_part_hashed_longest_ago_once_a_period() ->
     assert r.take_actions() == [], "not named again before its next period"
     r.check_due(15_000)
     assert r.take_actions() == [Check("all_1_1_0")]
+    for part in ("all_3_3_0", "all_4_4_0", "all_5_5_0"):   # never hashed: due at once, one per call
+        r.queue.current.add(P(part))
+    r.check_due(15_000)   # the last walk (15,000) came before them: the next one is a tenth of a period later
+    assert r.take_actions() == []
+    for now in (16_000, 16_001, 16_002):
+        r.check_due(now)
+    assert r.take_actions() == [Check("all_3_3_0"), Check("all_4_4_0"), Check("all_5_5_0")]
 
 
 def test_a_finished_fetch_makes_the_covered_parts_old_and_asks_for_a_registration() -> None:
