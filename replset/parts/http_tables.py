@@ -22,6 +22,7 @@ down, or no room to buffer the body), so a client can tell what to retry.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -169,7 +170,8 @@ def add_routes(app: web.Application, node: Node, *, buffer_bytes: int = INSERT_B
                 table = load_table(node.store.reader, db, name)
             except MongoError as exc:
                 return _error(exc)
-            return _reply({key: rows_of(node, table), "ok": 1.0})
+            rows = rows_of(node, table)
+            return _reply({key: await rows if inspect.isawaitable(rows) else rows, "ok": 1.0})
         return handler
 
     app.router.add_post(ROUTE, insert)

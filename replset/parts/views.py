@@ -27,6 +27,7 @@ from oplog.parts.table import TableDef
 from replset.query_pool import check_time_limit
 
 if TYPE_CHECKING:
+    from oplog.parts.table_replica import TableReplica
     from replset.node import Node
 
 NOT_IN_QUORUM = 134   # ReadConcernMajorityNotAvailableYet: this member cannot yet serve what was promised
@@ -40,20 +41,36 @@ _WALL_MINUS_MONOTONIC_MS = time.time_ns() // 1_000_000 - time.monotonic_ns() // 
 _ROWS: dict[str, tuple[tuple[int, int], int]] = {}
 
 
-def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
+async def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
     """`system.parts`-like rows for this member's active parts (sizes from the part log), then its old
     parts still on disk, then the lost ones. `rows` is read from the part's Parquet footer the first
-    time a copy is shown (None when it is not on disk here)."""
+    time a copy is shown (None when it is not on disk here): the rows are taken on the event loop, the
+    files looked at on the query pool."""
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return []
+    rows = _status_rows(rt, table)
+    directory = rt.directory
+
+    def count() -> list[dict[str, Any]]:
+        for row in rows:
+            if not row.get("lost"):
+                row["rows"] = _part_rows(directory, row["name"])
+        _forget_rows(directory, {r["name"] for r in rows})
+        return rows
+
+    return list(await node.queries.run(count))
+
+
+def _status_rows(rt: TableReplica, table: TableDef) -> list[dict[str, Any]]:
+    """The rows of `parts_status`, from memory only (`rows` still None)."""
     rows = []
     for part in rt.queue.current:
         logged = rt.logged.get(part.name)
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": part.name, "active": True, "level": part.level,
                      "min_block_number": part.min_block, "max_block_number": part.max_block,
-                     "data_version": part.data_version, "rows": _part_rows(rt.directory, part.name),
+                     "data_version": part.data_version, "rows": None,
                      "bytes_on_disk": logged.bytes if logged is not None else None,
                      "replicas": sorted(rt.holders.get(part.name, {}))})
     for name in sorted(rt.outdated):
@@ -61,14 +78,13 @@ def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": name, "active": False, "level": part.level, "min_block_number": part.min_block,
                      "max_block_number": part.max_block, "data_version": part.data_version,
-                     "rows": _part_rows(rt.directory, name), "bytes_on_disk": None, "replicas": []})
+                     "rows": None, "bytes_on_disk": None, "replicas": []})
     for name, reason in sorted(rt.lost.items()):
         part = PartInfo.parse(name)
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
                      "name": name, "active": False, "lost": True, "lost_reason": reason, "level": part.level,
                      "min_block_number": part.min_block, "max_block_number": part.max_block,
                      "data_version": part.data_version, "rows": None, "bytes_on_disk": None, "replicas": []})
-    _forget_rows(rt.directory, {r["name"] for r in rows})
     return rows
 
 

@@ -69,7 +69,7 @@ async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
 @command("partsStatus")
 async def cmd_parts_status(ctx: CommandContext) -> dict[str, Any]:
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsStatus"])
-    return {"parts": parts_status(ctx.node, table), "metadataVersion": table.metadata_version,
+    return {"parts": await parts_status(ctx.node, table), "metadataVersion": table.metadata_version,
             "localMetadataVersion": local_metadata_version(ctx.node, table), "ok": 1.0}
 
 

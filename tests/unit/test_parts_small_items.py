@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import pathlib
@@ -40,7 +41,14 @@ DELETE = Mutation("mutation_0000000001", "delete", {"n": 1}, versions={"all": 5}
 
 
 def node_with(rt: TableReplica) -> Any:
-    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}))
+    async def run(fn: Any) -> Any:   # the query pool, inline
+        return fn()
+
+    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}), queries=SimpleNamespace(run=run))
+
+
+def status(node: Any) -> list[dict[str, Any]]:
+    return list(asyncio.run(views.parts_status(node, TABLE)))
 
 
 def runtime(tmp_path: pathlib.Path, parts: list[str], *mutations: Mutation, table: TableDef = TABLE) -> TableReplica:
@@ -126,16 +134,16 @@ def test_parts_status_gives_each_parts_rows_read_once(tmp_path: pathlib.Path, mo
     rt.queue.part_removed(P("all_2_2_0"))   # merged away here: an old part still on disk
     rt.lost["all_3_3_0"] = "no member has it"
     node = node_with(rt)
-    rows = {r["name"]: r.get("rows") for r in views.parts_status(node, TABLE)}
+    rows = {r["name"]: r.get("rows") for r in status(node)}
     assert rows == {"all_1_1_0": 3, "all_2_2_0": 5, "all_3_3_0": None}
     reads: list[str] = []
     real = pq.read_metadata
     monkeypatch.setattr(pq, "read_metadata", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
-    views.parts_status(node, TABLE)
+    status(node)
     assert reads == []   # parts do not change: their row counts are remembered
     shutil.rmtree(tmp_path / "all_1_1_0")   # another copy under the same name (a rollback's)
     pf.write_part(str(tmp_path), "all_1_1_0", pf.conform(TABLE, pa.table({"user": ["u"], "n": [1]})), TABLE)
-    assert {r["name"]: r["rows"] for r in views.parts_status(node, TABLE)}["all_1_1_0"] == 1
+    assert {r["name"]: r["rows"] for r in status(node)}["all_1_1_0"] == 1
     assert [os.path.basename(os.path.dirname(p)) for p in reads] == ["all_1_1_0"]
 
 
