@@ -297,6 +297,14 @@ class Node:
         return {m.host for m in topology.members.values()
                 if m.healthy and m.state in (MemberState.PRIMARY, MemberState.SECONDARY)}
 
+    def answering_members(self) -> set[str]:
+        """The hosts of the other members that answer heartbeats, whatever their state (one starting up or
+        syncing is up: it fetches parts once it is a secondary)."""
+        topology = self.repl.topology
+        if topology is None:
+            return set()
+        return {m.host for m in topology.members.values() if m.healthy}
+
     def set_state(self, new: MemberState) -> None:
         """A transition the sync pipeline or the config drives; the replica core records it."""
         self.repl.enter_state(new)

@@ -35,8 +35,8 @@ Quorum inserts (`insertQuorum` above 1) are bounded, as ClickHouse's are:
 
 * refused at once, before a block is written, when the quorum is larger than
   the data-bearing members this one sees alive through heartbeats (this member
-  and `Node.live_members`): UnsatisfiableWriteConcern (100), "too few live
-  replicas" - ClickHouse's TOO_FEW_LIVE_REPLICAS;
+  and `Node.answering_members`: up, in any state): UnsatisfiableWriteConcern
+  (100), "too few live replicas" - ClickHouse's TOO_FEW_LIVE_REPLICAS;
 * the commit (every try, and the primary's wait for the write concern) and the
   quorum wait share one deadline, `quorumTimeoutMS` from the start of the
   commit, in place of `COMMIT_DEADLINE_S`. The write concern sent with a
@@ -114,8 +114,8 @@ def parse_quorum(raw: Any, config: ReplSetConfig | None) -> int:
 
 
 def live_replicas(config: ReplSetConfig | None, me: str, live: set[str]) -> list[str]:
-    """This member and the data-bearing members it sees alive (`Node.live_members`: heartbeats answered
-    as primary or secondary)."""
+    """This member and the data-bearing members it sees alive (`Node.answering_members`: their heartbeats
+    answer, whatever their state - ClickHouse's active replicas: up, not necessarily caught up)."""
     if config is None:
         return [me]
     return sorted({m.host for m in config.members if m.data_bearing and m.host in live} | {me})
@@ -127,7 +127,7 @@ def check_live_quorum(node: Node, quorum: int) -> None:
     the number of members; not labelled retryable: the same insert fails again until members return)."""
     if quorum <= 1:
         return
-    live = live_replicas(node.config, node.options.me, node.live_members())
+    live = live_replicas(node.config, node.options.me, node.answering_members())
     if quorum > len(live):
         raise MongoError(UNSATISFIABLE, f"too few live replicas: insertQuorum {quorum}, and this member sees "
                                         f"{len(live)} live data-bearing member(s) ({', '.join(live)}): the "

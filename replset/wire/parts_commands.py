@@ -19,7 +19,7 @@ them but cannot write them (`system_namespaces`).
   `quorumTimeoutMS` (ClickHouse's `insert_quorum_timeout`, 600 s) passes first - never an ambiguous
   failure: `insertStatus` answers later. A quorum insert is bounded:
   - a quorum above the data-bearing members this member sees alive (itself and those whose
-    heartbeats answer as primary or secondary) is refused at once, before anything is written:
+    heartbeats answer, in any state) is refused at once, before anything is written:
     100 `UnsatisfiableWriteConcern`, "too few live replicas" (ClickHouse's TOO_FEW_LIVE_REPLICAS;
     mongod's answer to a `w` above the number of data-bearing members), no error label: the same
     insert fails again until members come back. `errInfo` lists the live replicas;

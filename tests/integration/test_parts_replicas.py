@@ -13,7 +13,7 @@ import pytest
 from bson import json_util
 from pymongo import ReadPreference
 
-from tests.support.members import Member, wait_for
+from tests.support.members import Member, free_port, wait_for
 from tests.support.parts import part_dirs
 from tests.support.replica_set import ReplicaSet
 
@@ -115,11 +115,19 @@ def test_a_quorum_insert_on_a_secondary_is_reached(rs: ReplicaSet) -> None:
     assert again["deduplicated"] == 1 and again["quorumStatus"] == "reached"
 
 
-def test_a_quorum_with_a_paused_replica_is_pending_then_reached(rs3: ReplicaSet) -> None:
+def _cut_fetches(rs: ReplicaSet, member: Member) -> None:
+    """`member` stays alive (its heartbeats answer: it counts as a live replica) but fetches no part: its
+    fetches from every other member go to a closed port."""
+    dead = f"127.0.0.1:{free_port()}"
+    rs.fail_point(member, "peerRoutes", "alwaysOn",
+                  {"routes": {f"127.0.0.1:{m.http_port}": dead for m in rs.members if m is not member}})
+
+
+def test_a_quorum_with_a_replica_that_cannot_fetch_is_pending_then_reached(rs3: ReplicaSet) -> None:
     rs3.client().pq.command({"createPartsTable": "events", **EVENTS})
     primary = rs3.wait_primary()
     s1, s2 = [m for m in rs3.members if m is not primary]
-    rs3.pause(s2)
+    _cut_fetches(rs3, s2)
     try:
         reply = rs3.direct(s1).pq.command({"insertBlock": "events", "rows": _rows(12), "insertQuorum": 3,
                                            "quorumTimeoutMS": 1500})
@@ -128,24 +136,24 @@ def test_a_quorum_with_a_paused_replica_is_pending_then_reached(rs3: ReplicaSet)
         status = rs3.direct(primary).pq.command({"insertStatus": "events", "blockIds": [block]})
         assert status["blocks"][0]["status"] == "pending"
     finally:
-        rs3.resume(s2)
+        rs3.fail_point(s2, "peerRoutes", "off")
 
     def reached() -> bool:
         answer = rs3.direct(s1).pq.command({"insertStatus": "events", "blockIds": [block]})
         return bool(answer["allReached"])
 
-    wait_for(reached, 30, "the quorum to be reached once the paused replica runs again")
+    wait_for(reached, 30, "the quorum to be reached once the replica fetches again")
     assert part_dirs(s2, "pq.events") == [reply["blocks"][0]["part"]]
 
 
 def test_a_retry_asking_a_higher_quorum_waits_for_it(rs3: ReplicaSet) -> None:
     """The first insert asked for 2 replicas and got them; its retry (same token) asks for 3 while one
-    replica is paused: it is deduplicated, and its quorum is pending - not the first insert's reached."""
+    replica fetches nothing: it is deduplicated, and its quorum is pending - not the first insert's reached."""
     rs3.client().hq.command({"createPartsTable": "events", **EVENTS})
     primary = rs3.wait_primary()
     s1, s2 = [m for m in rs3.members if m is not primary]
     insert = {"insertBlock": "events", "rows": _rows(8), "dedupToken": "hq-1"}
-    rs3.pause(s2)
+    _cut_fetches(rs3, s2)
     try:
         first = rs3.direct(s1).hq.command({**insert, "insertQuorum": 2, "quorumTimeoutMS": 20_000})
         assert first["quorumStatus"] == "reached"
@@ -156,13 +164,13 @@ def test_a_retry_asking_a_higher_quorum_waits_for_it(rs3: ReplicaSet) -> None:
         as_recorded = rs3.direct(primary).hq.command({"insertStatus": "events", "dedupToken": "hq-1"})
         assert [b["status"] for b in as_recorded["blocks"]] == ["reached"]   # the record: 2 asked, 2 reached
     finally:
-        rs3.resume(s2)
+        rs3.fail_point(s2, "peerRoutes", "off")
 
     def reached() -> bool:
         answer = rs3.direct(primary).hq.command({"insertStatus": "events", "dedupToken": "hq-1", "insertQuorum": 3})
         return bool(answer["allReached"])
 
-    wait_for(reached, 30, "three holders once the paused replica runs again")
+    wait_for(reached, 30, "three holders once the replica fetches again")
 
 
 @pytest.mark.parametrize("inserter", ["primary", "tail"])
