@@ -603,6 +603,7 @@ class PartsManager:
         entry = run.entry
         assert entry.new_part is not None
         error, produced, checksums = "", entry.new_part, {}
+        signature: part_files.Signature = ()
         try:
             await asyncio.to_thread(os.makedirs, rt.directory, exist_ok=True)
             made = None
@@ -620,6 +621,9 @@ class PartsManager:
                 checksums = made
             else:
                 produced, checksums = await self._fetch(rt, entry)
+            if run.how != "drop":   # its bytes were just checked: the first read need not hash them again
+                signature = await asyncio.to_thread(part_files.part_signature,
+                                                    os.path.join(rt.directory, produced.name))
         except (FetchFailed, MongoError, OSError) as exc:
             error = str(exc) or type(exc).__name__
             log.info("%s of %s failed: %s", entry.node_name, rt.table.ns, error)
@@ -628,8 +632,11 @@ class PartsManager:
             log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
             if self.tables.get(rt.table.ns) is rt:
-                rt.task_finished(entry, _now_ms(), error=error, produced=None if error else produced,
+                now = _now_ms()
+                rt.task_finished(entry, now, error=error, produced=None if error else produced,
                                  checksums=checksums, me=self.node.options.me)
+                if not error and signature:
+                    rt.verified(produced.name, signature, now, whole=True)
                 self._carry_out(rt)
             self._wake.fire()
 
