@@ -208,6 +208,11 @@ def test_member_connections_get_through_a_primary_full_of_idle_clients(tmp_path:
                 assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
             secondary = next(m for m in rs.members if m is not primary)
             secondary.stop()  # its new heartbeat and fetcher connections must get in
+            # Its old connections freed places: taken again, so that only an eviction lets it back in.
+            wait_for(lambda: connections(primary)["clients"] < 16, 10, "the stopped member's connections to go")
+            while connections(primary)["clients"] < 16:
+                socks.append(connect(primary))
+                assert roundtrip(socks[-1], encode_op_msg_request(PING, 1))["ok"] == 1.0
             secondary.start()
             upsert = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"x": 1}}, "upsert": True}],
                       "writeConcern": {"w": 3, "wtimeout": 3000}, "$db": "test"}
