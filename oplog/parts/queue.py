@@ -301,7 +301,10 @@ class ReplicationQueue:
 
         if others(part) > 0:
             return True
-        return any(result.contains(part) and others(result) > 0 for result in bucket)
+        # A task whose result contains this one's too comes after it (a mutation of this merge's result, a
+        # wider merge): waiting for it would wait for ever. This task then fetches its result instead.
+        return any(result.contains(part) and others(result) > 0 and not (mine is not None and result.contains(mine))
+                   for result in bucket)
 
     def next_to_run(self, now: int) -> QueueEntry | None:
         """The first task in queue order that may run (recording why the ones before it wait). The tasks

@@ -13,10 +13,13 @@ drives the same functions with a simulated clock and network.
 **Fetch source** (`choose_source`). As today's ClickHouse
 (`findReplicaHavingCoveringPart`): among the live members registered as holding
 the part, one at random - so the fetches of many replicas spread over every
-holder. A holder that failed this part is chosen again only when every other one
-failed too (then the failures are forgotten). With no live exact holder: the
-widest registered part covering it that this replica's own log also produces,
-from a random live holder. With none either: the member that inserted it (its
+holder. A holder that failed this part is not chosen again while another one has
+not. With no live exact holder left untried: the widest (then newest) registered
+part covering it that this replica's own log also produces, from a random live
+holder that has not failed it, if there is one (a
+registration can outlive its copy: a member that fetched a covering part drops
+the parts it covers); with none, the exact holders again, their failures
+forgotten. With none either: the member that inserted it (its
 log document says so), while nobody is registered yet. The seed's "largest log
 pointer, smallest queue" ranking is today used by ClickHouse only to clone a lost
 replica; `rank` may pass it in (the part simulator measures both).
@@ -103,12 +106,15 @@ def choose_source(part: PartInfo, exact: Mapping[str, Copy], covering: Sequence[
 
     usable = [c for m, c in exact.items() if m != me and m in live and c.checksums]
     untried = [c for c in usable if c.address not in failed]
-    if usable:
-        return Source(pick(untried or usable), part, forget_failures=not untried)
+    if untried:
+        return Source(pick(untried), part, forget_failures=False)
     wider = [(info, c) for info, copies in covering for m, c in copies.items() if m != me and m in live and c.checksums]
-    if wider:
-        widest = max((info for info, _ in wider), key=lambda p: (p.max_block - p.min_block, p.level))
+    if wider:   # no exact holder, or every one failed it (a registration can outlive its part)
+        wider = [(info, c) for info, c in wider if c.address not in failed] or wider
+        widest = max((info for info, _ in wider), key=lambda p: (p.max_block - p.min_block, p.level, p.data_version))
         return Source(pick([c for info, c in wider if info == widest]), widest, forget_failures=False)
+    if usable:
+        return Source(pick(usable), part, forget_failures=True)
     if inserter is not None and inserter.member != me and inserter.address and inserter.checksums:
         return Source(inserter, part, forget_failures=False)
     return None

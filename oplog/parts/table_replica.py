@@ -49,12 +49,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from base.errors import MongoError
+from oplog.parts.active_set import ActivePartSet
 from oplog.parts.blocks import RememberedBlock
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
-from oplog.parts.replica_rules import Copy, choose_source, log_entry_obsolete, seems_lost, task_of
+from oplog.parts.replica_rules import (
+    Copy,
+    choose_source,
+    log_entry_obsolete,
+    quorum_orphaned,
+    seems_lost,
+    task_of,
+)
 from oplog.parts.table import TableDef
 
 Checksums = dict[str, tuple[int, str]]   # file -> (size, sha256)
@@ -232,6 +240,7 @@ class TableReplica:
     check_period_ms: int = PART_CHECK_PERIOD_MS
     check_queue: deque[str] = field(default_factory=deque)          # parts due for the check schedule, oldest first
     next_check_walk_ms: int = 0                                     # when the schedule looks for due parts again
+    orphaned: dict[str, int] = field(default_factory=dict)          # pending quorum part -> since no live member has it
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -319,6 +328,75 @@ class TableReplica:
         self.queue.virtual.remove(part)
         if part in self.queue.current:
             self.set_aside(part, UNEXPECTED)
+
+    # -- a rebuild (start-up, rollback, initial sync) ----------------------------------------------
+
+    def unlogged_here(self, now_ms: int, *, kept_until: Callable[[str], int]) -> None:
+        """After a rebuild from the log: a part here that no part of the log contains (an insert whose
+        commit never happened, a part of a history a rollback undid) is never read. A dropped one ages
+        out like a merged-away part; one `kept_until(name)` still keeps (an insert here published it
+        lately, its log entry may not be here yet; an initial sync is cloning the log) is parked unread
+        until then; any other is set aside as `unexpected_` (never deleted)."""
+        produced = ActivePartSet()
+        for name in self.logged:
+            try:
+                produced.add(PartInfo.parse(name))
+            except (MongoError, PartsIntersect):
+                continue
+        here = [*self.queue.current, *(PartInfo.parse(n) for n in self.outdated)]
+        for part in here:
+            if produced.containing(part) is not None:
+                continue
+            if any(drop.contains(part) for drop in self.drop_ranges):
+                self.queue.part_removed(part)
+                self.queue.virtual.remove(part)
+                self.mark_outdated(part.name, now_ms)   # goes after oldPartsLifetimeSecs
+            elif (until := kept_until(part.name)) > now_ms:
+                self.queue.part_removed(part)
+                self.queue.virtual.remove(part)
+                self.outdated.pop(part.name, None)
+                self.parked[part.name] = until
+            else:
+                self.set_aside(part, UNEXPECTED)
+
+    def registrations_not_here(self, me: str) -> None:
+        """After a rebuild: the registry names this member for parts it does not have (its disk was replaced,
+        a part was removed while it was down) - each is reported `Gone` until the primary removes the
+        registration, so that no fetch is sent here for it (ClickHouse's start-up check of the parts
+        Keeper lists for a replica against its disk)."""
+        here = {p.name for p in self.queue.current} | set(self.outdated) | set(self.parked)
+        for name, by_member in self.holders.items():
+            if me in by_member and name not in here and name not in self.broken:
+                self.actions.append(Gone(name))
+
+    def bytes_expected(self) -> dict[str, list[Checksums]]:
+        """After a rebuild: for each part here, the bytes its name may stand for - those the log recorded
+        (an inserted part), else those of any registered copy (a merged or mutated part). After a
+        rollback a block number can name other rows than before; `bytes_found` decides."""
+        return {part.name: sums for part in self.queue.current if (sums := self.bytes_expected_of(part.name))}
+
+    def bytes_found(self, name: str, here: Checksums) -> None:
+        """The shell read `name`'s checksums here: a copy of the history that lost is set aside, never read."""
+        expected = self.bytes_expected_of(name)
+        part = PartInfo.parse(name)
+        if part in self.queue.current and expected and not any(same_data(here, sums) for sums in expected):
+            self.set_aside(part, UNEXPECTED)
+
+    def unverifiable_after_rollback(self) -> None:
+        """After a rebuild that follows a replaced history (a rollback, an initial sync): a part here for which
+        the new log records no bytes and no member is registered (its entry cleaned up, covered by a
+        merged part the log produces) cannot be told from a part of the same name the undone history
+        made - block numbers are the log's, and a rollback gives them out again. It is set aside unread;
+        the part covering it is fetched or made instead."""
+        for part in list(self.queue.current):
+            if not self.bytes_expected_of(part.name):
+                self.set_aside(part, UNEXPECTED)
+
+    def bytes_expected_of(self, name: str) -> list[Checksums]:
+        logged = self.logged.get(name)
+        if logged is not None and logged.checksums:
+            return [logged.checksums]
+        return [h.checksums for h in self.holders.get(name, {}).values() if h.checksums]
 
     def mutation_recorded(self, mutation: Mutation) -> None:
         """A mutation recorded or killed: the primary plans its rewrites at once."""
@@ -600,6 +678,29 @@ class TableReplica:
                          f"no member has {part.name} (fetching it failed {entry.num_tries} times)"))
         return lost
 
+    def lost_parts(self, me: str, live: set[str], now_ms: int, wall_ms: int) -> list[tuple[str, str | None, str | None, str]]:
+        """On the primary: the parts no member has, as (part, log id, block id, why) - the fetches that keep
+        failing with no other holder (`lost_fetches`), and the parts of pending quorum inserts no live
+        member (`live`, this one included) has held for `quorumLostAfterMS` (`quorum_orphaned`: the
+        quorum failed; a holder that comes back sets the part aside, as the log no longer names it)."""
+        lost: list[tuple[str, str | None, str | None, str]] = list(self.lost_fetches(me, wall_ms))
+        after_ms = self.table.settings.quorum_lost_after_ms
+        for name in [n for n in self.orphaned if n not in self.quorum_blocks]:
+            del self.orphaned[name]
+        for name, block_id in list(self.quorum_blocks.items()):
+            if name in self.lost:
+                continue
+            gone, since = quorum_orphaned(self.orphaned.get(name), now_ms=now_ms, after_ms=after_ms,
+                                          held_live=any(m in live for m in self.holders.get(name, {})))
+            if since is None:
+                self.orphaned.pop(name, None)
+            else:
+                self.orphaned[name] = since
+            if gone:
+                lost.append((name, None, block_id, f"no live member held {name} for {after_ms / 1000:g} s: "
+                                                   "its quorum failed"))
+        return lost
+
     # -- old parts -------------------------------------------------------------------------------
 
     def expire(self, now_ms: int) -> None:
@@ -673,6 +774,13 @@ class TableReplica:
                 parts.pop(info, None)
                 if not parts:
                     self.registered_by_partition.pop(info.partition_id, None)
+
+    def replaced_registrations(self, part: str, member: str) -> list[str]:
+        """The parts `member` is registered for that `part` contains (itself aside): a member that holds
+        `part` drops them once they are old, whether it merged them or fetched `part` whole."""
+        info = PartInfo.parse(part)
+        return [name for other, name in self.registered_by_partition.get(info.partition_id, {}).items()
+                if other != info and info.contains(other) and member in self.holders.get(name, {})]
 
     def registered_covering(self, part: PartInfo) -> list[tuple[PartInfo, dict[str, Holder]]]:
         """The registered parts that contain `part` (itself aside), with their holders: a look at the

@@ -130,8 +130,10 @@ def check_live_quorum(node: Node, quorum: int) -> None:
     live = live_replicas(node.config, node.options.me, node.answering_members())
     if quorum > len(live):
         raise MongoError(UNSATISFIABLE, f"too few live replicas: insertQuorum {quorum}, and this member sees "
-                                        f"{len(live)} live data-bearing member(s) ({', '.join(live)}): the "
-                                        "insert was not made",
+                                        f"{len(live)} live data-bearing member(s) ({', '.join(live)}): nothing "
+                                        "was written now (an earlier try of this insert with the same "
+                                        "dedupToken, if any, may have been committed: send it again once "
+                                        "enough replicas are live)",
                          extra={"errInfo": {"insertQuorum": quorum, "liveReplicas": live}})
 
 

@@ -59,7 +59,6 @@ from oplog.entry import delete_entry, insert_entry
 from oplog.parts.blocks import RememberedBlock, forgotten_prefix
 from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
-from oplog.parts.replica_rules import quorum_orphaned
 from oplog.parts.table_replica import TableReplica
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
@@ -105,7 +104,6 @@ class Leader:
         self.stale: set[tuple[str, str, str]] = set()   # (ns, part, member): registered, but it has no such part
         self._task: asyncio.Task[None] | None = None
         self._next_lost_check = 0.0
-        self._orphaned: dict[tuple[str, str], float] = {}   # (ns, quorum part) -> since when no live member has it
         self._settle_quorums = False   # look at every pending quorum once (a new primary, a rebuild)
 
     def rebind(self, tables: dict[str, TableReplica]) -> None:
@@ -205,7 +203,7 @@ class Leader:
                 self.pending.pop((ns, part, member), None)
                 continue
             todo.append(Registration(rt.table.db, rt.table.name, part, member, http, checksums,
-                                     rt.quorum_blocks.get(part), rt.logged[part].sources))
+                                     rt.quorum_blocks.get(part), tuple(rt.replaced_registrations(part, member))))
         return todo
 
     def _members(self) -> list[str]:
@@ -231,37 +229,16 @@ class Leader:
     # -- lost parts --------------------------------------------------------------------------------
 
     def _lost(self) -> list[LostPart]:
-        """Parts no member has, as far as the primary can tell:
-
-        `oplog.parts.replica_rules.seems_lost` and `quorum_orphaned` (a registration a fetch found false is
-        removed first; a quorum part's holder, if it comes back, sets the part aside: the log no longer
-        names it)."""
+        """Parts no member has, as far as the primary can tell (`TableReplica.lost_parts`), looked for once
+        every `LOST_CHECK_S`."""
         now = time.monotonic()
         if now < self._next_lost_check:
             return []
         self._next_lost_check = now + LOST_CHECK_S
         me, live = self.node.options.me, self.node.live_members() | {self.node.options.me}
         now_ms, wall_ms = int(now * 1000), int(time.time() * 1000)
-        lost: list[LostPart] = []
-        for rt in self.tables.values():
-            lost += [LostPart(rt.table.db, rt.table.name, part, log_id, block_id, why)
-                     for part, log_id, block_id, why in rt.lost_fetches(me, wall_ms)]
-            after_ms = rt.table.settings.quorum_lost_after_ms
-            for part_name, block_id in list(rt.quorum_blocks.items()):
-                if part_name in rt.lost:
-                    continue
-                key = (rt.table.ns, part_name)
-                gone, since = quorum_orphaned(self._orphaned.get(key), now_ms=now_ms, after_ms=after_ms,
-                                              held_live=any(m in live for m in rt.holders.get(part_name, {})))
-                if since is None:
-                    self._orphaned.pop(key, None)
-                else:
-                    self._orphaned[key] = since
-                if gone:
-                    lost.append(LostPart(rt.table.db, rt.table.name, part_name, None, block_id,
-                                         f"no live member held {part_name} for {after_ms / 1000:g} s: "
-                                         "its quorum failed"))
-        return lost
+        return [LostPart(rt.table.db, rt.table.name, part, log_id, block_id, why)
+                for rt in self.tables.values() for part, log_id, block_id, why in rt.lost_parts(me, live, now_ms, wall_ms)]
 
     async def _mark_lost(self, lost: list[LostPart]) -> None:
         for item in lost:

@@ -60,7 +60,6 @@ from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
 from oplog.parts.table import TableDef
 from oplog.parts.table_replica import (
     BROKEN,
-    UNEXPECTED,
     Check,
     Checksums,
     Gone,
@@ -112,6 +111,7 @@ class PartsManager:
         self._wake = Pulse()
         self._dirty = False
         self._rescan = True
+        self._replaced = False
         self._seen_key = 0
         self._started_up = False   # the first load cleans up after a crash; later rebuilds leave tmp_ alone
         self._task: asyncio.Task[None] | None = None
@@ -154,6 +154,7 @@ class PartsManager:
 
     def on_history_replaced(self) -> None:
         self._rescan = True
+        self._replaced = True   # the rebuild distrusts the parts it cannot verify (see `_set_aside_mismatched`)
         self._wake.fire()
 
     # -- the loop --------------------------------------------------------------------------------
@@ -225,6 +226,7 @@ class PartsManager:
 
     async def _load_all(self) -> None:
         reader = self.node.store.reader
+        replaced, self._replaced = self._replaced, False
         self._seen_key = reader.oplog_newest_key() or 0
         before, self.tables = self.tables, {}
         self.leader.rebind(self.tables)
@@ -259,11 +261,12 @@ class PartsManager:
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
             await self._set_aside_unexpected(rt)
-            await self._set_aside_mismatched(rt)
+            await self._set_aside_mismatched(rt, replaced=replaced)
             me = self.node.options.me
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
                     rt.held(part.name, await asyncio.to_thread(self._checksums_of, rt, part.name), me)
+            rt.registrations_not_here(me)
             self._carry_out(rt)
         self._started_up = True
         self._was_primary = False   # a rebuild while primary looks at registrations and quorums again
@@ -303,64 +306,44 @@ class PartsManager:
         self.tables[table.ns] = rt
 
     async def _set_aside_unexpected(self, rt: TableReplica) -> None:
-        """Every rebuild: a part directory that no part of the log contains (an insert whose commit never
-        happened, a part of a history a rollback undid) is never read, and renamed `unexpected_<name>`:
-        never deleted (ClickHouse's `unexpected_` parts). But a part an insert here published lately may
-        be one whose log entry has not reached this member yet: it stays on disk, unread, until its
-        GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed (`_remove_outdated`). So
-        does every such part while an initial sync clones the log (its end rebuilds again)."""
-        produced = ActivePartSet()
-        for name in rt.logged:
-            try:
-                produced.add(PartInfo.parse(name))
-            except (MongoError, PartsIntersect):
-                continue
-        here = [*rt.queue.current, *(PartInfo.parse(n) for n in rt.outdated)]
+        """Every rebuild: a part directory that no part of the log contains is never read
+        (`TableReplica.unlogged_here`): set aside as `unexpected_<name>`, never deleted. But a part an
+        insert here published lately may be one whose log entry has not reached this member yet: it stays
+        on disk, unread, until its GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed
+        (`_remove_outdated`). So does every such part while an initial sync clones the log (its end
+        rebuilds again)."""
         now = _now_ms()
         cloning = self.node.state is MemberState.STARTUP2
-        for part in here:
-            if produced.containing(part) is not None:
-                continue
-            rt.queue.part_removed(part)
-            rt.queue.virtual.remove(part)
-            if any(drop.contains(part) for drop in rt.drop_ranges):
-                rt.mark_outdated(part.name, now)   # dropped: goes after oldPartsLifetimeSecs, like merged-away parts
-                continue
-            rt.outdated.pop(part.name, None)
-            until = now + int(IN_DOUBT_KEEP_S * 1000) if cloning else \
-                int(self._inserted.get((rt.table.ns, part.name), 0.0) * 1000)
-            if until > now:
-                log.info("part %s of %s is not in the log (yet): not read until it is",
-                         part.name, rt.table.ns)
-                rt.parked[part.name] = until
-                continue
-            log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
-                        part.name, rt.table.ns, part.name)
-            await asyncio.to_thread(part_files.set_aside, rt.directory, part.name)
+        ns = rt.table.ns
 
-    async def _set_aside_mismatched(self, rt: TableReplica) -> None:
+        def kept_until(name: str) -> int:
+            return now + int(IN_DOUBT_KEEP_S * 1000) if cloning else int(self._inserted.get((ns, name), 0.0) * 1000)
+
+        rt.unlogged_here(now, kept_until=kept_until)
+        for name in rt.parked:
+            log.info("part %s of %s is not in the log (yet): not read until it is", name, ns)
+        for action in rt.actions:
+            if isinstance(action, SetAside):
+                log.warning("part %s of %s is in no part of the log: setting it aside as unexpected_%s",
+                            action.part, ns, action.part)
+
+    async def _set_aside_mismatched(self, rt: TableReplica, *, replaced: bool) -> None:
         """Every rebuild: a part here whose bytes are not the ones the log recorded for its name (or, for
-        a merged or mutated part, not those of any registered copy) is set aside. After a rollback a block
-        number can name other rows than before; the copy of the history that lost must not be read."""
-        def expected(part: PartInfo) -> list[Checksums]:
-            logged = rt.logged.get(part.name)
-            if logged is not None and logged.checksums:
-                return [logged.checksums]
-            return [h.checksums for h in rt.holders.get(part.name, {}).values() if h.checksums]
-
-        wanted = {part: sums for part in rt.queue.current if (sums := expected(part))}
-
-        def mismatched() -> list[PartInfo]:
-            out = []
-            for part, candidates in wanted.items():
-                here = self._checksums_of(rt, part.name)
-                if not any(same_data(here, sums) for sums in candidates):
-                    out.append(part)
-            return out
-
-        for part in await asyncio.to_thread(mismatched):
-            log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
-            rt.set_aside(part, UNEXPECTED)
+        a merged or mutated part, not those of any registered copy) is set aside (`TableReplica.bytes_found`).
+        After a rollback a block number can name other rows than before; the copy of the history that lost
+        must not be read."""
+        wanted = rt.bytes_expected()
+        found = await asyncio.to_thread(lambda: {name: self._checksums_of(rt, name) for name in wanted})
+        for name, here in found.items():
+            rt.bytes_found(name, here)
+            if PartInfo.parse(name) not in rt.queue.current:
+                log.warning("part %s of %s here is not the part the log names: setting it aside", name, rt.table.ns)
+        if replaced:
+            before = set(rt.queue.current)
+            rt.unverifiable_after_rollback()
+            for part in before - set(rt.queue.current):
+                log.info("part %s of %s: nothing in the new history says which rows it holds: setting it aside "
+                         "(the part covering it is fetched or made instead)", part, rt.table.ns)
         self._carry_out(rt)
 
     async def _recover_inserts(self, table: TableDef, directory: str) -> None:

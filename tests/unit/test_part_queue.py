@@ -76,6 +76,17 @@ def test_a_merge_whose_source_nobody_produces_runs_and_fetches_its_result() -> N
     assert q.next_to_run(0) is m
 
 
+def test_a_merge_never_waits_for_a_task_that_comes_after_it() -> None:
+    """After a rebuild a merge's source may be gone for good (set aside), while a mutation of the merge's own
+    result is queued: that mutation's part contains the source, but waiting for it would wait for ever.
+    The merge runs (and fetches its result, or a part covering it)."""
+    q = ReplicationQueue([P("all_2_2_0")])
+    m = merge(1, ["all_1_1_0", "all_2_2_0"])
+    q.add(m)
+    q.add(QueueEntry("log-0000000002", EntryType.MUTATE_PART, mutated_part(P("all_1_2_1"), 9), (P("all_1_2_1"),)))
+    assert q.next_to_run(0) is m
+
+
 def test_a_failed_task_backs_off_exponentially() -> None:
     q = ReplicationQueue()
     g = get(1, "all_1_1_0")

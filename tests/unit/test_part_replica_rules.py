@@ -67,6 +67,23 @@ def test_the_widest_covering_part_then_the_inserter() -> None:
                          choose=rng.choice) is None
 
 
+def test_when_every_exact_holder_failed_a_covering_part_comes_first_from_a_holder_that_has_not_failed() -> None:
+    """A registration can outlive its copy (the member fetched a covering part and dropped what it covers):
+    an exact holder that failed is tried again only when no covering part is registered."""
+    part, rng = P("all_2_2_0"), random.Random(3)
+    exact = {"a": copy("a")}
+    covering = [(P("all_1_3_1"), {"a": copy("a"), "b": copy("b")}), (P("all_1_3_1_9"), {"c": copy("c")})]
+    source = choose_source(part, exact, covering, me="me", live={"a", "b", "c"}, failed={"http-a"}, inserter=None,
+                           choose=rng.choice)
+    assert source is not None and (source.part, source.copy.member, source.forget_failures) == \
+        (P("all_1_3_1_9"), "c", False)   # the same range: the newest data version
+    source = choose_source(part, exact, covering, me="me", live={"a", "b", "c"}, failed={"http-a", "http-c"},
+                           inserter=None, choose=rng.choice)
+    assert source is not None and (source.part, source.copy.member) == (P("all_1_3_1"), "b")
+    source = choose_source(part, exact, [], me="me", live={"a"}, failed={"http-a"}, inserter=None, choose=rng.choice)
+    assert source is not None and source.copy.member == "a" and source.forget_failures
+
+
 def test_a_rank_replaces_the_random_pick() -> None:
     exact = {m: copy(m) for m in ("a", "b", "c")}
     lag = {"a": 5, "b": 0, "c": 9}

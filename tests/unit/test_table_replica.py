@@ -159,3 +159,78 @@ def test_a_part_here_that_the_log_contradicts_is_set_aside_unexpected() -> None:
     assert r.take_actions() == [SetAside("all_1_2_1", UNEXPECTED)]
     assert P("all_1_2_1") not in r.queue.current
     assert [e.type for e in r.queue.entries] == [EntryType.GET_PART]
+
+
+# -- a rebuild's look at the disk, lost parts, stale registrations -------------------------------------
+
+
+def merge_doc(part: str, *sources: str) -> dict[str, Any]:
+    return {"_id": f"merge_{part}", "type": "MERGE_PARTS", "part": part, "sources": list(sources)}
+
+
+def test_a_rebuild_sets_aside_parts_no_log_entry_produces_parks_recent_inserts_and_ages_out_dropped_ones() -> None:
+    r = replica("all_1_1_0", "all_2_2_0", "all_3_3_0", "all_5_5_0")
+    r.log_doc(get_doc("all_1_1_0", 1))
+    r.log_doc({"_id": "drop", "type": "DROP_RANGE", "part": "all_0_3_999999999_999999999"})
+    r.take_actions()
+    r.unlogged_here(1_000, kept_until=lambda name: 5_000 if name == "all_5_5_0" else 0)
+    assert [a for a in r.take_actions() if isinstance(a, SetAside)] == []   # dropped ones age out instead
+    assert set(r.outdated) >= {"all_2_2_0", "all_3_3_0"} and r.parked == {"all_5_5_0": 5_000}
+    r = replica("all_1_1_0", "all_4_4_0")
+    r.log_doc(get_doc("all_1_1_0", 1))
+    r.take_actions()
+    r.unlogged_here(1_000, kept_until=lambda name: 0)
+    assert r.take_actions() == [SetAside("all_4_4_0", UNEXPECTED)]
+    assert [p.name for p in r.queue.current] == ["all_1_1_0"]
+
+
+def test_a_rebuild_sets_aside_a_part_whose_bytes_are_not_the_ones_the_log_records() -> None:
+    r = replica("all_1_1_0", "all_2_2_0")
+    r.log_doc(get_doc("all_1_1_0", 1))
+    r.log_doc(get_doc("all_2_2_0", 2))
+    r.take_actions()
+    assert r.bytes_expected() == {"all_1_1_0": [GOOD], "all_2_2_0": [GOOD]}
+    r.bytes_found("all_1_1_0", GOOD)
+    r.bytes_found("all_2_2_0", OTHER)   # the same block number, rows of a history a rollback undid
+    assert r.take_actions() == [SetAside("all_2_2_0", UNEXPECTED)]
+
+
+def test_after_a_rollback_a_part_nothing_in_the_new_history_vouches_for_is_set_aside() -> None:
+    r = replica("all_1_1_0", "all_2_2_0")
+    r.log_doc(get_doc("all_1_1_0", 1))        # its entry records its bytes
+    r.log_doc(merge_doc("all_1_3_1", "all_1_1_0", "all_2_2_0", "all_3_3_0"))   # all_2_2_0's entry is gone
+    r.take_actions()
+    r.unverifiable_after_rollback()
+    assert r.take_actions() == [SetAside("all_2_2_0", UNEXPECTED)]
+
+
+def test_a_rebuilt_member_reports_gone_the_registrations_of_parts_it_does_not_have() -> None:
+    r = replica("all_1_1_0")
+    for part in ("all_1_1_0", "all_2_2_0", "all_3_3_0"):
+        r.add_holder(part, ME, ME, GOOD)
+    r.add_holder("all_3_3_0", "m1", "m1", GOOD)
+    r.registrations_not_here(ME)
+    assert r.take_actions() == [Gone("all_2_2_0"), Gone("all_3_3_0")]
+
+
+def test_a_registration_goes_with_every_part_of_that_member_the_new_part_contains() -> None:
+    r = replica()
+    for part in ("all_1_1_0", "all_2_2_0", "all_1_2_1", "all_3_3_0"):
+        r.add_holder(part, ME, ME, GOOD)
+    r.add_holder("all_2_2_0", "m1", "m1", GOOD)
+    assert sorted(r.replaced_registrations("all_1_3_2", ME)) == ["all_1_1_0", "all_1_2_1", "all_2_2_0", "all_3_3_0"]
+    assert r.replaced_registrations("all_1_3_2", "m1") == ["all_2_2_0"]
+
+
+def test_a_pending_quorum_part_no_live_member_holds_is_lost_after_quorum_lost_after_ms() -> None:
+    r = replica()
+    r.quorum_pending("all_1_1_0", "blk")
+    r.add_holder("all_1_1_0", "m1", "m1", GOOD)
+    after = TABLE.settings.quorum_lost_after_ms
+    assert r.lost_parts(ME, {ME, "m1"}, 0, 0) == []
+    assert r.lost_parts(ME, {ME}, 1_000, 0) == []                 # m1 is down: the wait starts
+    assert r.lost_parts(ME, {ME}, 1_000 + after - 1, 0) == []
+    ((part, log_id, block, why),) = r.lost_parts(ME, {ME}, 1_000 + after, 0)
+    assert (part, log_id, block) == ("all_1_1_0", None, "blk") and "quorum failed" in why
+    r.quorum_settled("blk")
+    assert r.lost_parts(ME, {ME}, 10 * after, 0) == [] and r.orphaned == {}
