@@ -1,6 +1,6 @@
 """Parts tables on a real three-member set: insert rate, fetch speed, catch-up, scheduler cost.
 
-    python -m bench.parts [--quick]
+    python -m bench.parts [--quick] [--only fetch,insert,...]
 
 Each figure is printed next to a baseline measured in the same run, as a ratio:
 
@@ -341,29 +341,44 @@ def checksum_cost(n_rows: int, directory: str) -> None:
           f"ratio {hashing / read_plain:.2f}")
 
 
+FIGURES = ("checksums", "scheduler", "source", "insert", "fetch", "catchup", "memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--checksums-only", action="store_true", help="only the checksum costs (no members)")
+    parser.add_argument("--only", default=",".join(FIGURES),
+                        help=f"a comma-separated choice of figures ({', '.join(FIGURES)}); all by default")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        checksum_cost(200_000 if args.quick else 2_000_000, directory)
-    if args.checksums_only:
+    only = {"checksums"} if args.checksums_only else set(args.only.split(","))
+    if only - set(FIGURES):
+        parser.error(f"unknown figures: {', '.join(sorted(only - set(FIGURES)))}")
+    if "checksums" in only:
+        with tempfile.TemporaryDirectory() as directory:
+            checksum_cost(200_000 if args.quick else 2_000_000, directory)
+    if "scheduler" in only:
+        scheduler_cost()
+        catch_up_scheduler_cost()
+    if "source" in only:
+        source_choice()
+    if not only & {"insert", "fetch", "catchup", "memory"}:
         return
-    scheduler_cost()
-    catch_up_scheduler_cost()
-    source_choice()
     with tempfile.TemporaryDirectory() as directory:
         rs = make_replica_set(directory, 3, test_commands=True)
         rs.start()
         try:
             rs.initiate()
             rs.client().bench.command({"createPartsTable": "ins", **TABLE})
-            insert_rate(rs, 10_000, 5 if args.quick else 20, directory)
-            insert_rate(rs, 100_000, 2 if args.quick else 5, directory)
-            fetch_speed(rs, 20 if args.quick else 200, directory)
-            catch_up(rs, 200 if args.quick else 1000)
-            memory_after_parts(rs, 10_000 if args.quick else 100_000)
+            if "insert" in only:
+                insert_rate(rs, 10_000, 5 if args.quick else 20, directory)
+                insert_rate(rs, 100_000, 2 if args.quick else 5, directory)
+            if "fetch" in only:
+                fetch_speed(rs, 20 if args.quick else 200, directory)
+            if "catchup" in only:
+                catch_up(rs, 200 if args.quick else 1000)
+            if "memory" in only:
+                memory_after_parts(rs, 10_000 if args.quick else 100_000)
         finally:
             rs.stop()
 

@@ -188,9 +188,11 @@ async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], d
 
 def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: str, attempt: str,
                  quorum: int, dedup_token: str | None, directory: str | None,
-                 publishing: Callable[[list[str]], None] | None = None) -> Callable[[WriteEnv], dict[str, Any]]:
+                 publishing: Callable[[list[str]], None] | None = None,
+                 published: Callable[[list[str]], None] | None = None) -> Callable[[WriteEnv], dict[str, Any]]:
     """The primary's transaction; `directory` is set when the blocks' temporary parts are on this member
-    (published inside the transaction, before it commits, `publishing` told their names first)."""
+    (published inside the transaction, before it commits, `publishing` told their names first and
+    `published` after)."""
     def body(env: WriteEnv) -> dict[str, Any]:
         fresh = commit_blocks(env, db=db, table=load_table(env.txn, db, name), blocks=blocks, source=source,
                               http=http, attempt=attempt, quorum=quorum, dedup_token=dedup_token)
@@ -199,6 +201,8 @@ def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: 
             if publishing is not None:
                 publishing([b.part for b in mine])
             publish_blocks(directory, mine)
+            if published is not None:
+                published([b.part for b in mine])
         return {"blocks": [{"blockId": b.block_id, "part": b.part, "deduplicated": b.deduplicated}
                            for b in blocks], "ok": 1.0}
     return body
@@ -305,7 +309,8 @@ class PrimaryLink:
             reply = await commit_here(node, bounded_write_concern(wc, deadline), primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
                 dedup_token=dedup_token, directory=directory,
-                publishing=lambda parts: node.parts.inserting(ns, parts)), off_loop=True)
+                publishing=lambda parts: node.parts.inserting(ns, parts),
+                published=lambda parts: node.parts.published(ns, parts)), off_loop=True)
             _raise_if_may_roll_back(reply.get("writeConcernError"))
             if deadline is not None:
                 _raise_if_unconfirmed(reply.get("writeConcernError"))
@@ -335,6 +340,7 @@ class PrimaryLink:
         fresh = [b for b in blocks if not b.deduplicated]
         node.parts.inserting(ns, [b.part for b in fresh])
         await asyncio.to_thread(publish_blocks, directory, fresh)
+        await asyncio.to_thread(node.parts.published, ns, [b.part for b in fresh])
         return {"ok": 1.0} | ({"writeConcernError": wce} if isinstance(wce, dict) else {})
 
 

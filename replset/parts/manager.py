@@ -211,6 +211,20 @@ class PartsManager:
         for part in parts:
             self._inserted[(ns, part)] = until
 
+    def published(self, ns: str, parts: list[str]) -> None:
+        """An insert here published these parts: their files are the ones whose checksums it computed from
+        what it wrote, so they count as hashed whole now (the first send or read does not hash them again;
+        a flipped bit later is the check schedule's, the page CRCs' and the receivers'). On the insert's
+        thread."""
+        rt = self.tables.get(ns)
+        if rt is None:
+            return
+        now = _now_ms()
+        for part in parts:
+            signature = part_files.part_signature(os.path.join(rt.directory, part))
+            if signature:
+                rt.verified(part, signature, now, whole=True)
+
     async def _expire_in_doubt(self) -> None:
         now = time.monotonic()
         if self._inserted and now >= self._next_inserted_check:
@@ -679,6 +693,8 @@ class PartsManager:
         expected = parse_checksums(doc.get("checksums", []))
         if not expected or not same_data(here, expected):
             return None
+        if rt.checked.get(part) == part_files.part_signature(path):   # the insert's own files (`published`)
+            return here
         return here if part_files.verify_part(path, expected) is None else None
 
     async def _produce_here(self, rt: TableReplica, entry: QueueEntry, verify: tuple[str, ...]) -> Checksums | None:
