@@ -46,10 +46,14 @@ member asked (the primary unless `readPreference` says otherwise), small parts
 grouped up to `partitionBytes` (128 MB). A task fetches its parts' files over
 the HTTP port from a member the registry lists as holding them, checks every
 byte against the registry's checksums, and reads them in the table's current
-schema as Arrow batches. Filters on the partition key prune parts
-(`pushFilters`: equality and `IN`, and ranges on a `toYYYYMM` key when Spark
-passes them - it passes no filter on a `timestamp_ntz` column today; Spark
-checks every filter again on the rows, so pruning never needs to be exact);
+schema as Arrow batches. `filter` (a MongoDB filter over the columns, Extended
+JSON, as `selectParts` takes it) belongs to the DataFrame `load()` makes: its
+terms on the partition key prune parts (equality, `$in`, and ranges on a
+`toYYYYMM` key), and the rows are filtered by it. Spark's own filters are never
+used to prune parts: Spark 4.3 keeps the plan one query's pushed filters pruned
+and hands it to the next query on the same DataFrame that pushes none (a count
+after a filtered count answered the filtered count), so `pushFilters` is not
+implemented and pushdown is left as the session has it; Spark filters the rows.
 `columns` (a comma-separated list) prunes columns. Parts replaced by a merge
 stay readable for the table's `oldPartsLifetimeSecs`: a scan longer than that
 may find a part gone and fail.
@@ -74,6 +78,7 @@ from typing import Any
 
 import aiohttp
 import pyarrow as pa
+from bson import json_util
 from bson.decimal128 import Decimal128
 from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern, uri_parser
 from pyspark import TaskContext
@@ -110,7 +115,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from oplog import values
 from oplog.parts import part_files
+from oplog.parts.filters import filter_expression
 from oplog.parts.table import TableDef, partition_id
 from sync.part_fetch import fetch_part
 
@@ -135,9 +142,7 @@ _SPARK_TYPES: dict[str, tuple[DataType, pa.DataType]] = {
 
 
 def register(spark: Any) -> None:
-    """Registers the "replset" data source with `spark`, and turns on filter pushdown for Python data
-    sources (`spark.sql.python.filterPushdown.enabled`), which the part pruning needs."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    """Registers the "replset" data source with `spark` (the session's settings are left as they are)."""
     spark.dataSource.register(ReplsetDataSource)
 
 
@@ -383,18 +388,10 @@ class PartsReader(DataSourceReader):
         self.definition = definition
         self.columns = columns
         self.db, self.table = _table_name(options)
-        self.keep: list[Filter] = []   # pushed filters that prune partitions
+        self.query = _filter_option(options)   # the load's own filter: prunes parts, filters rows
 
     def _table(self) -> TableDef:
         return TableDef.from_document(self.db, self.definition)
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:   # Spark's name
-        key = self._table().partition
-        for f in filters:
-            if key.column is not None and getattr(f, "attribute", None) == (key.column,) and isinstance(
-                    f, (EqualTo, In, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
-                self.keep.append(f)
-            yield f   # Spark checks every filter on the rows: pruning need not be exact
 
     def partitions(self) -> list[InputPartition]:
         table = self._table()
@@ -404,7 +401,10 @@ class PartsReader(DataSourceReader):
             holders: dict[str, list[dict[str, Any]]] = {}
             for doc in db.get_collection(f"system.parts.{self.table}.replicas").find():
                 holders.setdefault(doc["part"], []).append(doc)
-        active = sorted((p for p in status if p.get("active") and _may_hold(table, p["partition_id"], self.keep)),
+        if self.query:
+            filter_expression(self.query, table)   # a bad filter fails the planning, not every task
+        prune = _pruning_filters(table, self.query)
+        active = sorted((p for p in status if p.get("active") and _may_hold(table, p["partition_id"], prune)),
                         key=lambda p: p["name"])
         slices: list[InputPartition] = []
         current: list[tuple[str, str, list[dict[str, Any]]]] = []
@@ -429,6 +429,7 @@ class PartsReader(DataSourceReader):
         assert isinstance(partition, PartsSlice)
         table = self._table()
         wanted = {c.name: _SPARK_TYPES[c.type][1] for c in table.columns if c.name in self.columns}
+        expression = filter_expression(self.query, table) if self.query else None
         ns = f"{self.db}.{self.table}"
         for name, http, checksums in partition.parts:
             with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
@@ -437,6 +438,8 @@ class PartsReader(DataSourceReader):
                 asyncio.run(fetch_with_uri(self.options["uri"], http, ns, name, sums, directory))
                 schema = pa.schema([pa.field(n, t) for n, t in wanted.items()])
                 for data in part_files.iter_part(os.path.join(directory, name), table, READ_BATCH_ROWS):
+                    if expression is not None:
+                        data = data.filter(expression)
                     yield from data.select(list(wanted)).cast(schema).to_batches()
 
 
@@ -453,6 +456,44 @@ async def fetch_with_uri(uri: str, http: str, ns: str, part: str, sums: dict[str
     connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=options.get("tlsCAFile"))) if tls else None
     async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
         await fetch_part(session, http, ns, part, sums, directory, scheme="https" if tls else "http")
+
+
+def _filter_option(options: dict[str, str]) -> dict[str, Any] | None:
+    """The `filter` option: a MongoDB filter over the table's columns, as Extended JSON."""
+    raw = options.get("filter")
+    if not raw:
+        return None
+    query = json_util.loads(raw, json_options=json_util.JSONOptions(tz_aware=True))
+    if not isinstance(query, dict):
+        raise ValueError("the 'filter' option is a MongoDB filter document (Extended JSON)")
+    return query
+
+
+_RANGES = {"$gt": GreaterThan, "$gte": GreaterThanOrEqual, "$lt": LessThan, "$lte": LessThanOrEqual}
+
+
+def _pruning_filters(table: TableDef, query: dict[str, Any] | None) -> list[Filter]:
+    """The terms of `query` on the partition key that every matching row satisfies (at its top level or in
+    a top-level `$and`), as the filters `_may_hold` prunes by. Pruning need not be exact: the rows are
+    filtered by the whole query."""
+    column = table.partition.column
+    if not query or column is None:
+        return []
+    out: list[Filter] = []
+    for key, value in query.items():
+        if key == "$and" and isinstance(value, list):
+            out += [f for clause in value if isinstance(clause, dict) for f in _pruning_filters(table, clause)]
+        elif key == column and not (isinstance(value, dict) and any(k.startswith("$") for k in value)):
+            out.append(EqualTo((column,), value))
+        elif key == column:
+            for op, arg in value.items():
+                if op == "$eq":
+                    out.append(EqualTo((column,), arg))
+                elif op == "$in" and isinstance(arg, list):
+                    out.append(In((column,), tuple(arg)))
+                elif op in _RANGES:
+                    out.append(_RANGES[op]((column,), arg))
+    return out
 
 
 def _may_hold(table: TableDef, pid: str, filters: list[Filter]) -> bool:
@@ -563,10 +604,46 @@ def infer_collection_schema(options: dict[str, str]) -> StructType:
 
 @dataclass
 class IdRange(InputPartition):
-    """Documents with `lower <= _id < upper` (None: no bound)."""
+    """Documents with `lower <= _id < upper` in MongoDB's order of every BSON type; a range at an end of the
+    collection has no bound there (`from_start`, `to_end`: a null `_id` is a bound like any other)."""
 
     lower: Any = None
     upper: Any = None
+    from_start: bool = False
+    to_end: bool = False
+
+
+# The BSON type numbers of each rank of MongoDB's comparison order (MinKey, null, numbers, strings, ...).
+_RANK_TYPES: dict[int, tuple[int, ...]] = {
+    values.RANK_MINKEY: (-1,), values.RANK_NULL: (10, 6), values.RANK_NUMBER: (1, 16, 18, 19),
+    values.RANK_STRING: (2, 14, 13, 15), values.RANK_OBJECT: (3, 12), values.RANK_ARRAY: (4,),
+    values.RANK_BINARY: (5,), values.RANK_OBJECTID: (7,), values.RANK_BOOL: (8,), values.RANK_DATE: (9,),
+    values.RANK_TIMESTAMP: (17,), values.RANK_REGEX: (11,), values.RANK_MAXKEY: (127,)}
+
+
+def id_range_filter(lower: Any, upper: Any, *, from_start: bool = False, to_end: bool = False) -> dict[str, Any]:
+    """The query for `lower <= _id < upper` across BSON types (`from_start` / `to_end`: no bound on that
+    side). A comparison only matches values of its bound's type bracket (`{$lt: "a"}` never matches 1),
+    so a range whose ends are of two types is three pieces: from `lower` to the end of its bracket,
+    every bracket in between by `$type`, and the start of `upper`'s bracket up to `upper` (the official
+    connector's SPARK-221 lost documents here)."""
+    if from_start and to_end:
+        return {}
+    low = None if from_start else values.type_rank(lower)
+    high = None if to_end else values.type_rank(upper)
+    if low is not None and low == high:
+        return {"_id": {"$gte": lower, "$lt": upper}}
+    pieces: list[dict[str, Any]] = []
+    if low is not None:   # (MinKey and MaxKey compare with every type: their brackets go by $type)
+        pieces.append({"_id": {"$type": [-1]}} if low == values.RANK_MINKEY else {"_id": {"$gte": lower}})
+    first = low + 1 if low is not None else values.RANK_MINKEY
+    last = high - 1 if high is not None else values.RANK_MAXKEY
+    between = [code for rank in range(first, last + 1) for code in _RANK_TYPES.get(rank, ())]
+    if between:
+        pieces.append({"_id": {"$type": between}})
+    if high is not None and high != values.RANK_MAXKEY:
+        pieces.append({"_id": {"$lt": upper}})
+    return pieces[0] if len(pieces) == 1 else {"$or": pieces} if pieces else {"_id": {"$type": []}}
 
 
 class CollectionReader(DataSourceReader):
@@ -580,21 +657,21 @@ class CollectionReader(DataSourceReader):
             reply = client[self.db].command({
                 "splitVector": f"{self.db}.{self.coll}", "keyPattern": {"_id": 1},
                 "maxChunkObjects": int(self.options.get("partitiondocuments", PARTITION_DOCUMENTS))})
-        bounds = [None, *(key["_id"] for key in reply["splitKeys"]), None]
-        return [IdRange(lower, upper) for lower, upper in itertools.pairwise(bounds)]
+        keys = [key["_id"] for key in reply["splitKeys"]]
+        bounds = [None, *keys, None]
+        last = len(bounds) - 2
+        return [IdRange(lower, upper, from_start=i == 0, to_end=i == last)
+                for i, (lower, upper) in enumerate(itertools.pairwise(bounds))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_type
 
         assert isinstance(partition, IdRange)
         types = {f.name: to_arrow_type(f.dataType, timezone="UTC") for f in self.schema.fields}
-        query: dict[str, Any] = {}
-        if partition.lower is not None:
-            query["$gte"] = partition.lower
-        if partition.upper is not None:
-            query["$lt"] = partition.upper
+        query = id_range_filter(partition.lower, partition.upper, from_start=partition.from_start,
+                                to_end=partition.to_end)
         with _client(self.options, tz_aware=True) as client:
-            cursor = client[self.db][self.coll].find({"_id": query} if query else {}, batch_size=READ_BATCH_ROWS)
+            cursor = client[self.db][self.coll].find(query, batch_size=READ_BATCH_ROWS)
             batch: list[dict[str, Any]] = []
             for doc in cursor:
                 batch.append(doc)

@@ -155,7 +155,7 @@ def test_reads_return_the_rows_written(spark: SparkSession,
     wait_for(lambda: on_secondary.load().count() == 6_000, 60, "a secondary's parts to hold every row")
 
 
-def test_a_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs: ReplicaSet) -> None:
+def test_a_load_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs: ReplicaSet) -> None:
     rs.client().sp.command({"createPartsTable": "buckets", "columns": [
         {"name": "bucket", "type": "int64"}, {"name": "n", "type": "int64"}], "partitionBy": "bucket",
         "orderBy": ["n"]})
@@ -165,9 +165,37 @@ def test_a_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs
     per_part = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.buckets")
                 .option("partitionBytes", 1).load())
     assert per_part.rdd.getNumPartitions() == 5
-    pruned = per_part.filter(per_part.bucket.isin(1, 3))
+    pruned = (spark.read.format("replset").option("uri", rs.uri).option("table", "sp.buckets")
+              .option("partitionBytes", 1).option("filter", '{"bucket": {"$in": [1, 3]}, "n": {"$lt": 900}}').load())
     assert pruned.rdd.getNumPartitions() == 2
-    assert sorted(r["n"] for r in pruned.collect()) == [i for i in range(1_000) if i % 5 in (1, 3)]
+    assert sorted(r["n"] for r in pruned.collect()) == [i for i in range(900) if i % 5 in (1, 3)]
+
+
+def test_a_filtered_query_never_changes_the_next_query_on_the_same_dataframe(spark: SparkSession,
+                                                                              rs: ReplicaSet) -> None:
+    """Spark 4.3 caches the read plan of a load and replaces it with the plan of a query whose filters were
+    pushed: a pruning source answered the filtered count to the next plain count. With pushdown on, as a
+    session may have it, each query counts its own rows, in either order."""
+    rs.client().sp.command({"createPartsTable": "countries", "columns": [
+        {"name": "country", "type": "string"}, {"name": "n", "type": "int64"}], "partitionBy": "country",
+        "orderBy": ["n"]})
+    countries = ["fr", "de", "it", "es"]
+    df = spark.createDataFrame([(countries[i % 4], i) for i in range(2_400)], "country string, n long")
+    _writer(df, rs, "sp.countries").mode("append").save()
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        table = _read(spark, rs, "sp.countries")
+        assert table.count() == 2_400
+        assert table.filter("country = 'fr'").count() == 600
+        assert table.count() == 2_400
+        assert table.filter("country = 'de'").count() == 600
+        first_filtered = _read(spark, rs, "sp.countries")
+        assert first_filtered.filter("country = 'it'").count() == 600
+        assert first_filtered.count() == 2_400
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
 def test_overwrite_replaces_the_rows(spark: SparkSession, rs: ReplicaSet) -> None:
     rs.client().sp.command({"createPartsTable": "over", **TABLE})
     _writer(_events(spark, 2_000, 2), rs, "sp.over").mode("append").save()
@@ -214,3 +242,16 @@ def test_a_collection_is_read_in_id_ranges_every_document_once(spark: SparkSessi
     people.write.format("replset").option("uri", rs.uri).option("collection", "sp.people_copy").mode(
         "append").save()
     assert rs.client().sp.people_copy.count_documents({}) == 1_000
+
+
+def test_a_collection_whose_ids_are_of_several_types_is_read_whole(spark: SparkSession, rs: ReplicaSet) -> None:
+    """Ranges whose ends are of two BSON types (the issue's {_id: 1}, {_id: "a"}, an ObjectId: 1 of 3 read)."""
+    from bson import ObjectId
+
+    ids: list[Any] = [*range(30), *(f"s{i:02d}" for i in range(30)), *(ObjectId() for _ in range(30)),
+                      None, datetime.datetime(2024, 1, 1), True, 2.5]
+    rs.client().sp.mixed.insert_many([{"_id": _id, "n": i} for i, _id in enumerate(ids)])
+    mixed = (spark.read.format("replset").option("uri", rs.uri).option("collection", "sp.mixed")
+             .option("partitionDocuments", 7).load())
+    assert mixed.rdd.getNumPartitions() > 5
+    assert sorted(r["n"] for r in mixed.select("n").collect()) == list(range(len(ids)))
