@@ -188,13 +188,15 @@ class PartsManager:
 
     def _notice_step_up(self) -> None:
         """On becoming primary: what this member reported it holds, but no registration lists yet (it was
-        promoted before its upstream passed the report on), is registered by itself now; and every
-        pending quorum is looked at again."""
+        promoted before its upstream passed the report on), is registered by itself now, and what it
+        reported gone is unregistered; and every pending quorum is looked at again."""
         primary = self.node.is_primary
         if primary and not self._was_primary:
             me, http = self.node.options.me, self.node.options.http_address
             for (ns, part), checksums in self.held.own.items():
                 self.leader.register(ns, part, me, http, checksums)
+            for ns, part in self.held.gone:   # reported gone, and the report never reached a primary
+                self.leader.not_held(ns, part, me)
             self.leader.took_over()
         self._was_primary = primary
 
@@ -275,7 +277,9 @@ class PartsManager:
             for doc in sorted(await self._scan(state_ns(db, name, "log")), key=lambda d: int(d.get("seq", 0))):
                 self._enqueue(rt, doc)
             await self._set_aside_unexpected(rt)
-            await self._set_aside_mismatched(rt, replaced=replaced)
+            # (While an initial sync clones the log, what vouches for a part may not be here yet: its end
+            # rebuilds again, as a replaced history.)
+            await self._set_aside_mismatched(rt, replaced=replaced and self.node.state is not MemberState.STARTUP2)
             me = self.node.options.me
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
