@@ -44,7 +44,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 
 import datetime
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,12 +359,13 @@ class TableReplica:
             else:
                 self.set_aside(part, UNEXPECTED)
 
-    def registrations_not_here(self, me: str) -> None:
+    def registrations_not_here(self, me: str, *, coming: Collection[str] = ()) -> None:
         """After a rebuild: the registry names this member for parts it does not have (its disk was replaced,
         a part was removed while it was down) - each is reported `Gone` until the primary removes the
         registration, so that no fetch is sent here for it (ClickHouse's start-up check of the parts
-        Keeper lists for a replica against its disk)."""
-        here = {p.name for p in self.queue.current} | set(self.outdated) | set(self.parked)
+        Keeper lists for a replica against its disk). `coming`: parts an insert here is publishing (its
+        commit registered this member before the directory took the part's name)."""
+        here = {p.name for p in self.queue.current} | set(self.outdated) | set(self.parked) | set(coming)
         for name, by_member in self.holders.items():
             if me in by_member and name not in here and name not in self.broken:
                 self.actions.append(Gone(name))

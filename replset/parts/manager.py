@@ -284,7 +284,7 @@ class PartsManager:
             for part in rt.queue.current:   # held here, but no registration says so (a failover lost it)
                 if part.name in rt.logged:
                     rt.held(part.name, await asyncio.to_thread(self._checksums_of, rt, part.name), me)
-            rt.registrations_not_here(me)
+            rt.registrations_not_here(me, coming=[part for ns, part in self._inserted if ns == rt.table.ns])
             self._carry_out(rt)
         self._started_up = True
         self._was_primary = False   # a rebuild while primary looks at registrations and quorums again

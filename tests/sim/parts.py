@@ -39,6 +39,11 @@ retryable, committed nothing; an insert answered `reached` keeps its rows exactl
 later drop removed them, or a lost disk took every copy); no block's rows are ever there twice; an
 insert refused at once only when its quorum could not be met. A scheduler exception fails the seed.
 
+Known to fail: a merged part whose every copy two faults destroyed (a flipped bit, then the disk of the
+other holder lost; seed 966) is marked lost, and the merges that need it then never end: members keep
+different parts. The product has no rule for it yet (ClickHouse puts an empty part in place of a lost
+one, so the log goes on without its rows).
+
     python -m tests.sim.parts --seeds 200                 # one line per failing seed, then a summary
     python -m tests.sim.parts --seed 7                    # one seed's story
     python -m tests.sim.parts --compare-sources --seeds 50  # catch-up time: random source vs the seed's rule
@@ -1007,7 +1012,9 @@ class PartSim:
             if ins.answer == "refused" and ins.refused_with_live is not None and ins.refused_with_live >= ins.quorum:
                 self.violations.append(f"insert {ins.token} was refused with {ins.refused_with_live} live replicas "
                                        f"for quorum {ins.quorum}")
-            if ins.answer == "reached" and n != 1 and not dropped(ins.token) and ins.token not in self.destroyed:
+            twice_allowed = n > 1 and ins.past_window   # (the dedup window's documented limit, as above)
+            if ins.answer == "reached" and n != 1 and not twice_allowed and not dropped(ins.token) \
+                    and ins.token not in self.destroyed:
                 self.violations.append(f"insert {ins.token} was answered reached, and its rows are there {n} times")
 
     def run(self, *, inserts: int = 60, safety_ms: int = 20_000) -> Result:

@@ -211,6 +211,8 @@ def test_a_rebuilt_member_reports_gone_the_registrations_of_parts_it_does_not_ha
     r.add_holder("all_3_3_0", "m1", "m1", GOOD)
     r.registrations_not_here(ME)
     assert r.take_actions() == [Gone("all_2_2_0"), Gone("all_3_3_0")]
+    r.registrations_not_here(ME, coming=["all_2_2_0"])   # an insert here is publishing it
+    assert r.take_actions() == [Gone("all_3_3_0")]
 
 
 def test_a_registration_goes_with_every_part_of_that_member_the_new_part_contains() -> None:
