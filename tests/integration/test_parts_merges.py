@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from pymongo import ReadPreference
+from pymongo.errors import OperationFailure
 
 from oplog.parts.active_set import ActivePartSet
 from oplog.parts.part_info import PartInfo
@@ -47,6 +48,16 @@ def test_merges_converge_to_identical_parts_and_bytes_on_every_member(rs3: Repli
     client = rs3.client()
     client.mg.command({"createPartsTable": "events", **TABLE, "settings": {"oldPartsLifetimeSecs": 2}})
     members = rs3.members
+
+    def knows_table(member: Member) -> bool:   # the create is majority-acknowledged: a third may lag
+        try:
+            rs3.direct(member).mg.command({"partsStatus": "events"})
+        except OperationFailure:
+            return False
+        return True
+
+    for member in members:
+        wait_for(lambda m=member: knows_table(m), 30, f"{member.host} to know the table")
     for block in range(8):   # inserted on every member in turn: sources come from all three
         rs3.direct(members[block % 3]).mg.command({"insertBlock": "events", "rows": _rows(block)})
     merges = _log(rs3, "mg", "events")
