@@ -118,7 +118,7 @@ from pyspark.sql.types import (
 from oplog import values
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression
-from oplog.parts.table import TableDef, partition_id
+from oplog.parts.table import TableDef, arrow_type, partition_id
 from sync.part_fetch import fetch_part
 
 log = logging.getLogger(__name__)
@@ -483,17 +483,29 @@ def _pruning_filters(table: TableDef, query: dict[str, Any] | None) -> list[Filt
     for key, value in query.items():
         if key == "$and" and isinstance(value, list):
             out += [f for clause in value if isinstance(clause, dict) for f in _pruning_filters(table, clause)]
-        elif key == column and not (isinstance(value, dict) and any(k.startswith("$") for k in value)):
-            out.append(EqualTo((column,), value))
         elif key == column:
-            for op, arg in value.items():
-                if op == "$eq":
-                    out.append(EqualTo((column,), arg))
-                elif op == "$in" and isinstance(arg, list):
-                    out.append(In((column,), tuple(arg)))
-                elif op in _RANGES:
-                    out.append(_RANGES[op]((column,), arg))
+            terms = value.items() if isinstance(value, dict) and any(k.startswith("$") for k in value) \
+                else [("$eq", value)]
+            for op, arg in terms:
+                if op == "$eq" and (v := _as_column(table, column, [arg])) is not None:
+                    out.append(EqualTo((column,), v[0]))
+                elif op == "$in" and isinstance(arg, list) and (v := _as_column(table, column, arg)) is not None:
+                    out.append(In((column,), tuple(v)))
+                elif op in _RANGES and (v := _as_column(table, column, [arg])) is not None:
+                    out.append(_RANGES[op]((column,), v[0]))
     return out
+
+
+def _as_column(table: TableDef, column: str, values: list[Any]) -> list[Any] | None:
+    """`values` as the partition column holds them (a filter's 1.0 for an int64 key is the row's 1, and its
+    partition is 1's), or None when one does not convert exactly: that term then prunes nothing."""
+    col = table.column(column)
+    if col is None:
+        return None
+    try:
+        return pa.array(values).cast(arrow_type(col.type), safe=True).to_pylist()   # safe: 1.5 is no int64
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
 
 
 def _may_hold(table: TableDef, pid: str, filters: list[Filter]) -> bool:
