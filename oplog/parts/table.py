@@ -93,6 +93,7 @@ class TableSettings:
     fetch_progress_timeout_ms: int = 30000      # a fetch that receives nothing this long moves to another replica
     quorum_lost_after_ms: int = 30000           # a pending quorum's part no live member holds this long: failed
     cleanup_delay_period_secs: int = 30         # how often the primary looks for part-log entries to remove
+    staged_parts_timeout_secs: int = 3600       # a job's staged blocks, uncommitted this long after its last: removed
 
     NAMES = {"oldPartsLifetimeSecs": "old_parts_lifetime_secs", "partsToDelayInsert": "parts_to_delay_insert",
              "partsToThrowInsert": "parts_to_throw_insert", "maxDelayToInsertMS": "max_delay_to_insert_ms",
@@ -100,7 +101,8 @@ class TableSettings:
              "replicatedDeduplicationWindowSeconds": "replicated_deduplication_window_seconds",
              "mergeSelectingSleepMS": "merge_selecting_sleep_ms",
              "fetchProgressTimeoutMS": "fetch_progress_timeout_ms", "quorumLostAfterMS": "quorum_lost_after_ms",
-             "cleanupDelayPeriodSecs": "cleanup_delay_period_secs"}
+             "cleanupDelayPeriodSecs": "cleanup_delay_period_secs",
+             "stagedPartsTimeoutSecs": "staged_parts_timeout_secs"}
 
     def to_document(self) -> dict[str, int]:
         return {doc_name: getattr(self, attr) for doc_name, attr in self.NAMES.items()}

@@ -51,6 +51,7 @@ from typing import Any
 from base.errors import MongoError
 from oplog.parts.active_set import ActivePartSet
 from oplog.parts.blocks import RememberedBlock
+from oplog.parts.jobs import COMMIT_JOB, JobBook
 from oplog.parts.merges import plan_merges
 from oplog.parts.mutations import Mutation, next_mutation, versions_by_partition
 from oplog.parts.part_info import PartInfo, PartsIntersect
@@ -241,6 +242,7 @@ class TableReplica:
     check_queue: deque[str] = field(default_factory=deque)          # parts due for the check schedule, oldest first
     next_check_walk_ms: int = 0                                     # when the schedule looks for due parts again
     orphaned: dict[str, int] = field(default_factory=dict)          # pending quorum part -> since no live member has it
+    jobs: JobBook = field(default_factory=JobBook)                  # jobs' inert parts, switches, stages
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -253,7 +255,14 @@ class TableReplica:
     def log_doc(self, doc: dict[str, Any]) -> None:
         """A part-log document applied here: its task is queued once (keyed by its `_id`). A document
         this member cannot use is skipped (KeyError / ValueError / MongoError raised for the shell to
-        log), never a reason to rebuild again and again."""
+        log), never a reason to rebuild again and again. A job's part waits for its job's switch
+        (`oplog.parts.jobs`)."""
+        if doc.get("type") == COMMIT_JOB:
+            for released in self.jobs.commit(doc):
+                self.log_doc(released)
+            return
+        if self.jobs.hold(doc):
+            return
         entry = task_of(doc)
         if entry is None:
             return
@@ -739,6 +748,7 @@ class TableReplica:
     def log_entry_removed(self, log_id: str) -> None:
         """The log document `log_id` is gone (cleaned up, dropped, lost): its part is no longer one the log
         produces. A task queued for it here runs on (`docs` keeps its own copy)."""
+        self.jobs.removed(log_id)
         part = self.log_parts.pop(log_id, None)
         logged = self.logged.get(part) if part is not None else None
         if part is None or logged is None or logged.log_id != log_id:
@@ -819,6 +829,16 @@ class TableReplica:
         newest = self.quorum_reached.get(info.partition_id)
         if newest is None or PartInfo.parse(newest).max_block < info.max_block:
             self.quorum_reached[info.partition_id] = part
+
+    def visible_parts(self) -> list[PartInfo]:
+        """The active parts a read sees: all but those holding rows of a job not wholly here yet."""
+        hidden = self.jobs.hidden(self.queue.current.containing, self._settled) if self.jobs.incomplete else set()
+        return [p for p in self.queue.current if p.name not in hidden]
+
+    def _settled(self, part: PartInfo) -> bool:
+        """A job's part no read waits for: lost, or no longer one the log produces (dropped, or its entry
+        cleaned up after a merge took it in)."""
+        return part.name in self.lost or part.name not in self.logged
 
     def part_sizes(self) -> dict[str, tuple[int, int]]:
         return {name: (p.bytes, p.create_ms) for name, p in self.logged.items()}

@@ -53,10 +53,11 @@ def _needs(classes: Iterable[str], *commands: str) -> None:
 
 
 _needs({READ}, "find", "count", "distinct", "aggregate", "listIndexes", "explain", "splitVector",
-       "selectParts", "partsStatus", "partsMutations")
+       "selectParts", "partsStatus", "partsMutations", "partsJobStatus")
 _needs({READ, DB_ADMIN}, "listCollections", "collStats", "dbStats")
 _needs({WRITE}, "insert", "update", "delete", "findAndModify", "findandmodify", "insertBlock", "insertStatus",
-       "alterDelete", "alterUpdate", "dropPartition", "killPartsMutation", "alterPartsTable")
+       "alterDelete", "alterUpdate", "dropPartition", "killPartsMutation", "alterPartsTable",
+       "stagePartsBlock", "commitPartsJob", "abortPartsJob")
 _needs({WRITE, DB_ADMIN}, "create", "drop", "createIndexes", "dropIndexes", "deleteIndexes", "renameCollection",
        "createPartsTable", "dropPartsTable")
 _needs({DB_ADMIN}, "collMod", "dropDatabase", "validate")
@@ -67,7 +68,7 @@ _needs({CLUSTER_ADMIN}, "replSetReconfig", "replSetStepDown", "replSetFreeze", "
        "replSetSyncFrom", "replSetInitiate", "setParameter", "resync", "killAllSessions", "shutdown",
        "configureFailPoint")
 _needs({INTERNAL}, "replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition", "replSetGetRBID",
-       "_partsCommit")
+       "_partsCommit", "_partsStage")
 
 ROLE_GRANTS: dict[str, tuple[tuple[str, str | None], ...]] = {
     # role -> (class, database): None is the role's own database

@@ -62,6 +62,7 @@ from oplog.parts.part_info import PartInfo, merged_part, mutated_part
 from oplog.parts.table_replica import TableReplica
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table, newest_block, next_counter
+from replset.parts.jobs import abort_job_body
 from replset.parts.names import state_ns
 from replset.parts.registry import (
     PENDING,
@@ -168,6 +169,10 @@ class Leader:
         forget = self._dedup_keys_to_forget()
         if forget:
             self._start(self._forget_dedup_keys(*forget), on_done)
+            return
+        stale = self._stale_writes()
+        if stale:
+            self._start(self._abort_stale(*stale), on_done)
             return
         plans = self._merges()
         if plans:
@@ -283,6 +288,22 @@ class Leader:
         await self.node.submit_write(body, durable=False)
 
     # -- merge selection ---------------------------------------------------------------------------
+
+    def _stale_writes(self) -> tuple[TableReplica, list[str]] | None:
+        """A table's jobs whose staged blocks waited `stagedPartsTimeoutSecs` for a commit or an abort."""
+        wall_ms = int(time.time() * 1000)
+        for rt in self.tables.values():
+            writes = rt.jobs.stale_writes(wall_ms, rt.table.settings.staged_parts_timeout_secs * 1000)
+            if writes:
+                return rt, writes
+        return None
+
+    async def _abort_stale(self, rt: TableReplica, writes: list[str]) -> None:
+        db, name = rt.table.db, rt.table.name
+        for write_id in writes:
+            reply = await self.node.submit_write(abort_job_body(db, name, write_id), durable=False)
+            log.warning("job %s of %s: %d staged blocks waited %d s for a commit or an abort: removed", write_id,
+                        rt.table.ns, reply["removed"], rt.table.settings.staged_parts_timeout_secs)
 
     def _merges(self) -> tuple[TableReplica, list[list[PartInfo]]] | None:
         if self.node.failpoints.peek(STOP_MERGES) is not None:

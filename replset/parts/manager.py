@@ -54,6 +54,7 @@ from base.member import MemberState
 from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
+from oplog.parts.jobs import STAGED_PREFIX
 from oplog.parts.mutations import Mutation, parts_to_do
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
@@ -78,6 +79,7 @@ from oplog.parts.table_replica import (
 from replset.parts.alter import rewrite_part
 from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
 from replset.parts.insert import logged_block, remembered
+from replset.parts.jobs import remove_staged, stage_of
 from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import PENDING, REACHED, HeldReports, parse_held, quorum_status
@@ -265,6 +267,8 @@ class PartsManager:
                               parse_checksums(doc.get("checksums", [])))
             for doc in await self._scan(state_ns(db, name, "lost")):
                 rt.lost[str(doc["_id"])] = str(doc.get("reason", ""))
+            for doc in await self._scan(state_ns(db, name, "staged")):
+                rt.jobs.stage_recorded(str(doc["_id"]), stage_of(doc))
             keys = sorted(map(remembered, await self._scan(state_ns(db, name, "blocks"))), key=lambda b: b.number)
             rt.remembered.extend(keys)
             for doc in await self._scan(state_ns(db, name, "mutations")):
@@ -286,6 +290,8 @@ class PartsManager:
                     rt.held(part.name, await asyncio.to_thread(self._checksums_of, rt, part.name), me)
             rt.registrations_not_here(me, coming=[part for ns, part in self._inserted if ns == rt.table.ns])
             self._carry_out(rt)
+            if not self._started_up:
+                await asyncio.to_thread(self._remove_old_stages, rt)
         self._started_up = True
         self._was_primary = False   # a rebuild while primary looks at registrations and quorums again
         self.registry_moved.fire()
@@ -295,6 +301,22 @@ class PartsManager:
             log.info("parts table %s was dropped: removing its parts", ns)
             await asyncio.to_thread(shutil.rmtree, before[ns].directory, True)
         self._dropped.clear()
+
+    def _remove_old_stages(self, rt: TableReplica) -> None:
+        """At start-up: staged blocks whose record is gone (this member crashed before removing them) and
+        that are older than the table's stage timeout (a record may not have reached a member that is
+        behind: its removal, when it comes, removes the files)."""
+        cutoff = time.time() - rt.table.settings.staged_parts_timeout_secs
+        names = os.listdir(rt.directory) if os.path.isdir(rt.directory) else []
+        for name in names:
+            stage_id = name[len(STAGED_PREFIX):]
+            if not name.startswith(STAGED_PREFIX) or stage_id in rt.jobs.staged or self._stage_in_use(rt, stage_id):
+                continue
+            try:
+                if os.stat(os.path.join(rt.directory, name)).st_mtime < cutoff:
+                    remove_staged(rt.directory, [stage_id])
+            except OSError:
+                continue
 
     async def _read_all(self, fn: Any) -> Any:
         """`fn(reader)` on the query pool: a scan of a state collection grows with the table."""
@@ -431,6 +453,8 @@ class PartsManager:
                 self._on_dedup_key_entry(rt, ns, op, entry)
             elif what == "lost" and op == "i":
                 self._on_lost(rt, entry["o"])
+            elif what == "staged":
+                self._on_stage_entry(rt, op, entry)
             elif what == "mutations" and op in ("i", "u"):   # recorded, or killed
                 doc = entry["o"] if op == "i" else self.node.store.reader.get(ns, entry.get("o2", {}).get("_id"))
                 if doc is None:
@@ -449,6 +473,23 @@ class PartsManager:
             part, _, member = str(doc["_id"]).rpartition("@")
             rt.registry_removed(part, member, me)
         self.registry_moved.fire()
+
+    def _on_stage_entry(self, rt: TableReplica, op: Any, entry: dict[str, Any]) -> None:
+        """A job's stage recorded, or removed (committed, aborted, timed out): a removed stage's files here
+        go, unless a GET_PART of its job is about to publish them (`runtime.adopt_temporary`)."""
+        if op == "i":
+            doc = entry["o"]
+            rt.jobs.stage_recorded(str(doc["_id"]), stage_of(doc))
+        elif op == "d":
+            stage_id = str(entry["o"].get("_id"))
+            rt.jobs.stage_removed(stage_id)
+            if not self._stage_in_use(rt, stage_id):
+                self._spawn(asyncio.to_thread(remove_staged, rt.directory, [stage_id]))
+
+    @staticmethod
+    def _stage_in_use(rt: TableReplica, stage_id: str) -> bool:
+        docs = itertools.chain(rt.docs.values(), *(d.values() for d in rt.jobs.pending.values()))
+        return any(d.get("blockId") == stage_id for d in docs)
 
     def _on_lost(self, rt: TableReplica, doc: dict[str, Any]) -> None:
         rt.part_lost(str(doc.get("part", "")), str(doc.get("reason", "")))

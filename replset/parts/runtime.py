@@ -11,6 +11,7 @@ import os
 
 from base.errors import MongoError
 from oplog.parts import part_files
+from oplog.parts.jobs import STAGED_PREFIX
 from oplog.parts.part_info import PartInfo
 from oplog.parts.table_replica import Checksums, TableReplica
 
@@ -47,7 +48,7 @@ def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
     removed first (but an insert's: the log may name it yet, see `adopt_temporary`); a later rebuild
     must not: an insert or a fetch may be writing one right now."""
     if at_start_up:
-        part_files.remove_temporary(directory, keep=(part_files.TMP_INSERT,))
+        part_files.remove_temporary(directory, keep=(part_files.TMP_INSERT, STAGED_PREFIX))
     parts = []
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         try:
@@ -74,12 +75,12 @@ def publish_if_intact(directory: str, tmp_name: str, part: str, expected: Checks
 
 def adopt_temporary(directory: str, block_id: str, part: str, expected: Checksums) -> Checksums | None:
     """The log names this member as the source of `part` (block `block_id`), and the part is not here
-    yet: an insert's commit whose reply was lost, or a crash before the publish. A temporary part
-    `tmp_insert_<block id>_...` with the files the log recorded is published as `part`; returns its
-    checksums, or None when there is none."""
-    prefix = f"{part_files.TMP_INSERT}{block_id}_"
+    yet: an insert's commit whose reply was lost, or a crash before the publish - or a job's block
+    staged here. A temporary part `tmp_insert_<block id>_...` (or `tmp_staged_<block id>`) with the
+    files the log recorded is published as `part`; returns its checksums, or None when there is none."""
+    prefix, staged = f"{part_files.TMP_INSERT}{block_id}_", f"{STAGED_PREFIX}{block_id}"
     try:
-        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+        names = [n for n in os.listdir(directory) if n.startswith(prefix) or n == staged]
     except OSError:
         return None
     for name in names:

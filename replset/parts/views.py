@@ -65,10 +65,13 @@ async def parts_status(node: Node, table: TableDef) -> list[dict[str, Any]]:
 def _status_rows(rt: TableReplica, table: TableDef) -> list[dict[str, Any]]:
     """The rows of `parts_status`, from memory only (`rows` still None)."""
     rows = []
+    visible = {p.name for p in rt.visible_parts()}
     for part in rt.queue.current:
         logged = rt.logged.get(part.name)
+        # A part holding rows of a job not wholly here yet is not read: shown inactive, `committing`.
+        committing = {"committing": True} if part.name not in visible else {}
         rows.append({"database": table.db, "table": table.name, "partition_id": part.partition_id,
-                     "name": part.name, "active": True, "level": part.level,
+                     "name": part.name, "active": part.name in visible, **committing, "level": part.level,
                      "min_block_number": part.min_block, "max_block_number": part.max_block,
                      "data_version": part.data_version, "rows": None,
                      "bytes_on_disk": logged.bytes if logged is not None else None,
@@ -173,7 +176,7 @@ def read_rows(node: Node, table: TableDef, expression: pc.Expression | None,
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return iter(())
-    paths = [os.path.join(rt.directory, part.name) for part in rt.queue.current]
+    paths = [os.path.join(rt.directory, part.name) for part in rt.visible_parts()]
     return _rows(node, paths, table, expression, list(columns) if columns else None)
 
 

@@ -324,6 +324,20 @@ _PARTS: dict[str, CommandArgs] = {
     "partsReplicationQueue": _collection_command({}),
     "insertStatus": _collection_command({"blockIds": _array(("string",)), "dedupToken": _str(),
                                         "insertQuorum": Arg(("string", *NUMBER))}),
+    "stagePartsBlock": _collection_command({
+        "arrow": Arg(("binData",), required=True), "writeId": _str(required=True), "stageKey": _str(required=True),
+    }),
+    "commitPartsJob": _collection_command({
+        "writeId": _str(required=True), "stages": _array(("string",), required=True), "rows": _num(minimum=0),
+        "digest": _str(), "insertQuorum": Arg(("string", *NUMBER)), "quorumTimeoutMS": _num(minimum=0),
+        "attempt": _str(),
+    }),
+    "abortPartsJob": _collection_command({"writeId": _str(required=True), "attempt": _str()}),
+    "partsJobStatus": _collection_command({"writeId": _str(required=True)}),
+    "_partsStage": _collection_command({
+        "blocks": _array(("object",), required=True), "source": _str(required=True),
+        "writeId": _str(required=True), "attempt": _str(),
+    }),
     "_partsCommit": _collection_command({
         "blocks": _array(("object",), required=True), "source": _str(required=True), "http": _str(),  # ignored: see member_http
         "attempt": _str(required=True), "quorum": _num(minimum=0), "dedupToken": _str(),

@@ -95,6 +95,7 @@ def load_commands() -> dict[str, CommandSpec]:
         crud,
         explain_cmd,
         parts_commands,
+        parts_jobs,
         parts_reads,
         repl_commands,
         split_vector,

@@ -1,0 +1,119 @@
+"""Jobs: many blocks committed as one (a Spark job's), as a member's part-log core sees them.
+
+Theory of operation
+-------------------
+A job's tasks stage their blocks first: each block is written as a temporary
+part on the member that took it (`tmp_staged_<stage id>`) and recorded in
+`<db>.system.parts.<table>.staged` (`_id` = the stage id). A staged block is
+never read, merged or fetched. The job's commit is one primary transaction
+(`replset.parts.jobs`): for each winning stage it takes a block number and logs
+a GET_PART document tagged `job: <job id>`, then logs the job's switch, one
+`COMMIT_JOB` document (`_id` = the job id, the hash of its write id) naming
+every part, then removes the write's stage records.
+
+A new primary may hold any prefix of that transaction. So a GET_PART document
+of a job is inert until its job's switch is here: it is kept aside
+(`JobBook.hold`), neither queued nor known as a part of the log. The switch
+releases them all at once (`JobBook.commit`), and from then on they are
+ordinary GET_PART tasks. A prefix without its switch publishes nothing; the
+commit's retry, an abort or the primary's timeout removes it.
+
+Once released, a job's parts arrive here one by one (adopted by the member
+that staged them, fetched by the others). Reads see none of them until every
+one is here (`JobBook.hidden`): the parts holding a job's rows are hidden while
+another part of that job is still missing. The `COMMIT_JOB` document stays in
+the log: it is the replicated record that the write id was committed, so the
+job run again is a no-op whatever the dedup window and whatever the row order.
+"""
+
+from __future__ import annotations
+
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oplog.parts.part_info import PartInfo
+
+COMMIT_JOB = "COMMIT_JOB"
+STAGED_PREFIX = "tmp_staged_"   # a staged block's temporary part: `tmp_staged_<stage id>`
+
+
+def job_id_of(write_id: str) -> str:
+    """The `_id` of a write's switch document (and the `job` tag of its parts)."""
+    return "job_" + hashlib.sha1(write_id.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A staged block as its record says: which write, which member holds it, since when (ms)."""
+
+    write_id: str
+    source: str
+    created_ms: int
+
+
+@dataclass(slots=True)
+class JobBook:
+    committed: set[str] = field(default_factory=set)                     # job ids whose switch is here
+    pending: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)   # job -> log id -> inert doc
+    incomplete: dict[str, tuple[PartInfo, ...]] = field(default_factory=dict)     # committed, not all here
+    staged: dict[str, Stage] = field(default_factory=dict)               # stage id -> its record
+
+    def hold(self, doc: dict[str, Any]) -> bool:
+        """True when `doc` is a job's GET_PART whose switch is not here: kept aside, inert."""
+        job = doc.get("job")
+        if job is None or str(job) in self.committed:
+            return False
+        self.pending.setdefault(str(job), {})[str(doc["_id"])] = doc
+        return True
+
+    def commit(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """A job's switch: its parts become the log's. Returns the documents it releases, in log order."""
+        job = str(doc["_id"])
+        if job in self.committed:
+            return []
+        self.committed.add(job)
+        parts = tuple(PartInfo.parse(str(p)) for p in doc.get("parts", ()))
+        if parts:
+            self.incomplete[job] = parts
+        released = self.pending.pop(job, {})
+        named = {str(i) for i in doc.get("logIds", ())}
+        return sorted((d for i, d in released.items() if not named or i in named),
+                      key=lambda d: int(d.get("seq", 0)))
+
+    def removed(self, log_id: str) -> None:
+        """A log document removed: an inert one (a prefix's remnant) is forgotten."""
+        for job, docs in list(self.pending.items()):
+            if docs.pop(log_id, None) is not None and not docs:
+                del self.pending[job]
+
+    def hidden(self, containing: Callable[[PartInfo], PartInfo | None],
+               settled: Callable[[PartInfo], bool]) -> set[str]:
+        """The parts here a read must not see: those holding rows of a committed job another part of which
+        is missing here. A part is not missing once a part here contains it, or once it is `settled`
+        otherwise (lost, or dropped). A job found complete is forgotten: it never hides anything again."""
+        hidden: set[str] = set()
+        for job, parts in list(self.incomplete.items()):
+            holders = [containing(p) for p in parts]
+            if all(h is not None or settled(p) for p, h in zip(parts, holders, strict=True)):
+                del self.incomplete[job]
+                continue
+            hidden.update(h.name for h in holders if h is not None)
+        return hidden
+
+    def stage_recorded(self, stage_id: str, stage: Stage) -> None:
+        self.staged[stage_id] = stage
+
+    def stage_removed(self, stage_id: str) -> Stage | None:
+        return self.staged.pop(stage_id, None)
+
+    def stale_writes(self, now_ms: int, timeout_ms: int) -> list[str]:
+        """The write ids whose staging stopped `timeout_ms` ago (their newest stage is that old): a driver
+        that died, or never called commit or abort (or a commit a failover cut after its switch)."""
+        newest: dict[str, int] = {}
+        for stage in self.staged.values():
+            newest[stage.write_id] = max(newest.get(stage.write_id, 0), stage.created_ms)
+        return sorted(w for w, t in newest.items() if now_ms - t >= timeout_ms)

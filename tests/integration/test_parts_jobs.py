@@ -1,0 +1,126 @@
+"""Jobs on a real set: blocks staged on any member are invisible until one commit publishes them all;
+a committed write id is a no-op when run again with the same rows and refused with other rows; an
+abort, a losing attempt and the primary's timeout leave nothing behind."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pymongo import ReadPreference
+from pymongo.errors import OperationFailure
+
+from tests.support.members import Member, wait_for
+from tests.support.parts import part_dirs, select
+from tests.support.replica_set import ReplicaSet
+
+EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                      {"name": "n", "type": "int64", "default": 0}],
+          "partitionBy": "toYYYYMM(ts)", "orderBy": ["user", "ts"]}
+
+
+def _arrow(first: int, count: int, months: int = 3) -> bytes:
+    rows = [{"ts": datetime.datetime(2024, 1 + i % months, 1 + i % 28), "user": f"u{i % 7}", "n": i}
+            for i in range(first, first + count)]
+    sink = io.BytesIO()
+    data = pa.Table.from_pylist(rows)
+    with pa.ipc.new_stream(sink, data.schema) as stream:
+        stream.write_table(data)
+    return sink.getvalue()
+
+
+def _staged(member: Member, ns: str) -> list[str]:
+    directory = os.path.join(member.dbpath, "parts", ns)
+    return sorted(d for d in os.listdir(directory) if d.startswith("tmp_staged_")) if os.path.isdir(directory) else []
+
+
+def _records(rs: ReplicaSet, db: str, what: str) -> list[dict[str, Any]]:
+    coll = rs.client()[db].get_collection(f"system.parts.events.{what}", read_preference=ReadPreference.PRIMARY)
+    return list(coll.find())
+
+
+def _stage(rs: ReplicaSet, member: Member, db: str, write_id: str, key: str, first: int, count: int) -> list[str]:
+    reply = rs.direct(member)[db].command({"stagePartsBlock": "events", "arrow": _arrow(first, count),
+                                           "writeId": write_id, "stageKey": key})
+    assert not reply["committed"] and reply["rows"] == count
+    return [s["stage"] for s in reply["stages"]]
+
+
+def _ns_values(rs: ReplicaSet, member: Member, db: str) -> list[int]:
+    return sorted(r["n"] for r in select(rs, member, db))
+
+
+def test_staged_blocks_are_invisible_until_one_commit_publishes_them_on_every_member(rs: ReplicaSet) -> None:
+    db = "jobs1"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS})
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    ours = _stage(rs, primary, db, "w1", "0:1:0", 0, 300) + _stage(rs, secondary, db, "w1", "1:2:0", 300, 300)
+    assert len(ours) == 6   # three months in each block
+    loser = _stage(rs, secondary, db, "w1", "1:3:0", 300, 300)   # another attempt of task 1: it loses
+    assert len(_staged(primary, f"{db}.events")) == 3 and len(_staged(secondary, f"{db}.events")) == 6
+    for member in rs.members:   # nothing is a part yet, nothing is read
+        assert part_dirs(member, f"{db}.events") == [] and select(rs, member, db) == []
+    reply = rs.client()[db].command({"commitPartsJob": "events", "writeId": "w1", "stages": ours, "rows": 600,
+                                     "digest": "d1"})
+    assert not reply["alreadyCommitted"] and reply["rows"] == 600 and len(reply["parts"]) == 6
+    for member in rs.members:
+        wait_for(lambda m=member: _ns_values(rs, m, db) == list(range(600)), 30, f"the job's rows on {member.host}")
+        wait_for(lambda m=member: _staged(m, f"{db}.events") == [], 30, f"no staged block left on {member.host}")
+    assert _records(rs, db, "staged") == []
+    assert not set(loser) & {b["blockId"] for b in reply["blocks"]}
+    switch = [d for d in _records(rs, db, "log") if d["type"] == "COMMIT_JOB"]
+    assert [(d["writeId"], d["rows"], sorted(d["parts"])) for d in switch] == [("w1", 600, sorted(reply["parts"]))]
+    status = rs.client()[db].command({"partsJobStatus": "events", "writeId": "w1"})
+    assert status["committed"] and status["rows"] == 600
+
+
+def test_a_committed_write_id_is_a_no_op_with_the_same_rows_and_refused_with_other_rows(rs: ReplicaSet) -> None:
+    db = "jobs2"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS})
+    primary = rs.wait_primary()
+    stages = _stage(rs, primary, db, "w2", "0:1:0", 0, 100)
+    first = rs.client()[db].command({"commitPartsJob": "events", "writeId": "w2", "stages": stages, "rows": 100,
+                                     "digest": "abc"})
+    assert not first["alreadyCommitted"]
+    # Staging a committed write writes nothing; committing it again (a lost reply, the job re-run) is a no-op.
+    again = rs.direct(primary)[db].command({"stagePartsBlock": "events", "arrow": _arrow(0, 100), "writeId": "w2",
+                                            "stageKey": "0:9:0"})
+    assert again["committed"] and again["stages"] == []
+    same = rs.client()[db].command({"commitPartsJob": "events", "writeId": "w2", "stages": [], "rows": 100,
+                                    "digest": "abc"})
+    assert same["alreadyCommitted"] and sorted(same["parts"]) == sorted(first["parts"])
+    with pytest.raises(OperationFailure) as refused:
+        rs.client()[db].command({"commitPartsJob": "events", "writeId": "w2", "stages": [], "rows": 101,
+                                 "digest": "other"})
+    assert refused.value.code == 11000 and "other rows" in str(refused.value)
+    wait_for(lambda: _ns_values(rs, primary, db) == list(range(100)), 30, "the rows once")
+
+
+def test_an_abort_removes_the_stages_and_a_commit_after_it_commits_nothing(rs: ReplicaSet) -> None:
+    db = "jobs3"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS})
+    secondary = next(m for m in rs.members if m is not rs.wait_primary())
+    stages = _stage(rs, secondary, db, "w3", "0:1:0", 0, 90)
+    assert len(_records(rs, db, "staged")) == 3
+    reply = rs.client()[db].command({"abortPartsJob": "events", "writeId": "w3"})
+    assert reply["removed"] == 3 and not reply["committed"]
+    wait_for(lambda: _staged(secondary, f"{db}.events") == [], 30, "the staged blocks removed where they were")
+    with pytest.raises(OperationFailure) as refused:
+        rs.client()[db].command({"commitPartsJob": "events", "writeId": "w3", "stages": stages, "rows": 90})
+    assert refused.value.code == 4
+    assert all(select(rs, m, db) == [] for m in rs.members)
+    assert not rs.client()[db].command({"partsJobStatus": "events", "writeId": "w3"})["committed"]
+
+
+def test_the_primary_removes_stages_no_commit_came_for(rs: ReplicaSet) -> None:
+    db = "jobs4"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS, "settings": {"stagedPartsTimeoutSecs": 1}})
+    secondary = next(m for m in rs.members if m is not rs.wait_primary())
+    _stage(rs, secondary, db, "w4", "0:1:0", 0, 50)
+    wait_for(lambda: _records(rs, db, "staged") == [], 30, "the stale stages removed by the primary")
+    wait_for(lambda: _staged(secondary, f"{db}.events") == [], 30, "their files removed where they were")
