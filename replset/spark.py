@@ -1,5 +1,5 @@
-"""The "replset" data source for PySpark: parts tables loaded exactly once and read a part per task;
-rows written into collections by `_id`.
+"""The "replset" data source for PySpark: parts tables loaded exactly once, one commit per job, and read
+a part per task; rows written into collections by `_id`.
 
     import replset.spark
     replset.spark.register(spark)
@@ -13,26 +13,31 @@ Spark 4's Python Data Source API (`pyspark.sql.datasource`). Everything here
 runs in Spark's Python workers; the member is reached as any client reaches it
 (pymongo, and the HTTP port for part files).
 
-**Writes** (`DataSourceArrowWriter`). The writer is made once per `save()` and
-pickled to every task attempt, so the write id it draws (or the `writeId`
-option) is the same for a task and all its retries. A task cuts its rows into
-blocks of `blockRows` (100,000) and sends each with `insertBlock` and the dedup
-token `<write id>:<Spark partition>:<block index>` - never the attempt number,
-which a stage retry reuses. A retried or duplicated task, or the same job run
-again with the same `writeId`, sends the same blocks: the part log deduplicates
-them (`deduplicated` in the reply), so every row lands once - while those
-blocks are in the table's dedup window (`replicatedDeduplicationWindow`, 1,000
-blocks by default: a job of more blocks needs a wider window, or bigger
-blocks, for a late retry to stay exactly-once). Each block is
-committed at `w: "majority"` (and `insertQuorum`, if given) before the next is
-sent; a quorum still pending or failed fails the task, so Spark runs it again.
+**Writes** (`DataSourceArrowWriter`): Spark's writer protocol, as Delta and
+Iceberg use it; one job is one part-log commit (`replset.parts.jobs`). The
+writer is made once per `save()` and pickled to every task attempt, so the
+write id it draws (or the `writeId` option) is the job's. A task attempt cuts
+its rows into blocks of `blockRows` (100,000) and stages each with
+`stagePartsBlock` (stage key `<Spark partition>:<task attempt id>:<block
+index>`): written on the member, recorded through the primary, read by nobody.
+Its commit message lists its stages, its rows and an order-free digest of them
+(`rows_digest`). The driver's `commit` sends the stages of the attempts Spark
+let commit to `commitPartsJob`: every part of the job becomes visible at once,
+or none; a killed, failed or speculative attempt's stages are removed. The
+committed write id is recorded in the table's replicated state: the same job run
+again (same `writeId`, same rows in any order and any split) writes nothing,
+and other rows under a committed write id fail the job. Whatever the dedup
+window. `insertQuorum` applies to the job's commit (a quorum not reached fails
+the job after its commit; `partsJobStatus` answers later).
 
-* `commit` logs the inserted and deduplicated block counts of every task.
-* `abort` removes nothing: each block sent was a committed insert. Running the
-  job again with the same `writeId` finishes it without duplicates.
-* `mode("overwrite")` drops every partition of the table (`dropPartition`), once,
-  when the writer is made; then the job appends. Only `append` and `overwrite`
-  are Spark's modes for Python sources.
+* `abort` removes the job's stages (and the primary does after
+  `stagedPartsTimeoutSecs` when no driver is left to).
+* `mode("overwrite")` drops every partition of the table (`dropPartition`),
+  once, when the writer is made; then the job appends. Only `append` and
+  `overwrite` are Spark's modes for Python sources.
+
+ClickHouse has no atomic insert of many blocks: each of its blocks commits on
+its own, and a retry is exactly-once only inside its dedup window.
 
 **Collections** (`collection` instead of `table`): writes by `_id`, see
 `CollectionWriter`. Reads are split in `_id` ranges of about
@@ -81,6 +86,7 @@ import pyarrow as pa
 from bson import json_util
 from bson.decimal128 import Decimal128
 from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern, uri_parser
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, ServerSelectionTimeoutError
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -114,6 +120,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from oplog import values
 from oplog.parts import part_files
@@ -124,6 +131,7 @@ from sync.part_fetch import fetch_part
 log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 100_000
+COMMIT_RETRY_S = 120.0   # a job's commit is sent again for this long across a change of primary
 PARTITION_BYTES = 128 << 20
 READ_BATCH_ROWS = 65_536
 
@@ -214,10 +222,27 @@ class ReplsetDataSource(DataSource):
 
 
 @dataclass
-class BlocksSent(WriterCommitMessage):
+class BlocksStaged(WriterCommitMessage):
+    """What one task attempt staged: the stage ids, and its rows' count and order-free digest."""
+
     partition: int
-    inserted: int
-    deduplicated: int
+    attempt: int
+    stages: list[str]
+    rows: int
+    digest: int
+
+
+def rows_digest(block: pa.Table) -> int:
+    """The sum (mod 2**64) of a hash of each row: the same for the same rows in any order and any cut
+    into blocks, so a job run again is recognised whatever its tasks saw first."""
+    import pandas as pd  # pyspark[sql] brings it (its Arrow paths need it)
+
+    hashes = pd.util.hash_pandas_object(block.to_pandas(), index=False).to_numpy(dtype="uint64")
+    return int(hashes.sum(dtype="uint64"))
+
+
+def _job_digest(staged: list[BlocksStaged]) -> str:
+    return f"{sum(m.digest for m in staged) % (1 << 64):016x}"
 
 
 class PartsWriter(DataSourceArrowWriter):
@@ -232,7 +257,11 @@ class PartsWriter(DataSourceArrowWriter):
         if raw_quorum is not None:
             self.quorum = raw_quorum if raw_quorum == "majority" else int(raw_quorum)
         self.db, self.table = _table_name(options)
-        if overwrite:
+        with _client(options) as client:
+            status = client[self.db].command({"partsJobStatus": self.table, "writeId": self.write_id})
+        # A write id committed before: the tasks only count and digest their rows, the commit compares.
+        self.committed: dict[str, Any] | None = dict(status) if status.get("committed") else None
+        if overwrite and self.committed is None:
             self._truncate()
 
     def _truncate(self) -> None:
@@ -240,48 +269,87 @@ class PartsWriter(DataSourceArrowWriter):
         with _client(self.options) as client:
             db = client[self.db]
             parts = db.command({"partsStatus": self.table})["parts"]
-            for pid in sorted({p["partition_id"] for p in parts if p.get("active")}):
+            for pid in sorted({p["partition_id"] for p in parts if p.get("active") or p.get("committing")}):
                 db.command({"dropPartition": self.table, "partition": pid, "sync": 2})
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> BlocksSent:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BlocksStaged:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        inserted = deduplicated = 0
+        attempt = context.taskAttemptId() if context is not None else uuid.uuid4().int >> 64
+        stages: list[str] = []
+        rows = digest = 0
         with _client(self.options) as client:
             db = client[self.db]
             for index, block in enumerate(_blocks(iterator, self.block_rows)):
-                reply = db.command(self._insert(block, f"{self.write_id}:{partition}:{index}"))
-                inserted += int(reply.get("inserted", 0))
-                deduplicated += int(reply.get("deduplicated", 0))
-                if "writeConcernError" in reply:
-                    raise RuntimeError(f"block {index} of Spark partition {partition}: {reply['writeConcernError']}")
-                if self.quorum is not None and reply.get("quorumStatus", "reached") != "reached":
-                    # Spark runs the task again: its blocks are deduplicated and their quorum asked again
-                    # (a failed quorum's dedup key is gone, so that block is inserted anew).
-                    raise RuntimeError(f"block {index} of Spark partition {partition}: insertQuorum "
-                                       f"{self.quorum} is {reply['quorumStatus']}")
-        return BlocksSent(partition, inserted, deduplicated)
-
-    def _insert(self, block: pa.Table, token: str) -> dict[str, Any]:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, block.schema) as stream:
-            stream.write_table(block)
-        command: dict[str, Any] = {"insertBlock": self.table, "arrow": sink.getvalue(), "dedupToken": token,
-                                   "writeConcern": {"w": "majority"}}
-        if self.quorum is not None:
-            command["insertQuorum"] = self.quorum
-        return command
+                rows += block.num_rows
+                digest = (digest + rows_digest(block)) % (1 << 64)
+                if self.committed is not None:
+                    continue
+                reply = db.command({"stagePartsBlock": self.table, "arrow": _ipc(block), "writeId": self.write_id,
+                                    "stageKey": f"{partition}:{attempt}:{index}"})
+                stages.extend(str(s["stage"]) for s in reply["stages"])
+        return BlocksStaged(partition, attempt, stages, rows, digest)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        sent = [m for m in messages if isinstance(m, BlocksSent)]
-        log.info("replset write %s into %s.%s: %d blocks inserted, %d deduplicated, from %d Spark partitions",
-                 self.write_id, self.db, self.table, sum(m.inserted for m in sent),
-                 sum(m.deduplicated for m in sent), len(sent))
+        """The stages of the attempts Spark let commit, published as one part-log transaction."""
+        staged = [m for m in messages if isinstance(m, BlocksStaged)]
+        rows, digest = sum(m.rows for m in staged), _job_digest(staged)
+        if self.committed is not None:
+            if (int(self.committed["rows"]), str(self.committed["digest"])) != (rows, digest):
+                raise RuntimeError(f"write {self.write_id!r} was committed into {self.db}.{self.table} with other "
+                                   f"rows ({self.committed['rows']} rows; this job has {rows}): nothing was "
+                                   "written; use a new writeId")
+            log.warning("replset write %s into %s.%s was committed before (%d rows at %s): nothing written",
+                        self.write_id, self.db, self.table, rows, self.committed.get("commitTime"))
+            return
+        command: dict[str, Any] = {"commitPartsJob": self.table, "writeId": self.write_id,
+                                   "stages": [s for m in staged for s in m.stages], "rows": rows, "digest": digest,
+                                   "attempt": uuid.uuid4().hex, "writeConcern": {"w": "majority"}}
+        if self.quorum is not None:
+            command["insertQuorum"] = self.quorum
+        with _client(self.options) as client:
+            reply = _commit_with_retries(client[self.db], command)
+        if "writeConcernError" in reply:
+            raise RuntimeError(f"replset write {self.write_id}: committed, but {reply['writeConcernError']}")
+        if self.quorum is not None and reply.get("quorumStatus", "reached") != "reached":
+            raise RuntimeError(f"replset write {self.write_id}: committed, but insertQuorum {self.quorum} is "
+                               f"{reply['quorumStatus']} (partsJobStatus / insertStatus answer later)")
+        log.info("replset write %s into %s.%s: %d rows in %d parts from %d Spark partitions%s", self.write_id,
+                 self.db, self.table, rows, len(reply.get("parts", ())), len(staged),
+                 " (committed before: nothing new)" if reply.get("alreadyCommitted") else "")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("replset write %s into %s.%s failed: the blocks sent are committed; run the job again with "
-                    "option writeId=%s to finish it without duplicates", self.write_id, self.db, self.table,
-                    self.write_id)
+        """The job failed: its stages are removed (the primary removes them after `stagedPartsTimeoutSecs`
+        anyway). Nothing of it was published."""
+        if self.committed is not None:
+            return
+        try:
+            with _client(self.options) as client:
+                client[self.db].command({"abortPartsJob": self.table, "writeId": self.write_id})
+        except PyMongoError as exc:
+            log.warning("replset write %s into %s.%s failed and its abort failed too (%s): the primary removes "
+                        "its staged blocks after stagedPartsTimeoutSecs", self.write_id, self.db, self.table, exc)
+
+
+def _ipc(block: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, block.schema) as stream:
+        stream.write_table(block)
+    return sink.getvalue()
+
+
+def _commit_with_retries(db: Any, command: dict[str, Any]) -> dict[str, Any]:
+    """The commit, sent again (same attempt id: the primary recognises its own earlier try) while the
+    failure is one a change of primary or a lost reply explains."""
+    retrying = Retrying(retry=retry_if_exception(_retryable_commit_error), stop=stop_after_delay(COMMIT_RETRY_S),
+                        wait=wait_exponential_jitter(multiplier=0.1, max=2.0), reraise=True)
+    return dict(retrying(db.command, command))
+
+
+def _retryable_commit_error(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionFailure, ServerSelectionTimeoutError)):
+        return True
+    return isinstance(exc, OperationFailure) and exc.has_error_label("RetryableWriteError")
 
 
 @dataclass

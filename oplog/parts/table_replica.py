@@ -835,6 +835,14 @@ class TableReplica:
         hidden = self.jobs.hidden(self.queue.current.containing, self._settled) if self.jobs.incomplete else set()
         return [p for p in self.queue.current if p.name not in hidden]
 
+    def job_visible(self, job: str) -> bool:
+        """Whether the job's switch is here and every part of it is read here."""
+        if job not in self.jobs.committed:
+            return False
+        if job in self.jobs.incomplete:
+            self.jobs.hidden(self.queue.current.containing, self._settled)   # forgets the jobs now complete
+        return job not in self.jobs.incomplete
+
     def _settled(self, part: PartInfo) -> bool:
         """A job's part no read waits for: lost, or no longer one the log produces (dropped, or its entry
         cleaned up after a merge took it in)."""

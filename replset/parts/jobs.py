@@ -66,8 +66,11 @@ if TYPE_CHECKING:
 
 BAD_VALUE = 2
 NO_SUCH_KEY = 4
+WRITE_CONCERN_FAILED = 64
 WRITE_ID_REUSED = 11000   # DuplicateKey: a write id committed with other rows
-STAGE_WRITE_CONCERN = WriteConcern(w=1)   # a stage rolled back fails the commit loudly: no wait needed
+# A stage is acknowledged by a majority: a change of primary while a job runs does not lose it (a stage
+# lost anyway fails the commit with NoSuchKey, never a silent gap).
+STAGE_WRITE_CONCERN = WriteConcern(w="majority")
 
 
 def staged_dir(stage_id: str) -> str:
@@ -257,6 +260,9 @@ async def stage_rows(node: Node, db: str, name: str, data: pa.Table, *, write_id
         # A stage that failed fails its task attempt: the job never commits it, so its files can go.
         await asyncio.to_thread(part_files.remove_named, directory, [b.tmp_name for b in blocks])
         raise
+    if "writeConcernError" in reply:   # recorded on the primary, not confirmed: the attempt fails, Spark retries
+        await asyncio.to_thread(part_files.remove_named, directory, [b.tmp_name for b in blocks])
+        raise MongoError(WRITE_CONCERN_FAILED, f"the stage of {table.ns} was not confirmed: {reply['writeConcernError']}")
     if reply.get("committed"):
         await asyncio.to_thread(part_files.remove_named, directory, [b.tmp_name for b in blocks])
         return {"committed": True, "stages": [], "rows": 0, "ok": 1.0}

@@ -925,6 +925,14 @@ class PartsManager:
 
         await self._wait_until(done, timeout_s, f"mutation {mutation_id} (partsMutations shows where it stands)")
 
+    async def wait_job_visible(self, ns: str, job: str, timeout_s: float) -> None:
+        """Until every part of the committed job `job` is readable here (`TableReplica.job_visible`)."""
+        def done() -> bool:
+            rt = self.tables.get(ns)
+            return rt is not None and rt.job_visible(job)
+
+        await self._wait_until(done, timeout_s, f"job {job} of {ns}")
+
     async def wait_metadata(self, ns: str, version: int, timeout_s: float = 600.0) -> None:
         """Until this member's queue adopted metadata version `version` of the table."""
         def done() -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from base.errors import MongoError
+from oplog.parts.jobs import job_id_of
 from replset.parts.commit import QUORUM_TIMEOUT_MS, check_live_quorum, commit_here, new_attempt, parse_quorum
 from replset.parts.insert import Block, load_table, table_from_arrow
 from replset.parts.jobs import (
@@ -38,6 +39,7 @@ from replset.wire.commands import CommandContext, command
 from replset.wire.parts_commands import _on_primary
 
 BAD_VALUE = 2
+MAX_TIME_EXPIRED = 50
 
 
 def _write_id(ctx: CommandContext) -> str:
@@ -83,9 +85,17 @@ async def cmd_commit_parts_job(ctx: CommandContext) -> dict[str, Any]:
                            rows=int(ctx.cmd.get("rows", 0)), digest=str(ctx.cmd.get("digest", "")),
                            quorum=quorum, attempt=str(ctx.cmd.setdefault("attempt", new_attempt())))
     reply = await _on_primary(ctx, body, off_loop=True)
+    left_s = int(ctx.cmd.get("quorumTimeoutMS", QUORUM_TIMEOUT_MS)) / 1000
+    if "writeConcernError" not in reply:   # read-your-writes here, as an insert's part is before its reply
+        try:
+            await ctx.node.parts.wait_job_visible(f"{ctx.db}.{name}", job_id_of(write_id), left_s)
+            reply["visibleHere"] = True
+        except MongoError as exc:
+            if exc.code != MAX_TIME_EXPIRED:
+                raise
+            reply["visibleHere"] = False
     if quorum > 1 and not reply.get("alreadyCommitted") and "writeConcernError" not in reply:
         blocks = [(str(b["blockId"]), str(b["part"])) for b in reply.get("blocks", ())]
-        left_s = int(ctx.cmd.get("quorumTimeoutMS", QUORUM_TIMEOUT_MS)) / 1000
         statuses = await ctx.node.parts.wait_quorum(f"{ctx.db}.{name}", blocks, quorum, left_s) if blocks else []
         reply["quorumStatus"] = (REACHED if all(s == REACHED for s in statuses)
                                  else PENDING if PENDING in statuses else next(s for s in statuses if s != REACHED))

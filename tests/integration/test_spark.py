@@ -1,6 +1,7 @@
 """The "replset" Spark data source (replset/spark.py) on a real set and a real local Spark: a task that
-fails after committing some blocks and is retried leaves every row once; the same job again with the
-same write id adds nothing; reads return exactly the rows written, one Spark partition per part, and
+fails after staging some blocks and is retried leaves every row once, as does one SIGKILLed and retried
+with its rows in another order in a job past the dedup window; the same job again with the same write
+id adds nothing, and other rows under it fail; reads return exactly the rows written, one Spark partition per part, and
 a filter on the partition key reads fewer parts; overwrite replaces the table's rows; a speculative copy
 of a task adds nothing."""
 
@@ -106,9 +107,10 @@ def test_the_same_job_again_with_the_same_write_id_adds_nothing(spark: SparkSess
 
 def test_a_speculative_copy_of_a_task_adds_nothing(spark: SparkSession, rs: ReplicaSet) -> None:
     """Two attempts of one task at once, as speculative execution runs them: the writer Spark ships to
-    every attempt (pickled as Spark pickles it), one attempt sending through the primary and the other
-    straight to a secondary. Spark itself will not place a speculative copy on the host that runs the
-    original, and every executor of one machine is on one host, so the two attempts are started here."""
+    every attempt (pickled as Spark pickles it), one attempt staging through the primary and the other
+    straight on a secondary. Spark itself will not place a speculative copy on the host that runs the
+    original, and every executor of one machine is on one host, so the two attempts are started here;
+    the driver's commit gets the message of the one Spark let commit."""
     import concurrent.futures
 
     from pyspark import cloudpickle
@@ -117,24 +119,78 @@ def test_a_speculative_copy_of_a_task_adds_nothing(spark: SparkSession, rs: Repl
     rows = _events(spark, 4_000, 1).toArrow()
     source = replset.spark.ReplsetDataSource({"uri": rs.uri, "table": "sp.speculated", "blockrows": "250",
                                                "insertquorum": "2"})
-    shipped = cloudpickle.dumps(source.writer(rows.schema, False))
+    writer = source.writer(rows.schema, False)
+    shipped = cloudpickle.dumps(writer)
     primary = rs.wait_primary()
     secondary = next(m for m in rs.members if m is not primary)
     direct_uri = f"mongodb://{secondary.host}/?directConnection=true"
 
     def attempt(uri: str) -> Any:
-        writer = cloudpickle.loads(shipped)
-        writer.options = {**writer.options, "uri": uri}
-        return writer.write(iter(rows.to_batches(max_chunksize=1_000)))
+        copy = cloudpickle.loads(shipped)
+        copy.options = {**copy.options, "uri": uri}
+        return copy.write(iter(rows.to_batches(max_chunksize=1_000)))
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         sent = list(pool.map(attempt, [rs.uri, direct_uri]))
-    blocks = [s.inserted + s.deduplicated for s in sent]
-    assert blocks[0] == blocks[1] >= 16              # each attempt sent every block (16 or more: one per partition)
-    assert sum(s.inserted for s in sent) == blocks[0]   # and each landed once
+    assert sent[0].rows == sent[1].rows == 4_000 and sent[0].digest == sent[1].digest
+    assert len(sent[0].stages) >= 16 and not set(sent[0].stages) & set(sent[1].stages)
+    writer.commit([sent[1]])   # the secondary's attempt won
     assert _read(spark, rs, "sp.speculated").count() == 4_000
     assert sorted(r["n"] for r in rs.direct(primary).sp.cursor_command(
         "selectParts", "speculated", columns=["n"])) == list(range(4_000))
+    staged = rs.client().sp.get_collection("system.parts.speculated.staged")
+    assert staged.count_documents({}) == 0   # the losing attempt's stages went with the commit
+
+
+def _killed_then_reordered(marker: str, after_rows: int) -> Any:
+    """A `mapInArrow` function whose first attempt of Spark partition 0 SIGKILLs its own Python worker once
+    `after_rows` rows went through (the writer has staged blocks of them), and whose retry sees its rows in
+    reverse order (as after a shuffle)."""
+    def pass_on(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import signal
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        first = context.attemptNumber() == 0 and context.partitionId() == 0
+        if not first and context.partitionId() == 0:
+            everything = pa.Table.from_batches(list(batches))
+            yield from everything.take(pa.array(range(everything.num_rows - 1, -1, -1))).to_batches(1_000)
+            return
+        sent = 0
+        for batch in batches:
+            yield batch
+            sent += batch.num_rows
+            if first and sent >= after_rows:
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+    return pass_on
+
+
+def test_a_job_of_many_blocks_with_a_killed_task_retried_in_another_order_loads_exactly_its_rows(
+        spark: SparkSession, rs: ReplicaSet, tmp_path: Any) -> None:
+    """200 blocks of twelve months each: 2,400 block-partitions, past the dedup window of 1,000, so only
+    the job's commit can make it exactly-once."""
+    rs.client().sp.command({"createPartsTable": "many", **TABLE})
+    df = _events(spark, 20_000, 2, months=12)
+    marker = str(tmp_path / "killed")
+    flaky = df.mapInArrow(_killed_then_reordered(marker, 6_000), df.schema)
+    _writer(flaky, rs, "sp.many", blockRows=100, writeId="many-1").mode("append").save()
+    assert os.path.exists(marker)   # the first attempt was killed after staging blocks
+    assert sorted(r["n"] for r in rs.direct(rs.wait_primary()).sp.cursor_command(
+        "selectParts", "many", columns=["n"])) == list(range(20_000))
+    assert rs.client().sp.get_collection("system.parts.many.staged").count_documents({}) == 0
+    # The same job again, its rows in another order and cut otherwise: nothing new.
+    _writer(df.repartition(3), rs, "sp.many", blockRows=700, writeId="many-1").mode("append").save()
+    assert _read(spark, rs, "sp.many").count() == 20_000
+
+
+def test_a_committed_write_id_with_other_rows_fails_the_job(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "reused", **TABLE})
+    _writer(_events(spark, 1_000, 2), rs, "sp.reused", writeId="reused-1").mode("append").save()
+    with pytest.raises(Exception, match=r"committed .* with other rows"):
+        _writer(_events(spark, 1_001, 2), rs, "sp.reused", writeId="reused-1").mode("append").save()
+    assert _read(spark, rs, "sp.reused").count() == 1_000
 
 
 def test_reads_return_the_rows_written(spark: SparkSession,
