@@ -32,8 +32,9 @@ the job after its commit; `partsJobStatus` answers later).
 
 * `abort` removes the job's stages (and the primary does after
   `stagedPartsTimeoutSecs` when no driver is left to).
-* `mode("overwrite")` drops every partition of the table (`dropPartition`),
-  once, when the writer is made; then the job appends. Only `append` and
+* `mode("overwrite")`: the commit also drops every row the table had, in the
+  same transaction (`replace`): a failed overwrite leaves the table as it
+  was, and readers see the old rows or the new ones. Only `append` and
   `overwrite` are Spark's modes for Python sources.
 
 ClickHouse has no atomic insert of many blocks: each of its blocks commits on
@@ -261,16 +262,7 @@ class PartsWriter(DataSourceArrowWriter):
             status = client[self.db].command({"partsJobStatus": self.table, "writeId": self.write_id})
         # A write id committed before: the tasks only count and digest their rows, the commit compares.
         self.committed: dict[str, Any] | None = dict(status) if status.get("committed") else None
-        if overwrite and self.committed is None:
-            self._truncate()
-
-    def _truncate(self) -> None:
-        """`mode("overwrite")`: every partition of the table dropped, once, before any task writes."""
-        with _client(self.options) as client:
-            db = client[self.db]
-            parts = db.command({"partsStatus": self.table})["parts"]
-            for pid in sorted({p["partition_id"] for p in parts if p.get("active") or p.get("committing")}):
-                db.command({"dropPartition": self.table, "partition": pid, "sync": 2})
+        self.overwrite = overwrite   # the table's rows replaced by the job's in its commit
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BlocksStaged:
         context = TaskContext.get()
@@ -304,7 +296,8 @@ class PartsWriter(DataSourceArrowWriter):
             return
         command: dict[str, Any] = {"commitPartsJob": self.table, "writeId": self.write_id,
                                    "stages": [s for m in staged for s in m.stages], "rows": rows, "digest": digest,
-                                   "attempt": uuid.uuid4().hex, "writeConcern": {"w": "majority"}}
+                                   "attempt": uuid.uuid4().hex, "replace": self.overwrite,
+                                   "writeConcern": {"w": "majority"}}
         if self.quorum is not None:
             command["insertQuorum"] = self.quorum
         with _client(self.options) as client:

@@ -18,6 +18,11 @@ releases them all at once (`JobBook.commit`), and from then on they are
 ordinary GET_PART tasks. A prefix without its switch publishes nothing; the
 commit's retry, an abort or the primary's timeout removes it.
 
+An overwrite's job also logs, before its switch, a DROP_RANGE over every
+partition's blocks so far (inert like its parts). It is carried out here only
+once the job's parts are all here, and the parts it drops are hidden from then
+on until the drop is done: a read sees the old rows or the new ones.
+
 Once released, a job's parts arrive here one by one (adopted by the member
 that staged them, fetched by the others). Reads see none of them until every
 one is here (`JobBook.hidden`): the parts holding a job's rows are hidden while
@@ -61,6 +66,8 @@ class JobBook:
     pending: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)   # job -> log id -> inert doc
     incomplete: dict[str, tuple[PartInfo, ...]] = field(default_factory=dict)     # committed, not all here
     staged: dict[str, Stage] = field(default_factory=dict)               # stage id -> its record
+    drops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its DROP_RANGEs, not carried out yet
+    dropping: set[str] = field(default_factory=set)                      # released drop ranges not finished here
 
     def hold(self, doc: dict[str, Any]) -> bool:
         """True when `doc` is a job's GET_PART whose switch is not here: kept aside, inert."""
@@ -79,10 +86,27 @@ class JobBook:
         parts = tuple(PartInfo.parse(str(p)) for p in doc.get("parts", ()))
         if parts:
             self.incomplete[job] = parts
-        released = self.pending.pop(job, {})
+        pending = self.pending.pop(job, {})
         named = {str(i) for i in doc.get("logIds", ())}
-        return sorted((d for i, d in released.items() if not named or i in named),
-                      key=lambda d: int(d.get("seq", 0)))
+        released = sorted((d for i, d in pending.items() if not named or i in named), key=lambda d: int(d.get("seq", 0)))
+        drops = [d for d in released if d.get("type") == "DROP_RANGE"]
+        if drops:   # an overwrite's: the old rows go when the new ones are all here (`drops_ready`)
+            self.drops[job] = drops
+        return [d for d in released if d.get("type") != "DROP_RANGE"]
+
+    def drops_ready(self, containing: Callable[[PartInfo], PartInfo | None],
+                    settled: Callable[[PartInfo], bool]) -> list[dict[str, Any]]:
+        """The DROP_RANGEs of the jobs whose parts are now all here: carried out in the same step that makes
+        the new parts visible, so a read sees the old rows or the new ones, never both or neither."""
+        ready = []
+        for job in list(self.drops):
+            if job in self.incomplete:
+                self.hidden(containing, settled)
+            if job not in self.incomplete:
+                for doc in self.drops.pop(job):
+                    self.dropping.add(str(doc["part"]))
+                    ready.append(doc)
+        return ready
 
     def removed(self, log_id: str) -> None:
         """A log document removed: an inert one (a prefix's remnant) is forgotten."""

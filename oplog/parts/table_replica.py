@@ -419,6 +419,8 @@ class TableReplica:
     def schedule(self, now_ms: int) -> None:
         """Every task that may run now: started, and a `Run` for the shell (an alter's metadata and a task
         whose part is here already need nothing but the bookkeeping)."""
+        if self.jobs.drops:
+            self._release_job_drops()
         while (entry := self.queue.next_to_run(now_ms)) is not None:
             self.queue.started(entry, now_ms)
             if entry.type is EntryType.ALTER_METADATA:
@@ -429,6 +431,8 @@ class TableReplica:
             elif self.queue.already_done(entry):
                 self.queue.finished(entry, now_ms)
                 self.docs.pop(entry.node_name, None)
+                if entry.type is EntryType.DROP_RANGE and entry.new_part is not None:
+                    self.jobs.dropping.discard(entry.new_part.name)
             elif entry.type is EntryType.DROP_RANGE:
                 self.actions.append(Run(entry, "drop"))
             elif entry.new_part is not None and entry.new_part.name in self.broken:   # wait: it is being moved
@@ -515,6 +519,7 @@ class TableReplica:
             self.mark_outdated(part.name, now_ms)
         if entry.type is EntryType.DROP_RANGE:
             self.finished_drops.add(produced.name)
+            self.jobs.dropping.discard(produced.name)
         else:
             self.checked_at[produced.name] = now_ms   # its bytes were just checked (fetched, made or published)
             self.held(produced.name, checksums or {}, me)
@@ -608,7 +613,7 @@ class TableReplica:
         if now_s < self.next_merge_select:
             return []
         self.next_merge_select = now_s + self.table.settings.merge_selecting_sleep_ms / 1000
-        pinned = [PartInfo.parse(p) for p in self.quorum_blocks]
+        pinned = [PartInfo.parse(p) for p in self.quorum_blocks] + self._job_pins()
         return plan_merges(self.queue.current, self.queue.virtual, self.part_sizes(), wall_ms,
                            pinned=pinned, mutations=versions_by_partition(self.mutations.values()))
 
@@ -831,9 +836,25 @@ class TableReplica:
             self.quorum_reached[info.partition_id] = part
 
     def visible_parts(self) -> list[PartInfo]:
-        """The active parts a read sees: all but those holding rows of a job not wholly here yet."""
+        """The active parts a read sees: all but those holding rows of a job not wholly here yet, and those an
+        overwrite's drop is about to remove."""
         hidden = self.jobs.hidden(self.queue.current.containing, self._settled) if self.jobs.incomplete else set()
-        return [p for p in self.queue.current if p.name not in hidden]
+        dropping = [PartInfo.parse(d) for d in self.jobs.dropping]
+        return [p for p in self.queue.current
+                if p.name not in hidden and not any(d.contains(p) for d in dropping)]
+
+    def _release_job_drops(self) -> None:
+        for doc in self.jobs.drops_ready(self.queue.current.containing, self._settled):
+            self.log_doc(doc)
+
+    def _job_pins(self) -> list[PartInfo]:
+        """Parts no merge may take yet: those of a job not wholly here, and every part of a partition an
+        overwrite's drop is waiting to clear (a merge across the drop's block number would keep old rows)."""
+        pins = [p for parts in self.jobs.incomplete.values() for p in parts]
+        waiting = {str(d.get("partition")) for docs in self.jobs.drops.values() for d in docs}
+        if waiting:
+            pins += [p for p in self.queue.current if p.partition_id in waiting]
+        return pins
 
     def job_visible(self, job: str) -> bool:
         """Whether the job's switch is here and every part of it is read here."""
@@ -841,7 +862,7 @@ class TableReplica:
             return False
         if job in self.jobs.incomplete:
             self.jobs.hidden(self.queue.current.containing, self._settled)   # forgets the jobs now complete
-        return job not in self.jobs.incomplete
+        return job not in self.jobs.incomplete and job not in self.jobs.drops
 
     def _settled(self, part: PartInfo) -> bool:
         """A job's part no read waits for: lost, or no longer one the log produces (dropped, or its entry

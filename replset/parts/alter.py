@@ -93,7 +93,7 @@ def drop_partition(env: WriteEnv, db: str, name: str, pid: str, attempt: str) ->
         ns = state_ns(db, name, what)
         if env.txn.collection(ns) is None:
             continue
-        doomed = [doc["_id"] for doc in env.txn.scan(ns) if _in_range(doc, fake)]
+        doomed = [doc["_id"] for doc in env.txn.scan(ns) if in_range(doc, fake)]
         for doc_id in doomed:
             env.emit(delete_entry(ns, doc_id))
     seq = next_counter(env, counters_ns, "seq")
@@ -103,7 +103,7 @@ def drop_partition(env: WriteEnv, db: str, name: str, pid: str, attempt: str) ->
     return fake.name
 
 
-def _in_range(doc: dict[str, Any], fake: PartInfo) -> bool:
+def in_range(doc: dict[str, Any], fake: PartInfo) -> bool:
     try:
         part = PartInfo.parse(str(doc.get("part", "")))
     except MongoError:

@@ -53,8 +53,9 @@ from base.member import MemberState
 from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.parts import part_files
 from oplog.parts.jobs import COMMIT_JOB, STAGED_PREFIX, Stage, job_id_of
-from oplog.parts.part_info import inserted_part
+from oplog.parts.part_info import PartInfo, drop_range, inserted_part
 from oplog.writes import WriteEnv, ensure_collection
+from replset.parts.alter import in_range
 from replset.parts.commit import NOT_PRIMARY_OR_SECONDARY, commit_here
 from replset.parts.insert import SCHEMA_CHANGED, Block, load_table, next_counter, prepare_blocks
 from replset.parts.names import state_ns, table_dir
@@ -122,18 +123,52 @@ def stage_body(db: str, name: str, blocks: list[Block], *, write_id: str, source
     return body
 
 
-def _remove_stages(env: WriteEnv, db: str, name: str, stages: list[dict[str, Any]], *, remnants: bool) -> None:
-    """The stage records, and (`remnants`) the inert log documents a commit cut short by a failover left."""
-    log_ns, staged_ns = state_ns(db, name, "log"), state_ns(db, name, "staged")
+def _remove_stages(env: WriteEnv, db: str, name: str, stages: list[dict[str, Any]]) -> None:
+    staged_ns = state_ns(db, name, "staged")
     for stage in stages:
-        logged = stage.get("logged")
-        if remnants and logged is not None and env.txn.get(log_ns, str(logged)) is not None:
-            env.emit(delete_entry(log_ns, str(logged)))
         env.emit(delete_entry(staged_ns, stage["_id"]))
 
 
+def _remove_remnants(env: WriteEnv, log_ns: str, write_id: str) -> None:
+    """The inert log documents of a commit of this write that a failover cut before its switch."""
+    if env.txn.collection(log_ns) is None:
+        return
+    job = job_id_of(write_id)
+    for doc_id in [d["_id"] for d in env.txn.scan(log_ns) if d.get("job") == job]:
+        env.emit(delete_entry(log_ns, doc_id))
+
+
+def _drop_everything(env: WriteEnv, db: str, name: str, job: str, attempt: str) -> list[PartInfo]:
+    """An overwrite: a DROP_RANGE over every partition's blocks so far, tagged with the job (inert until
+    its switch; carried out on each member once the job's parts are there)."""
+    counters_ns, log_ns = state_ns(db, name, "counters"), state_ns(db, name, "log")
+    pids = sorted(str(d["_id"])[len("block."):] for d in env.txn.scan(counters_ns)
+                  if str(d["_id"]).startswith("block."))
+    drops = []
+    for pid in pids:
+        fake = drop_range(pid, next_counter(env, counters_ns, f"block.{pid}"))
+        assert fake is not None
+        env.emit(insert_entry(log_ns, {"_id": f"drop_{fake.name}", "seq": next_counter(env, counters_ns, "seq"),
+                                       "type": "DROP_RANGE", "part": fake.name, "partition": pid,
+                                       "createTime": env.now, "attempt": attempt, "job": job}))
+        drops.append(fake)
+    return drops
+
+
+def _forget_dropped(env: WriteEnv, db: str, name: str, drops: list[PartInfo]) -> None:
+    """After the switch, as `dropPartition` does: the dropped blocks' log documents, dedup keys, registry
+    documents and quorum records (not the drops' own documents)."""
+    own = {f"drop_{d.name}" for d in drops}
+    for what in ("log", "blocks", "replicas", "quorum"):
+        ns = state_ns(db, name, what)
+        if env.txn.collection(ns) is None:
+            continue
+        for doc_id in [d["_id"] for d in env.txn.scan(ns) if d["_id"] not in own and any(in_range(d, f) for f in drops)]:
+            env.emit(delete_entry(ns, doc_id))
+
+
 def commit_job_body(db: str, name: str, *, write_id: str, stage_ids: list[str], rows: int, digest: str,
-                    quorum: int, attempt: str) -> Callable[[WriteEnv], dict[str, Any]]:
+                    quorum: int, attempt: str, replace: bool = False) -> Callable[[WriteEnv], dict[str, Any]]:
     """The job's one transaction (see the module doc)."""
     def body(env: WriteEnv) -> dict[str, Any]:
         table = load_table(env.txn, db, name)
@@ -161,17 +196,14 @@ def commit_job_body(db: str, name: str, *, write_id: str, stage_ids: list[str], 
                                         f" rows, the job says {rows}: nothing was committed")
         for ns in (counters_ns, log_ns):
             ensure_collection(env, ns)
-        for stage in every.values():   # an earlier try cut short by a failover: its inert documents go
-            logged = stage.get("logged")
-            if logged is not None and env.txn.get(log_ns, str(logged)) is not None:
-                env.emit(delete_entry(log_ns, str(logged)))
-        parts, log_ids, blocks = [], [], []
+        _remove_remnants(env, log_ns, write_id)   # an earlier try cut short by a failover
+        drops = _drop_everything(env, db, name, job_id_of(write_id), attempt) if replace else []
+        parts, log_ids, blocks = [], [f"drop_{d.name}" for d in drops], []
         for stage in winners:
             stage_id, pid = str(stage["_id"]), str(stage["partition"])
             seq = next_counter(env, counters_ns, "seq")
             number = next_counter(env, counters_ns, f"block.{pid}")
             part, log_id = inserted_part(pid, number).name, f"{stage_id}.{number}"
-            env.emit(update_entry(staged_ns, stage_id, {"$set": {"logged": log_id}}))
             env.emit(insert_entry(log_ns, {
                 "_id": log_id, "seq": seq, "type": "GET_PART", "part": part, "partition": pid, "blockId": stage_id,
                 "source": stage["source"], "http": stage["http"], "attempt": attempt, "quorum": quorum,
@@ -194,8 +226,10 @@ def commit_job_body(db: str, name: str, *, write_id: str, stage_ids: list[str], 
                     env.emit(update_entry(quorum_ns, block["blockId"], {"$set": record}))
                 else:
                     env.emit(insert_entry(quorum_ns, {"_id": block["blockId"], **record}))
-        _remove_stages(env, db, name, list(every.values()), remnants=False)
-        return {"alreadyCommitted": False, "parts": parts, "blocks": blocks, "rows": rows, "ok": 1.0}
+        _forget_dropped(env, db, name, drops)
+        _remove_stages(env, db, name, list(every.values()))
+        return {"alreadyCommitted": False, "parts": parts, "blocks": blocks, "rows": rows,
+                "dropped": [d.partition_id for d in drops], "ok": 1.0}
     return body
 
 
@@ -206,7 +240,9 @@ def abort_job_body(db: str, name: str, write_id: str) -> Callable[[WriteEnv], di
         stages = _stages_of(env.txn, state_ns(db, name, "staged"), write_id)
         # (A committed write's records left by a failover that cut its commit after the switch go too;
         # its log documents are its parts.)
-        _remove_stages(env, db, name, stages, remnants=not committed)
+        if not committed:
+            _remove_remnants(env, state_ns(db, name, "log"), write_id)
+        _remove_stages(env, db, name, stages)
         return {"committed": committed, "removed": len(stages), "ok": 1.0}
     return body
 

@@ -330,7 +330,7 @@ _PARTS: dict[str, CommandArgs] = {
     "commitPartsJob": _collection_command({
         "writeId": _str(required=True), "stages": _array(("string",), required=True), "rows": _num(minimum=0),
         "digest": _str(), "insertQuorum": Arg(("string", *NUMBER)), "quorumTimeoutMS": _num(minimum=0),
-        "attempt": _str(),
+        "attempt": _str(), "replace": _bool(),
     }),
     "abortPartsJob": _collection_command({"writeId": _str(required=True), "attempt": _str()}),
     "partsJobStatus": _collection_command({"writeId": _str(required=True)}),

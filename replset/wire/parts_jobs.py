@@ -4,9 +4,11 @@
   rows written here as staged blocks (one per partition), recorded through the primary; the reply
   lists each stage id with its partition and rows. `committed: true` (nothing staged) when the write
   was committed already.
-- `{commitPartsJob: <table>, writeId, stages: [...], rows, digest, insertQuorum, quorumTimeoutMS,
-  writeConcern}`: the listed stages published as one part-log transaction through the primary
-  (`w: "majority"` unless asked otherwise); `alreadyCommitted: true` when the write was committed
+- `{commitPartsJob: <table>, writeId, stages: [...], rows, digest, replace, insertQuorum,
+  quorumTimeoutMS, writeConcern}`: the listed stages published as one part-log transaction through the
+  primary (`w: "majority"` unless asked otherwise); `replace: true` drops every row the table had in
+  the same transaction (an overwrite: readers see the old rows or the new ones). The reply comes once
+  the job is readable on the member asked (`visibleHere`, false if `quorumTimeoutMS` passed first); `alreadyCommitted: true` when the write was committed
   before with the same rows; 11000 `DuplicateKey` when it was committed with other rows; 4
   `NoSuchKey` when a stage is not recorded (aborted or timed out: nothing committed); 117 when the
   table's schema changed while the job ran. With a quorum above 1 the reply says `quorumStatus` for
@@ -83,7 +85,8 @@ async def cmd_commit_parts_job(ctx: CommandContext) -> dict[str, Any]:
     ctx.cmd["insertQuorum"] = quorum   # "majority" resolved here: the primary counts the same
     body = commit_job_body(ctx.db, name, write_id=write_id, stage_ids=[str(s) for s in stages],
                            rows=int(ctx.cmd.get("rows", 0)), digest=str(ctx.cmd.get("digest", "")),
-                           quorum=quorum, attempt=str(ctx.cmd.setdefault("attempt", new_attempt())))
+                           quorum=quorum, attempt=str(ctx.cmd.setdefault("attempt", new_attempt())),
+                           replace=bool(ctx.cmd.get("replace", False)))
     reply = await _on_primary(ctx, body, off_loop=True)
     left_s = int(ctx.cmd.get("quorumTimeoutMS", QUORUM_TIMEOUT_MS)) / 1000
     if "writeConcernError" not in reply:   # read-your-writes here, as an insert's part is before its reply

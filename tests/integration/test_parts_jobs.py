@@ -124,3 +124,18 @@ def test_the_primary_removes_stages_no_commit_came_for(rs: ReplicaSet) -> None:
     _stage(rs, secondary, db, "w4", "0:1:0", 0, 50)
     wait_for(lambda: _records(rs, db, "staged") == [], 30, "the stale stages removed by the primary")
     wait_for(lambda: _staged(secondary, f"{db}.events") == [], 30, "their files removed where they were")
+
+
+def test_a_replacing_commit_swaps_the_tables_rows_on_every_member(rs: ReplicaSet) -> None:
+    db = "jobs5"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS})
+    primary = rs.wait_primary()
+    old = _stage(rs, primary, db, "w5a", "0:1:0", 0, 120)
+    rs.client()[db].command({"commitPartsJob": "events", "writeId": "w5a", "stages": old, "rows": 120})
+    new = _stage(rs, primary, db, "w5b", "0:1:0", 1_000, 60)
+    reply = rs.client()[db].command({"commitPartsJob": "events", "writeId": "w5b", "stages": new, "rows": 60,
+                                     "replace": True})
+    assert reply["visibleHere"] and sorted(reply["dropped"]) == ["202401", "202402", "202403"]
+    assert _ns_values(rs, primary, db) == list(range(1_000, 1_060))   # read-your-writes where it was committed
+    for member in rs.members:
+        wait_for(lambda m=member: _ns_values(rs, m, db) == list(range(1_000, 1_060)), 30, f"new rows on {member.host}")

@@ -259,6 +259,25 @@ def test_overwrite_replaces_the_rows(spark: SparkSession, rs: ReplicaSet) -> Non
     assert _read(spark, rs, "sp.over").count() == 500
 
 
+def _partition_1_always_fails(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    for batch in batches:
+        yield batch
+        if TaskContext.get().partitionId() == 1:
+            raise RuntimeError("injected: this task fails in every attempt")
+
+
+def test_an_overwrite_that_fails_leaves_the_table_as_it_was(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.command({"createPartsTable": "kept", **TABLE})
+    _writer(_events(spark, 2_000, 2), rs, "sp.kept").mode("append").save()
+    df = _events(spark, 500, 2)
+    with pytest.raises(Exception, match="injected"):
+        _writer(df.mapInArrow(_partition_1_always_fails, df.schema), rs, "sp.kept").mode("overwrite").save()
+    assert _read(spark, rs, "sp.kept").count() == 2_000   # the job's abort removed its stages; nothing dropped
+    assert rs.client().sp.get_collection("system.parts.kept.staged").count_documents({}) == 0
+
+
 def test_a_collection_written_by_a_retried_task_holds_every_document_once(spark: SparkSession, rs: ReplicaSet,
                                                                           tmp_path: Any) -> None:
     df = spark.createDataFrame([(i, f"user{i}", datetime.date(2024, 1, 1 + i % 28)) for i in range(2_000)],

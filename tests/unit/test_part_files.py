@@ -9,7 +9,7 @@ import pathlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from base.errors import MongoError
@@ -151,6 +151,7 @@ def merged_rows(directory: str, names: list[str]) -> pa.Table:
 _row = st.tuples(st.integers(1, 3), st.sampled_from(["al", "bo", "cy", ""]), st.one_of(st.none(), st.integers(-3, 3)))
 
 
+@settings(deadline=None)   # each example writes and merges Parquet files: its time is the disk's
 @given(parts=st.lists(st.lists(_row, max_size=12), min_size=1, max_size=5), batch_rows=st.integers(1, 5))
 def test_a_streamed_merge_gives_the_rows_and_bytes_of_a_merge_in_memory(
         tmp_path_factory: pytest.TempPathFactory, parts: list[list[tuple[int, str, int | None]]],
