@@ -178,6 +178,9 @@ def commit_job_body(db: str, name: str, *, write_id: str, stage_ids: list[str], 
             if done.get("attempt") != attempt and (int(done.get("rows", -1)), str(done.get("digest"))) != (rows, digest):
                 raise MongoError(WRITE_ID_REUSED, f"write {write_id!r} was committed into {table.ns} with other rows "
                                                   f"({done.get('rows')} rows): nothing was written; use a new writeId")
+            # (what a failover kept past the switch: the commit's own clean-up, finished here)
+            _forget_dropped(env, db, name, [PartInfo.parse(str(p)) for p in done.get("drops", ())])
+            _remove_stages(env, db, name, _stages_of(env.txn, staged_ns, write_id))
             return {"alreadyCommitted": done.get("attempt") != attempt, "parts": list(done.get("parts", ())),
                     "blocks": list(done.get("blocks", ())), "rows": int(done.get("rows", 0)), "ok": 1.0}
         every = {str(d["_id"]): d for d in _stages_of(env.txn, staged_ns, write_id)}
@@ -211,16 +214,16 @@ def commit_job_body(db: str, name: str, *, write_id: str, stage_ids: list[str], 
                 "rows": stage["rows"], "bytes": stage["bytes"], "checksums": stage["checksums"]}))
             parts.append(part)
             log_ids.append(log_id)
-            blocks.append({"blockId": stage_id, "part": part})
+            blocks.append({"blockId": stage_id, "part": part, "log": log_id})
         env.emit(insert_entry(log_ns, {
             "_id": job_id_of(write_id), "seq": next_counter(env, counters_ns, "seq"), "type": COMMIT_JOB,
             "writeId": write_id, "parts": parts, "logIds": log_ids, "blocks": blocks, "rows": rows, "digest": digest,
-            "attempt": attempt, "quorum": quorum, "createTime": env.now}))
+            "drops": [d.name for d in drops], "attempt": attempt, "quorum": quorum, "createTime": env.now}))
         if quorum > 1:   # after the switch: a prefix without it has no quorum to settle
             quorum_ns = state_ns(db, name, "quorum")
             ensure_collection(env, quorum_ns)
-            for block, log_id in zip(blocks, log_ids, strict=True):
-                record = {"part": block["part"], "log": log_id, "required": quorum, "status": PENDING,
+            for block in blocks:
+                record = {"part": block["part"], "log": block["log"], "required": quorum, "status": PENDING,
                           "dedupToken": write_id, "createTime": env.now}
                 if env.txn.get(quorum_ns, block["blockId"]) is not None:
                     env.emit(update_entry(quorum_ns, block["blockId"], {"$set": record}))
