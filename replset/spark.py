@@ -79,7 +79,7 @@ import ssl
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -127,13 +127,14 @@ from oplog import values
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression
 from oplog.parts.table import TableDef, arrow_type, partition_id
-from sync.part_fetch import fetch_part
+from sync.part_fetch import FetchFailed, fetch_part
 
 log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 100_000
 COMMIT_RETRY_S = 120.0   # a job's commit is sent again for this long across a change of primary
 PARTITION_BYTES = 128 << 20
+SNAPSHOT_TTL_S = 3600   # a query's parts are kept on every member this long (`openPartsSnapshot`)
 READ_BATCH_ROWS = 65_536
 
 # A column's Arrow type -> (Spark type, the Arrow type Spark reads it as).
@@ -437,13 +438,33 @@ def _blocks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
 
 
 @dataclass
-class PartsSlice(InputPartition):
-    """The parts one Spark task reads: (part name, HTTP address of a holder, its checksums) each."""
+class PartsSlot(InputPartition):
+    """One task's share of a query's snapshot: slot `index` of `count` (`_pack`), of planning `plan`."""
 
-    parts: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+    plan: str
+    index: int
+    count: int
+
+
+def _pack(parts: list[dict[str, Any]], count: int) -> list[list[dict[str, Any]]]:
+    """The snapshot's parts in `count` slots of about equal bytes: biggest first, each into the lightest
+    slot (ties: the lowest). Every task computes the same slots from the same snapshot."""
+    slots: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for part in sorted(parts, key=lambda p: (-int(p.get("bytes") or 0), str(p["name"]))):
+        lightest = min(range(count), key=lambda i: (sizes[i], i))
+        slots[lightest].append(part)
+        sizes[lightest] += int(part.get("bytes") or 0)
+    return slots
 
 
 class PartsReader(DataSourceReader):
+    """Planning decides how many tasks read (the table's size then, in `partitionBytes` slots); which
+    parts they read is decided when the query runs: its first task opens a snapshot (`openPartsSnapshot`,
+    keyed by this planning and Spark's SQL execution id), and every task of that query reads its slot of
+    that same list. Spark replays one planning for every action on a DataFrame, so each action still
+    gets its own snapshot: the table as it is when the action runs, pinned until it ends."""
+
     def __init__(self, options: dict[str, str], definition: dict[str, Any], columns: list[str]) -> None:
         self.options = options
         self.definition = definition
@@ -456,52 +477,68 @@ class PartsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         table = self._table()
-        with _client(self.options, readPreference=self.options.get("readpreference", "primary")) as client:
-            db = client[self.db]
-            status = db.command({"partsStatus": self.table})["parts"]
-            holders: dict[str, list[dict[str, Any]]] = {}
-            for doc in db.get_collection(f"system.parts.{self.table}.replicas").find():
-                holders.setdefault(doc["part"], []).append(doc)
         if self.query:
             filter_expression(self.query, table)   # a bad filter fails the planning, not every task
+        with _client(self.options, readPreference=self.options.get("readpreference", "primary")) as client:
+            status = client[self.db].command({"partsStatus": self.table})["parts"]
         prune = _pruning_filters(table, self.query)
-        active = sorted((p for p in status if p.get("active") and _may_hold(table, p["partition_id"], prune)),
-                        key=lambda p: p["name"])
-        slices: list[InputPartition] = []
-        current: list[tuple[str, str, list[dict[str, Any]]]] = []
-        size = 0
+        total = sum(int(p.get("bytes_on_disk") or 0) for p in status
+                    if p.get("active") and _may_hold(table, p["partition_id"], prune))
+        parts = sum(1 for p in status if p.get("active") and _may_hold(table, p["partition_id"], prune))
         limit = int(self.options.get("partitionbytes", PARTITION_BYTES))
-        for part in active:
-            copies = holders.get(part["name"], [])
-            if not copies:
-                raise RuntimeError(f"no member is registered as holding part {part['name']} of {self.db}.{self.table}")
-            copy = copies[0]
-            part_bytes = int(part.get("bytes_on_disk") or 0)
-            if current and size + part_bytes > limit:
-                slices.append(PartsSlice(current))
-                current, size = [], 0
-            current.append((part["name"], str(copy["http"]), list(copy["checksums"])))
-            size += part_bytes
-        if current:
-            slices.append(PartsSlice(current))
-        return slices
+        count = max(1, min(parts, -(-total // limit)))
+        plan = uuid.uuid4().hex
+        return [PartsSlot(plan, index, count) for index in range(count)]
+
+    def _snapshot(self, slot: PartsSlot) -> dict[str, Any]:
+        context = TaskContext.get()
+        execution = context.getLocalProperty("spark.sql.execution.id") if context is not None else None
+        query = execution if execution is not None else f"stage{context.stageId() if context else 0}"
+        ttl = int(self.options.get("snapshotttlsecs", SNAPSHOT_TTL_S))
+        with _client(self.options) as client:
+            reply = client[self.db].command({"openPartsSnapshot": self.table, "key": f"{slot.plan}:{query}",
+                                             "ttlSecs": ttl})
+        return dict(reply["snapshot"])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, PartsSlice)
-        table = self._table()
-        wanted = {c.name: _SPARK_TYPES[c.type][1] for c in table.columns if c.name in self.columns}
+        assert isinstance(partition, PartsSlot)
+        snapshot = self._snapshot(partition)
+        table = TableDef.from_document(self.db, snapshot["definition"])
+        types = {c.name: _SPARK_TYPES[c.type][1] for c in table.columns}
+        gone = [c for c in self.columns if c not in types]
+        if gone:
+            raise RuntimeError(f"column {gone[0]!r} of {self.db}.{self.table} was dropped after this DataFrame was "
+                               "loaded: load() it again")
+        wanted = {c: types[c] for c in self.columns}
+        schema = pa.schema([pa.field(n, t) for n, t in wanted.items()])
+        prune = _pruning_filters(table, self.query)
         expression = filter_expression(self.query, table) if self.query else None
+        parts = [p for p in snapshot["parts"] if _may_hold(table, str(p["partition"]), prune)]
         ns = f"{self.db}.{self.table}"
-        for name, http, checksums in partition.parts:
+        for part in _pack(parts, partition.count)[partition.index]:
             with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
-                sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in checksums}
-                # every byte checked, as a member's; with the URI's login and TLS settings
-                asyncio.run(fetch_with_uri(self.options["uri"], http, ns, name, sums, directory))
-                schema = pa.schema([pa.field(n, t) for n, t in wanted.items()])
-                for data in part_files.iter_part(os.path.join(directory, name), table, READ_BATCH_ROWS):
+                self._fetch(ns, part, directory)
+                for data in part_files.iter_part(os.path.join(directory, part["name"]), table, READ_BATCH_ROWS):
                     if expression is not None:
                         data = data.filter(expression)
                     yield from data.select(list(wanted)).cast(schema).to_batches()
+
+    def _fetch(self, ns: str, part: dict[str, Any], directory: str) -> None:
+        """The part from the first of its copies that serves it whole (every byte checked against that
+        copy's checksums, with the URI's login and TLS settings)."""
+        errors = []
+        copies = list(part["holders"])   # the primary's own copy first
+        if self.options.get("readpreference", "primary") != "primary":
+            copies = copies[1:] + copies[:1]   # the other members' first, the primary's last
+        for copy in copies:
+            sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in copy["checksums"]}
+            try:
+                asyncio.run(fetch_with_uri(self.options["uri"], str(copy["http"]), ns, part["name"], sums, directory))
+                return
+            except (FetchFailed, aiohttp.ClientError, OSError) as exc:
+                errors.append(f"{copy['member']}: {exc}")
+        raise RuntimeError(f"part {part['name']} of {ns} could not be read from any copy ({'; '.join(errors)}); "
+                           "a scan longer than snapshotTtlSecs may find its parts gone")
 
 
 async def fetch_with_uri(uri: str, http: str, ns: str, part: str, sums: dict[str, tuple[int, str]],

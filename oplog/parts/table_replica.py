@@ -243,6 +243,7 @@ class TableReplica:
     next_check_walk_ms: int = 0                                     # when the schedule looks for due parts again
     orphaned: dict[str, int] = field(default_factory=dict)          # pending quorum part -> since no live member has it
     jobs: JobBook = field(default_factory=JobBook)                  # jobs' inert parts, switches, stages
+    pins: dict[str, tuple[frozenset[str], int]] = field(default_factory=dict)   # read snapshot -> (parts, until ms)
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -718,7 +719,7 @@ class TableReplica:
 
     # -- old parts -------------------------------------------------------------------------------
 
-    def expire(self, now_ms: int) -> None:
+    def expire(self, now_ms: int, wall_ms: int = 0) -> None:
         """Parts a merge replaced go once they are `oldPartsLifetimeSecs` old (readers had that long); a part
         parked (published by an insert here, its log entry not seen yet) is set aside when its wait is over
         and the log never named it (its commit was rolled back)."""
@@ -735,10 +736,27 @@ class TableReplica:
             if now_ms - since < lifetime_ms:
                 break
             expired.append(name)
+        pinned = self.pinned_parts(wall_ms) if expired and self.pins else frozenset()
         for name in expired:
             del self.outdated[name]
-            if PartInfo.parse(name) not in self.queue.current:
+            if name in pinned:   # a query is reading it: looked at again a lifetime later
+                self.outdated[name] = now_ms
+            elif PartInfo.parse(name) not in self.queue.current:
                 self.actions.append(RemoveOld(name))
+
+    def pin(self, key: str, parts: Collection[str], until_ms: int) -> None:
+        """A read snapshot (`replset.parts.snapshots`): its parts stay on disk until `until_ms` (wall clock,
+        as `expire`'s `wall_ms`)."""
+        self.pins[key] = (frozenset(parts), until_ms)
+
+    def unpin(self, key: str) -> None:
+        self.pins.pop(key, None)
+
+    def pinned_parts(self, now_ms: int) -> frozenset[str]:
+        return frozenset(p for parts, until in self.pins.values() if until > now_ms for p in parts)
+
+    def expired_pins(self, wall_ms: int, batch: int) -> list[str]:
+        return [key for key, (_parts, until) in self.pins.items() if until <= wall_ms][:batch]
 
     # -- state -----------------------------------------------------------------------------------
 

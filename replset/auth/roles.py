@@ -53,7 +53,8 @@ def _needs(classes: Iterable[str], *commands: str) -> None:
 
 
 _needs({READ}, "find", "count", "distinct", "aggregate", "listIndexes", "explain", "splitVector",
-       "selectParts", "partsStatus", "partsMutations", "partsJobStatus")
+       "selectParts", "partsStatus", "partsMutations", "partsJobStatus",
+       "openPartsSnapshot")
 _needs({READ, DB_ADMIN}, "listCollections", "collStats", "dbStats")
 _needs({WRITE}, "insert", "update", "delete", "findAndModify", "findandmodify", "insertBlock", "insertStatus",
        "alterDelete", "alterUpdate", "dropPartition", "killPartsMutation", "alterPartsTable",

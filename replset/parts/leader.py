@@ -174,6 +174,10 @@ class Leader:
         if stale:
             self._start(self._abort_stale(*stale), on_done)
             return
+        pins = self._expired_pins()
+        if pins:
+            self._start(self._remove_pins(*pins), on_done)
+            return
         plans = self._merges()
         if plans:
             self._start(self._log_merges(*plans), on_done)
@@ -304,6 +308,24 @@ class Leader:
             reply = await self.node.submit_write(abort_job_body(db, name, write_id), durable=False)
             log.warning("job %s of %s: %d staged blocks waited %d s for a commit or an abort: removed", write_id,
                         rt.table.ns, reply["removed"], rt.table.settings.staged_parts_timeout_secs)
+
+    def _expired_pins(self) -> tuple[TableReplica, list[str]] | None:
+        wall_ms = int(time.time() * 1000)
+        for rt in self.tables.values():
+            keys = rt.expired_pins(wall_ms, LOG_CLEANUP_BATCH) if rt.pins else []
+            if keys:
+                return rt, keys
+        return None
+
+    async def _remove_pins(self, rt: TableReplica, keys: list[str]) -> None:
+        ns = state_ns(rt.table.db, rt.table.name, "snapshots")
+
+        def body(env: WriteEnv) -> None:
+            for key in keys:
+                if env.txn.collection(ns) is not None and env.txn.get(ns, key) is not None:
+                    env.emit(delete_entry(ns, key))
+
+        await self.node.submit_write(body, durable=False)
 
     def _merges(self) -> tuple[TableReplica, list[list[PartInfo]]] | None:
         if self.node.failpoints.peek(STOP_MERGES) is not None:

@@ -84,6 +84,7 @@ from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import PENDING, REACHED, HeldReports, parse_held, quorum_status
 from replset.parts.runtime import adopt_temporary, local_parts, part_damage, trust_sizes
+from replset.parts.snapshots import pin_of
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
@@ -269,6 +270,8 @@ class PartsManager:
                 rt.lost[str(doc["_id"])] = str(doc.get("reason", ""))
             for doc in await self._scan(state_ns(db, name, "staged")):
                 rt.jobs.stage_recorded(str(doc["_id"]), stage_of(doc))
+            for doc in await self._scan(state_ns(db, name, "snapshots")):
+                rt.pin(*pin_of(doc))
             keys = sorted(map(remembered, await self._scan(state_ns(db, name, "blocks"))), key=lambda b: b.number)
             rt.remembered.extend(keys)
             for doc in await self._scan(state_ns(db, name, "mutations")):
@@ -455,6 +458,11 @@ class PartsManager:
                 self._on_lost(rt, entry["o"])
             elif what == "staged":
                 self._on_stage_entry(rt, op, entry)
+            elif what == "snapshots":
+                if op == "i":
+                    rt.pin(*pin_of(entry["o"]))
+                elif op == "d":
+                    rt.unpin(str(entry["o"].get("_id")))
             elif what == "mutations" and op in ("i", "u"):   # recorded, or killed
                 doc = entry["o"] if op == "i" else self.node.store.reader.get(ns, entry.get("o2", {}).get("_id"))
                 if doc is None:
@@ -832,7 +840,7 @@ class PartsManager:
             return
         self._next_outdated_check = now + RETRY_S
         for rt in self.tables.values():
-            rt.expire(_now_ms())
+            rt.expire(_now_ms(), int(time.time() * 1000))
             self._carry_out(rt)
 
     # -- "has part": reports upstream --------------------------------------------------------------

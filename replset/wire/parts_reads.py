@@ -8,6 +8,9 @@ ClickHouse query on one replica:
   (`getMore` continues it). The filter is a MongoDB query over columns (`oplog.parts.filters`).
   With `sequentialConsistency`, a member that lacks a part a quorum insert reached answers 134.
 - `{partsStatus: <table>}`: this member's parts, ClickHouse's `system.parts` columns.
+- `{openPartsSnapshot: <table>, key: <string>, ttlSecs: N}`: the parts a query reads, the same for every
+  task that sends the same key (the primary's visible parts when the first one came, each with its
+  copies), pinned for `ttlSecs` (3600): no member removes a pinned part (`replset.parts.snapshots`).
 - `{partsReplicationQueue: <table>}`: this member's queue, `system.replication_queue` columns,
   with why each waiting task waits (`postpone_reason`) and why a failed one failed
   (`last_exception`).
@@ -21,7 +24,9 @@ from typing import Any
 from base.errors import MongoError
 from oplog.parts.filters import filter_expression
 from replset.cursors import Cursor
+from replset.parts.commit import commit_here
 from replset.parts.insert import load_table
+from replset.parts.snapshots import PIN_WRITE_CONCERN, parse_ttl, pin_body, visible_parts
 from replset.parts.views import (
     check_sequential_consistency,
     local_metadata_version,
@@ -77,3 +82,23 @@ async def cmd_parts_status(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_parts_replication_queue(ctx: CommandContext) -> dict[str, Any]:
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsReplicationQueue"])
     return {"queue": replication_queue(ctx.node, table), "ok": 1.0}
+
+
+@command("openPartsSnapshot")
+async def cmd_open_parts_snapshot(ctx: CommandContext) -> dict[str, Any]:
+    name, key = ctx.cmd["openPartsSnapshot"], ctx.cmd.get("key")
+    if not isinstance(key, str) or not key:
+        raise MongoError(BAD_VALUE, "openPartsSnapshot needs a non-empty string key")
+    ttl_s = parse_ttl(ctx.cmd.get("ttlSecs"))
+    load_table(ctx.node.store.reader, ctx.db, name)
+    node = ctx.node
+
+    async def here() -> dict[str, Any]:   # on the primary
+        parts = await visible_parts(node, ctx.db, name)
+        return await commit_here(node, PIN_WRITE_CONCERN, pin_body(ctx.db, name, key, parts, ttl_s))
+
+    forwarded = {"openPartsSnapshot": name, "key": key, "ttlSecs": ttl_s}
+    reply = await node.parts.link.on_primary(ctx.db, forwarded, here)
+    if "writeConcernError" in reply:   # not confirmed: another task could get another list
+        raise MongoError(64, f"the snapshot {key} was not confirmed: {reply['writeConcernError']}")
+    return reply

@@ -1,6 +1,7 @@
 """Jobs on a real set: blocks staged on any member are invisible until one commit publishes them all;
 a committed write id is a no-op when run again with the same rows and refused with other rows; an
-abort, a losing attempt and the primary's timeout leave nothing behind."""
+abort, a losing attempt and the primary's timeout leave nothing behind; a replacing commit swaps the
+rows. Read snapshots: one list of parts per key, whose parts outlive their merge while pinned."""
 
 from __future__ import annotations
 
@@ -139,3 +140,33 @@ def test_a_replacing_commit_swaps_the_tables_rows_on_every_member(rs: ReplicaSet
     assert _ns_values(rs, primary, db) == list(range(1_000, 1_060))   # read-your-writes where it was committed
     for member in rs.members:
         wait_for(lambda m=member: _ns_values(rs, m, db) == list(range(1_000, 1_060)), 30, f"new rows on {member.host}")
+
+
+def _active(rs: ReplicaSet, member: Member, db: str) -> list[str]:
+    return sorted(p["name"] for p in rs.direct(member)[db].command({"partsStatus": "events"})["parts"] if p["active"])
+
+
+def test_a_snapshot_is_one_list_per_key_and_keeps_its_parts_past_their_merge_until_it_expires(rs: ReplicaSet) -> None:
+    db = "snap1"
+    rs.client()[db].command({"createPartsTable": "events", **EVENTS,
+                             "settings": {"oldPartsLifetimeSecs": 1, "mergeSelectingSleepMS": 100}})
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    rows = [{"ts": datetime.datetime(2024, 1, 2), "user": "u", "n": i} for i in range(6)]
+    rs.client()[db].command({"insertBlock": "events", "rows": rows[:1]})
+    first = rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q1", "ttlSecs": 10})["snapshot"]
+    assert [p["name"] for p in first["parts"]] == ["202401_1_1_0"] and first["parts"][0]["holders"]
+    for row in rows[1:]:
+        rs.client()[db].command({"insertBlock": "events", "rows": [row]})
+    again = rs.direct(primary)[db].command({"openPartsSnapshot": "events", "key": "q1"})["snapshot"]
+    assert again["parts"] == first["parts"]   # the same key: the same list, whatever came since
+    # The parts merge; past oldPartsLifetimeSecs the unpinned old parts go, the pinned one stays everywhere.
+    for member in rs.members:
+        wait_for(lambda m=member: "202401_1_1_0" not in _active(rs, m, db), 60, f"a merge on {member.host}")
+        wait_for(lambda m=member: part_dirs(m, f"{db}.events") == sorted({*_active(rs, m, db), "202401_1_1_0"}), 30,
+                 f"only the pinned old part left on {member.host}")
+    # The pin expires (10 s after it was opened): the primary deletes it, and the part goes everywhere.
+    snapshots = rs.client()[db].get_collection("system.parts.events.snapshots")
+    wait_for(lambda: snapshots.count_documents({}) == 0, 40, "the expired pin deleted")
+    for member in rs.members:
+        wait_for(lambda m=member: part_dirs(m, f"{db}.events") == _active(rs, m, db), 30, f"old parts gone on {member.host}")

@@ -211,6 +211,20 @@ def test_reads_return_the_rows_written(spark: SparkSession,
     wait_for(lambda: on_secondary.load().count() == 6_000, 60, "a secondary's parts to hold every row")
 
 
+def test_each_action_on_a_dataframe_reads_the_table_as_it_is_then(spark: SparkSession, rs: ReplicaSet) -> None:
+    """Spark plans a loaded DataFrame once and replays that plan for every action: the parts each action
+    reads are decided when it runs (a snapshot per action), so a DataFrame loaded before an append
+    counts the appended rows too, and a merge meanwhile changes nothing."""
+    rs.client().sp.command({"createPartsTable": "stale", **TABLE, "settings": {"mergeSelectingSleepMS": 100}})
+    _writer(_events(spark, 4_000, 2), rs, "sp.stale").mode("append").save()
+    table = _read(spark, rs, "sp.stale")
+    assert table.count() == 4_000
+    _writer(_events(spark, 4_000, 2), rs, "sp.stale").mode("append").save()
+    assert table.count() == 8_000
+    assert table.filter("n < 10").count() == 20
+    assert table.count() == 8_000
+
+
 def test_a_load_filter_on_the_partition_key_reads_fewer_parts(spark: SparkSession, rs: ReplicaSet) -> None:
     rs.client().sp.command({"createPartsTable": "buckets", "columns": [
         {"name": "bucket", "type": "int64"}, {"name": "n", "type": "int64"}], "partitionBy": "bucket",

@@ -1,0 +1,103 @@
+"""Read snapshots: one query's list of parts, the same for all its tasks, pinned so no member removes them.
+
+Theory of operation
+-------------------
+A Spark query's tasks read a table at different moments, on different
+executors, each fetching some of its parts. They must read one state of the
+table: the parts active when the query started, each exactly once - never a
+part merged meanwhile together with the part it replaced, and never half a job.
+The first task of a query calls `openPartsSnapshot` with the query's key; the
+primary lists its visible parts (`TableReplica.visible_parts`, a job's parts
+only once all are there), each with the members holding it and their
+checksums, and records the list as a pin, `<db>.system.parts.<table>.snapshots`
+(`_id` = the key, `expiresAt`). Every later task of the query gets the same
+document. While a pin is unexpired, no member removes the parts it names when
+they are merged away (`TableReplica.expire` keeps them), so a long scan still
+finds them; the primary's leader deletes expired pins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from base.errors import MongoError
+from oplog.entry import insert_entry
+from oplog.parts import part_files
+from oplog.writes import WriteEnv, ensure_collection
+from replset.parts.insert import load_table
+from replset.parts.names import state_ns, tables_ns
+from replset.parts.registry import checksum_docs
+from replset.write_concern import MAJORITY, WriteConcern
+
+if TYPE_CHECKING:
+    from replset.node import Node
+
+BAD_VALUE = 2
+PIN_WRITE_CONCERN = WriteConcern(w=MAJORITY)   # a pin a failover lost would give a query's later tasks other parts
+DEFAULT_TTL_S = 3600
+
+
+async def visible_parts(node: Node, db: str, name: str) -> list[dict[str, Any]]:
+    """This member's visible parts of the table, each with every copy known (its own first, with the
+    checksums its directory holds when the registry has none for it yet)."""
+    table = load_table(node.store.reader, db, name)
+    rt = node.parts.tables.get(table.ns)
+    if rt is None:
+        return []
+    me = node.options.me
+    out = []
+    for part in rt.visible_parts():
+        logged = rt.logged.get(part.name)
+        copies = {m: (h.http, h.checksums) for m, h in rt.holders.get(part.name, {}).items() if h.checksums}
+        if me not in copies:
+            sums = rt.recorded_checksums(part.name, me) or await asyncio.to_thread(
+                _checksums_here, os.path.join(rt.directory, part.name))
+            if sums:
+                copies[me] = (node.options.http_address, sums)
+        holders = [{"member": m, "http": http, "checksums": checksum_docs(sums)}
+                   for m, (http, sums) in sorted(copies.items(), key=lambda kv: kv[0] != me)]
+        out.append({"name": part.name, "partition": part.partition_id, "bytes": logged.bytes if logged else 0,
+                    "holders": holders})
+    return out
+
+
+def _checksums_here(path: str) -> dict[str, tuple[int, str]]:
+    try:
+        return part_files.read_checksums(path)
+    except (OSError, ValueError, MongoError):
+        return {}
+
+
+def pin_body(db: str, name: str, key: str, parts: list[dict[str, Any]],
+             ttl_s: int) -> Callable[[WriteEnv], dict[str, Any]]:
+    """The primary's transaction: the pin of `key` as it was first recorded, or recorded now."""
+    def body(env: WriteEnv) -> dict[str, Any]:
+        load_table(env.txn, db, name)
+        ns = state_ns(db, name, "snapshots")
+        existing = env.txn.get(ns, key) if env.txn.collection(ns) is not None else None
+        if existing is None:
+            ensure_collection(env, ns)
+            existing = {"_id": key, "parts": parts, "definition": env.txn.get(tables_ns(db), name),
+                        "createTime": env.now, "expiresAt": env.now + datetime.timedelta(seconds=ttl_s)}
+            env.emit(insert_entry(ns, existing))
+        return {"snapshot": existing, "ok": 1.0}
+    return body
+
+
+def pin_of(doc: dict[str, Any]) -> tuple[str, list[str], int]:
+    """A pin document as the core keeps it: its key, its parts, until when (wall ms)."""
+    until = doc.get("expiresAt")
+    until_ms = int(until.timestamp() * 1000) if isinstance(until, datetime.datetime) else 0
+    return str(doc["_id"]), [str(p.get("name")) for p in doc.get("parts", ())], until_ms
+
+
+def parse_ttl(raw: Any) -> int:
+    if raw is None:
+        return DEFAULT_TTL_S
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or int(raw) != raw or not 0 < raw <= 7 * 86400:
+        raise MongoError(BAD_VALUE, f"ttlSecs must be a whole number of seconds from 1 to 604800, not {raw!r}")
+    return int(raw)
