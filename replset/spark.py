@@ -40,29 +40,28 @@ the job after its commit; `partsJobStatus` answers later).
 ClickHouse has no atomic insert of many blocks: each of its blocks commits on
 its own, and a retry is exactly-once only inside its dedup window.
 
-**Collections** (`collection` instead of `table`): writes by `_id`, see
-`CollectionWriter`. Reads are split in `_id` ranges of about
-`partitionDocuments` (100,000) documents by the member's `splitVector`, one
-Spark partition per range; the schema is the user's (`spark.read.schema(...)`)
-or inferred from the first `sampleSize` (1,000) documents. A value that does not
-fit its column's type reads as null; ObjectIds read as their hex strings.
+**Collections** (`collection` instead of `table`, or `format("mongodb")` with
+the MongoDB Spark Connector's option names): `replset.spark_collections`.
 
-**Reads** (`DataSourceReader`). One Spark partition per active part of the
-member asked (the primary unless `readPreference` says otherwise), small parts
-grouped up to `partitionBytes` (128 MB). A task fetches its parts' files over
-the HTTP port from a member the registry lists as holding them, checks every
-byte against the registry's checksums, and reads them in the table's current
-schema as Arrow batches. `filter` (a MongoDB filter over the columns, Extended
-JSON, as `selectParts` takes it) belongs to the DataFrame `load()` makes: its
-terms on the partition key prune parts (equality, `$in`, and ranges on a
-`toYYYYMM` key), and the rows are filtered by it. Spark's own filters are never
-used to prune parts: Spark 4.3 keeps the plan one query's pushed filters pruned
-and hands it to the next query on the same DataFrame that pushes none (a count
-after a filtered count answered the filtered count), so `pushFilters` is not
-implemented and pushdown is left as the session has it; Spark filters the rows.
-`columns` (a comma-separated list) prunes columns. Parts replaced by a merge
-stay readable for the table's `oldPartsLifetimeSecs`: a scan longer than that
-may find a part gone and fail.
+**Reads** (`DataSourceReader`, `PartsReader`). Planning fixes how many tasks
+read (the table's size then, in `partitionBytes` slots of 128 MB). Which parts
+they read is fixed when each action runs: its first task opens a snapshot on the
+primary (`openPartsSnapshot`, keyed by the planning and Spark's SQL execution
+id: its visible parts, with their copies and checksums, pinned on every member
+for `snapshotTtlSecs`), and each task reads its slot of that one list, fetching
+each part over the HTTP port from the first copy that serves it whole (every
+byte checked) and reading it in the snapshot's schema as Arrow batches. Spark
+replays one planning for every action on a loaded DataFrame; the snapshot per
+action is what makes each action read the table as it is then. `filter` (a
+MongoDB filter over the columns, Extended JSON, as `selectParts` takes it)
+belongs to the load: its terms on the partition key prune parts (equality,
+`$in`, and ranges on a `toYYYYMM` key), and the rows are filtered by it.
+Spark's own filters are never used to prune parts: Spark 4.3 keeps the plan one
+query's pushed filters pruned and hands it to the next query on the same
+DataFrame that pushes none (a count after a filtered count answered the
+filtered count), so `pushFilters` is not implemented and pushdown is left as
+the session has it; Spark filters the rows. `columns` (a comma-separated list)
+prunes columns.
 """
 
 from __future__ import annotations
@@ -70,9 +69,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
-import decimal
 import io
-import itertools
 import logging
 import os
 import ssl
@@ -85,8 +82,7 @@ from typing import Any
 import aiohttp
 import pyarrow as pa
 from bson import json_util
-from bson.decimal128 import Decimal128
-from pymongo import MongoClient, ReadPreference, ReplaceOne, WriteConcern, uri_parser
+from pymongo import MongoClient, ReadPreference, uri_parser
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, ServerSelectionTimeoutError
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -123,10 +119,15 @@ from pyspark.sql.types import (
 )
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from oplog import values
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression
 from oplog.parts.table import TableDef, arrow_type, partition_id
+from replset.spark_collections import (
+    CollectionReader,
+    CollectionWriter,
+    MongoDataSource,
+    infer_collection_schema,
+)
 from sync.part_fetch import FetchFailed, fetch_part
 
 log = logging.getLogger(__name__)
@@ -152,8 +153,11 @@ _SPARK_TYPES: dict[str, tuple[DataType, pa.DataType]] = {
 
 
 def register(spark: Any) -> None:
-    """Registers the "replset" data source with `spark` (the session's settings are left as they are)."""
+    """Registers the "replset" data source, and "mongodb" for collections with the MongoDB Spark
+    Connector's option names (`replset.spark_collections`), with `spark` (the session's settings are left
+    as they are)."""
     spark.dataSource.register(ReplsetDataSource)
+    spark.dataSource.register(MongoDataSource)
 
 
 def _client(options: dict[str, str], **kwargs: Any) -> MongoClient[dict[str, Any]]:
@@ -344,78 +348,6 @@ def _retryable_commit_error(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionFailure, ServerSelectionTimeoutError)):
         return True
     return isinstance(exc, OperationFailure) and exc.has_error_label("RetryableWriteError")
-
-
-@dataclass
-class DocumentsWritten(WriterCommitMessage):
-    partition: int
-    upserted: int
-    replaced: int
-
-
-class CollectionWriter(DataSourceArrowWriter):
-    """Rows into a collection (`collection`: "<db>.<coll>"): each row is a document, replaced or inserted
-    by `_id` (`ReplaceOne(upsert=True)`, unordered batches of `batchSize`, the `writeConcern` option's
-    `w`, "majority" by default), so a retried task writes the same documents again. A row without an
-    `_id` gets `<write id>-<Spark partition>-<row index in the task>`. `mode("overwrite")` drops the
-    collection first."""
-
-    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
-        self.options = options
-        self.write_id = options.get("writeid") or uuid.uuid4().hex
-        db, _, coll = options.get("collection", "").partition(".")
-        if not db or not coll:
-            raise ValueError("the 'collection' option names a collection as '<db>.<collection>'")
-        self.db, self.coll = db, coll
-        self.batch_size = int(options.get("batchsize", 1000))
-        raw_w = options.get("writeconcern", "majority")
-        self.w: int | str = int(raw_w) if raw_w.isdigit() else raw_w
-        if overwrite:
-            with _client(options) as client:
-                client[db].drop_collection(coll)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> DocumentsWritten:
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
-        upserted = replaced = 0
-        row = 0
-        with _client(self.options) as client:
-            coll = client[self.db].get_collection(self.coll, write_concern=WriteConcern(w=self.w))
-            pending: list[Any] = []
-            for batch in iterator:
-                for doc in batch.to_pylist():
-                    doc = {k: _bson_value(v) for k, v in doc.items()}
-                    if doc.get("_id") is None:
-                        doc["_id"] = f"{self.write_id}-{partition}-{row}"
-                    row += 1
-                    pending.append(ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
-                    if len(pending) >= self.batch_size:
-                        result = coll.bulk_write(pending, ordered=False)
-                        upserted, replaced = upserted + result.upserted_count, replaced + result.matched_count
-                        pending = []
-            if pending:
-                result = coll.bulk_write(pending, ordered=False)
-                upserted, replaced = upserted + result.upserted_count, replaced + result.matched_count
-        return DocumentsWritten(partition, upserted, replaced)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        written = [m for m in messages if isinstance(m, DocumentsWritten)]
-        log.info("replset write %s into %s.%s: %d documents inserted, %d replaced, from %d Spark partitions",
-                 self.write_id, self.db, self.coll, sum(m.upserted for m in written),
-                 sum(m.replaced for m in written), len(written))
-
-
-def _bson_value(value: Any) -> Any:
-    """A value as Spark's Arrow rows give it, in a form BSON can hold."""
-    if isinstance(value, decimal.Decimal):
-        return Decimal128(value)
-    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
-        return datetime.datetime(value.year, value.month, value.day)
-    if isinstance(value, dict):
-        return {k: _bson_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_bson_value(v) for v in value]
-    return value
 
 
 def _blocks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
@@ -649,149 +581,3 @@ def _month_range_may_hold(pid: str, f: Filter) -> bool:
     return True
 
 
-# -- collections -----------------------------------------------------------------------------------
-
-PARTITION_DOCUMENTS = 100_000
-SAMPLE_SIZE = 1_000
-
-
-def _collection_name(options: dict[str, str]) -> tuple[str, str]:
-    db, _, coll = options.get("collection", "").partition(".")
-    if not db or not coll:
-        raise ValueError("the 'collection' option names a collection as '<db>.<collection>'")
-    return db, coll
-
-
-def _plain(value: Any) -> Any:
-    """A BSON value as Arrow can hold it: ObjectId and other BSON-only types as strings."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes, datetime.datetime)):
-        return value
-    if isinstance(value, Decimal128):
-        return value.to_decimal()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def _column(values: list[Any], arrow_type: pa.DataType | None = None) -> pa.Array:
-    """The values as one Arrow column (of `arrow_type` when given); a value that does not fit is null,
-    and a column whose values share no type is strings."""
-    try:
-        return pa.array(values, type=arrow_type)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass
-    if arrow_type is None:
-        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
-    out = []
-    for value in values:
-        try:
-            out.append(pa.array([value], type=arrow_type)[0].as_py())
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            out.append(None)
-    return pa.array(out, type=arrow_type)
-
-
-def infer_collection_schema(options: dict[str, str]) -> StructType:
-    """The fields of the first `sampleSize` documents, `_id` first; their types as Arrow infers them."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    db, coll = _collection_name(options)
-    with _client(options, tz_aware=True) as client:
-        sample = [{k: _plain(v) for k, v in doc.items()}
-                  for doc in client[db][coll].find().limit(int(options.get("samplesize", SAMPLE_SIZE)))]
-    names: list[str] = []
-    for doc in sample:
-        names.extend(k for k in doc if k not in names)
-    if "_id" in names:
-        names.remove("_id")
-        names.insert(0, "_id")
-    fields = [pa.field(name, _column([d.get(name) for d in sample]).type) for name in names]
-    fields = [f if not pa.types.is_null(f.type) else pa.field(f.name, pa.string()) for f in fields]
-    return from_arrow_schema(pa.schema(fields))
-
-
-@dataclass
-class IdRange(InputPartition):
-    """Documents with `lower <= _id < upper` in MongoDB's order of every BSON type; a range at an end of the
-    collection has no bound there (`from_start`, `to_end`: a null `_id` is a bound like any other)."""
-
-    lower: Any = None
-    upper: Any = None
-    from_start: bool = False
-    to_end: bool = False
-
-
-# The BSON type numbers of each rank of MongoDB's comparison order (MinKey, null, numbers, strings, ...).
-_RANK_TYPES: dict[int, tuple[int, ...]] = {
-    values.RANK_MINKEY: (-1,), values.RANK_NULL: (10, 6), values.RANK_NUMBER: (1, 16, 18, 19),
-    values.RANK_STRING: (2, 14, 13, 15), values.RANK_OBJECT: (3, 12), values.RANK_ARRAY: (4,),
-    values.RANK_BINARY: (5,), values.RANK_OBJECTID: (7,), values.RANK_BOOL: (8,), values.RANK_DATE: (9,),
-    values.RANK_TIMESTAMP: (17,), values.RANK_REGEX: (11,), values.RANK_MAXKEY: (127,)}
-
-
-def id_range_filter(lower: Any, upper: Any, *, from_start: bool = False, to_end: bool = False) -> dict[str, Any]:
-    """The query for `lower <= _id < upper` across BSON types (`from_start` / `to_end`: no bound on that
-    side). A comparison only matches values of its bound's type bracket (`{$lt: "a"}` never matches 1),
-    so a range whose ends are of two types is three pieces: from `lower` to the end of its bracket,
-    every bracket in between by `$type`, and the start of `upper`'s bracket up to `upper` (the official
-    connector's SPARK-221 lost documents here)."""
-    if from_start and to_end:
-        return {}
-    low = None if from_start else values.type_rank(lower)
-    high = None if to_end else values.type_rank(upper)
-    if low is not None and low == high:
-        return {"_id": {"$gte": lower, "$lt": upper}}
-    pieces: list[dict[str, Any]] = []
-    if low is not None:   # (MinKey and MaxKey compare with every type: their brackets go by $type)
-        pieces.append({"_id": {"$type": [-1]}} if low == values.RANK_MINKEY else {"_id": {"$gte": lower}})
-    first = low + 1 if low is not None else values.RANK_MINKEY
-    last = high - 1 if high is not None else values.RANK_MAXKEY
-    between = [code for rank in range(first, last + 1) for code in _RANK_TYPES.get(rank, ())]
-    if between:
-        pieces.append({"_id": {"$type": between}})
-    if high is not None and high != values.RANK_MAXKEY:
-        pieces.append({"_id": {"$lt": upper}})
-    return pieces[0] if len(pieces) == 1 else {"$or": pieces} if pieces else {"_id": {"$type": []}}
-
-
-class CollectionReader(DataSourceReader):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-        self.db, self.coll = _collection_name(options)
-
-    def partitions(self) -> list[InputPartition]:
-        with _client(self.options) as client:
-            reply = client[self.db].command({
-                "splitVector": f"{self.db}.{self.coll}", "keyPattern": {"_id": 1},
-                "maxChunkObjects": int(self.options.get("partitiondocuments", PARTITION_DOCUMENTS))})
-        keys = [key["_id"] for key in reply["splitKeys"]]
-        bounds = [None, *keys, None]
-        last = len(bounds) - 2
-        return [IdRange(lower, upper, from_start=i == 0, to_end=i == last)
-                for i, (lower, upper) in enumerate(itertools.pairwise(bounds))]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark.sql.pandas.types import to_arrow_type
-
-        assert isinstance(partition, IdRange)
-        types = {f.name: to_arrow_type(f.dataType, timezone="UTC") for f in self.schema.fields}
-        query = id_range_filter(partition.lower, partition.upper, from_start=partition.from_start,
-                                to_end=partition.to_end)
-        with _client(self.options, tz_aware=True) as client:
-            cursor = client[self.db][self.coll].find(query, batch_size=READ_BATCH_ROWS)
-            batch: list[dict[str, Any]] = []
-            for doc in cursor:
-                batch.append(doc)
-                if len(batch) >= READ_BATCH_ROWS:
-                    yield self._record_batch(batch, types)
-                    batch = []
-            if batch:
-                yield self._record_batch(batch, types)
-
-    @staticmethod
-    def _record_batch(docs: list[dict[str, Any]], types: dict[str, pa.DataType]) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays([_column([_plain(d.get(name)) for d in docs], arrow_type)
-                                           for name, arrow_type in types.items()], names=list(types))

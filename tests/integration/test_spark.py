@@ -344,3 +344,52 @@ def test_a_collection_whose_ids_are_of_several_types_is_read_whole(spark: SparkS
              .option("partitionDocuments", 7).load())
     assert mixed.rdd.getNumPartitions() > 5
     assert sorted(r["n"] for r in mixed.select("n").collect()) == list(range(len(ids)))
+
+
+def _mongodb(reader_or_writer: Any, rs: ReplicaSet, db: str, coll: str) -> Any:
+    return (reader_or_writer.format("mongodb").option("connection.uri", rs.uri).option("database", db)
+            .option("collection", coll))
+
+
+def test_the_connectors_option_names_read_through_a_pipeline_and_update_by_id_fields(spark: SparkSession,
+                                                                                     rs: ReplicaSet) -> None:
+    client = rs.client()
+    client.shop.orders.insert_many([{"_id": i, "paid": i % 2 == 0, "amount": i, "shop": f"s{i % 3}"}
+                                    for i in range(300)])
+    paid = (_mongodb(spark.read, rs, "shop", "orders").option("partitionDocuments", 50)
+            .option("aggregation.pipeline", '[{"$match": {"paid": true}}, {"$project": {"amount": 1, "shop": 1}}]')
+            .load())
+    assert set(paid.columns) == {"_id", "amount", "shop"} and paid.count() == 150
+    totals = paid.groupBy("shop").sum("amount").withColumnRenamed("sum(amount)", "total")
+    client.shop.totals.insert_many([{"_id": "a", "shop": "s0", "note": "kept"}, {"_id": "b", "shop": "s1"}])
+    (_mongodb(totals.write, rs, "shop", "totals").option("operationType", "update").option("idFieldList", "shop")
+     .option("upsertDocument", "false").option("writeConcern.w", "majority").option("ordered", "false")
+     .mode("append").save())
+    docs = {d["shop"]: d for d in client.shop.totals.find()}
+    assert set(docs) == {"s0", "s1"}, "no upsert: s2 has no document"
+    assert docs["s0"]["note"] == "kept" and docs["s0"]["_id"] == "a"
+    assert docs["s0"]["total"] == sum(i for i in range(0, 300, 2) if i % 3 == 0)
+    assert docs["s1"]["total"] == sum(i for i in range(0, 300, 2) if i % 3 == 1)
+
+
+def test_an_insert_retried_in_another_order_writes_each_row_once(spark: SparkSession, rs: ReplicaSet,
+                                                                 tmp_path: Any) -> None:
+    """Rows without _id, many of them equal: the retry of a killed task sees them reversed and writes none
+    twice (their made _ids do not depend on the order), and the insert takes its own earlier documents as
+    written."""
+    df = spark.createDataFrame([(i % 50, f"u{i % 100}") for i in range(3_000)], "n long, name string").repartition(2)
+    marker = str(tmp_path / "killed")
+    flaky = df.mapInArrow(_killed_then_reordered(marker, 600), df.schema)
+    (_mongodb(flaky.write, rs, "sp", "inserted").option("operationType", "insert").option("maxBatchSize", 100)
+     .mode("append").save())
+    assert os.path.exists(marker)
+    assert rs.client().sp.inserted.count_documents({}) == 3_000
+    assert rs.client().sp.inserted.count_documents({"name": "u7"}) == 30
+
+
+def test_a_value_that_does_not_fit_its_column_is_null_or_fails_the_read(spark: SparkSession, rs: ReplicaSet) -> None:
+    rs.client().sp.typed.insert_many([*({"_id": i, "n": i} for i in range(10)), {"_id": 10, "n": "ten"}])
+    permissive = _mongodb(spark.read.schema("_id long, n long"), rs, "sp", "typed").load()
+    assert {r["_id"]: r["n"] for r in permissive.collect()} == {**{i: i for i in range(10)}, 10: None}
+    with pytest.raises(Exception, match="does not fit"):
+        _mongodb(spark.read.schema("_id long, n long"), rs, "sp", "typed").option("mode", "FAILFAST").load().collect()

@@ -16,7 +16,7 @@ from oplog.query import matches
 from oplog.values import compare_values
 
 pytest.importorskip("pyspark")
-from replset.spark import id_range_filter
+from replset.spark_collections import id_range_filter
 
 IDS = [MinKey(), None, -5, 0, 1.5, Int64(7), 2**40, "", "a", "zz", {"k": 1}, Binary(b"\x01"),
        ObjectId("5f0000000000000000000001"), ObjectId("6f0000000000000000000001"), False, True,
