@@ -443,3 +443,9 @@ class MongoDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return CollectionWriter(dict(self.options), overwrite)
+
+    def simpleStreamReader(self, schema: StructType) -> Any:
+        """`spark.readStream`: the collection's change stream (`replset.spark_streams`)."""
+        from replset.spark_streams import ChangeStreamReader
+
+        return ChangeStreamReader(dict(self.options), schema)

@@ -393,3 +393,36 @@ def test_a_value_that_does_not_fit_its_column_is_null_or_fails_the_read(spark: S
     assert {r["_id"]: r["n"] for r in permissive.collect()} == {**{i: i for i in range(10)}, 10: None}
     with pytest.raises(Exception, match="does not fit"):
         _mongodb(spark.read.schema("_id long, n long"), rs, "sp", "typed").option("mode", "FAILFAST").load().collect()
+
+
+def test_a_change_stream_is_a_structured_stream_resumed_from_its_checkpoint(spark: SparkSession, rs: ReplicaSet,
+                                                                            tmp_path: Any) -> None:
+    """readStream over a collection's change stream: the events after the query started, each once; a
+    query restarted from its checkpoint goes on after the last resume token it committed."""
+    coll = rs.client().sp.streamed
+    coll.insert_one({"_id": -1, "n": -1})   # before the stream started: not an event of it
+    checkpoint = str(tmp_path / "checkpoint")
+    seen: list[tuple[Any, ...]] = []
+
+    def start() -> Any:
+        stream = _mongodb(spark.readStream.schema("_id long, n long, operationType string"), rs, "sp",
+                          "streamed").option("change.stream.lookup.full.document", "updateLookup").load()
+        return (stream.writeStream.option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
+                .foreachBatch(lambda batch, _id: seen.extend(tuple(r) for r in batch.collect())).start())
+
+    query = start()
+    try:
+        wait_for(lambda: query.lastProgress is not None, 60, "the query's first trigger (its initial offset)")
+        coll.insert_many([{"_id": i, "n": i} for i in range(10)])
+        coll.update_one({"_id": 3}, {"$set": {"n": 30}})
+        wait_for(lambda: len(seen) >= 11, 60, "the first eleven events")
+    finally:
+        query.stop()
+    assert sorted(seen) == sorted([*((i, i, "insert") for i in range(10)), (3, 30, "update")])
+    coll.insert_many([{"_id": i, "n": i} for i in range(10, 15)])   # while no query runs
+    query = start()
+    try:
+        wait_for(lambda: len(seen) >= 16, 60, "the events after the checkpoint")
+    finally:
+        query.stop()
+    assert sorted(seen[11:]) == [(i, i, "insert") for i in range(10, 15)]
