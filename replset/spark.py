@@ -68,10 +68,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import datetime
 import io
 import logging
 import os
+import shutil
 import ssl
 import tempfile
 import uuid
@@ -135,6 +137,7 @@ log = logging.getLogger(__name__)
 BLOCK_ROWS = 100_000
 COMMIT_RETRY_S = 120.0   # a job's commit is sent again for this long across a change of primary
 PARTITION_BYTES = 128 << 20
+FETCH_THREADS = 4       # parts of one task fetched at once
 SNAPSHOT_TTL_S = 3600   # a query's parts are kept on every member this long (`openPartsSnapshot`)
 READ_BATCH_ROWS = 65_536
 
@@ -447,13 +450,22 @@ class PartsReader(DataSourceReader):
         expression = filter_expression(self.query, table) if self.query else None
         parts = [p for p in snapshot["parts"] if _may_hold(table, str(p["partition"]), prune)]
         ns = f"{self.db}.{self.table}"
-        for part in _pack(parts, partition.count)[partition.index]:
-            with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
-                self._fetch(ns, part, directory)
-                for data in part_files.iter_part(os.path.join(directory, part["name"]), table, READ_BATCH_ROWS):
-                    if expression is not None:
-                        data = data.filter(expression)
-                    yield from data.select(list(wanted)).cast(schema).to_batches()
+        mine = _pack(parts, partition.count)[partition.index]
+        # The slot's parts are fetched FETCH_THREADS at a time while the first ones are read, in order.
+        with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
+            pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS)
+            try:
+                fetches = [pool.submit(self._fetch, ns, part, directory) for part in mine]
+                for part, fetch in zip(mine, fetches, strict=True):
+                    fetch.result()
+                    path = os.path.join(directory, part["name"])
+                    for data in part_files.iter_part(path, table, READ_BATCH_ROWS):
+                        if expression is not None:
+                            data = data.filter(expression)
+                        yield from data.select(list(wanted)).cast(schema).to_batches()
+                    shutil.rmtree(path, ignore_errors=True)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def _fetch(self, ns: str, part: dict[str, Any], directory: str) -> None:
         """The part from the first of its copies that serves it whole (every byte checked against that
