@@ -392,7 +392,7 @@ class CollectionWriter(DataSourceArrowWriter):
                     if "_id" not in doc and self.opts.id_fields == ("_id",):
                         doc = {"_id": made.next(doc), **doc}
                         made_ids.add(doc["_id"])
-                    pending.append(self._operation(doc))
+                    pending.append((doc.get("_id"), self._operation(doc)))
                     if len(pending) >= self.opts.batch_size:
                         self._flush(coll, pending, made_ids, counts)
                         pending = []
@@ -400,25 +400,31 @@ class CollectionWriter(DataSourceArrowWriter):
                 self._flush(coll, pending, made_ids, counts)
         return counts
 
-    def _flush(self, coll: Any, ops: list[Any], made_ids: set[str], counts: DocumentsWritten) -> None:
-        try:
-            result = coll.bulk_write(ops, ordered=self.opts.ordered)
-            details = result.bulk_api_result
-        except BulkWriteError as exc:
-            details = exc.details
-            # An insert sent again (a retried task) meets the documents its first attempt wrote under the
-            # same made _id: those are written. Any other error fails the task.
-            others = [e for e in details.get("writeErrors", ())
-                      if not (e.get("code") == DUPLICATE_KEY and e.get("op", {}).get("_id") in made_ids)]
-            if others or details.get("writeConcernErrors"):
-                raise
-            if self.opts.ordered:   # an ordered batch stopped at the first of them: the rest go on
-                stopped = max(int(e["index"]) for e in details["writeErrors"]) + 1
-                if stopped < len(ops):
-                    self._flush(coll, ops[stopped:], made_ids, counts)
-        counts.upserted += int(details.get("nUpserted", 0))
-        counts.modified += int(details.get("nModified", 0))
-        counts.inserted += int(details.get("nInserted", 0))
+    def _flush(self, coll: Any, pending: list[tuple[Any, Any]], made_ids: set[str], counts: DocumentsWritten) -> None:
+        """One batch (`(_id, operation)` each). An insert sent again (a retried task) meets the documents its
+        first attempt wrote under the same made `_id`s: those are written, and left out of what is sent
+        again; any other error fails the task."""
+        ops = pending
+        while ops:
+            try:
+                details = coll.bulk_write([op for _id, op in ops], ordered=self.opts.ordered).bulk_api_result
+                ops = []
+            except BulkWriteError as exc:
+                details = exc.details
+                errors = details.get("writeErrors", ())
+                others = [e for e in errors
+                          if not (e.get("code") == DUPLICATE_KEY and e.get("op", {}).get("_id") in made_ids)]
+                if others or details.get("writeConcernErrors"):
+                    raise
+                # An ordered batch stopped at its first such error: the rest goes on, without the made ids
+                # already there (one look, not a stop per document). An unordered one tried them all.
+                rest = ops[max(int(e["index"]) for e in errors) + 1:] if self.opts.ordered else []
+                made = [_id for _id, _op in rest if _id in made_ids]
+                there = {d["_id"] for d in coll.find({"_id": {"$in": made}}, {"_id": 1})} if made else set()
+                ops = [(_id, op) for _id, op in rest if _id not in there]
+            counts.upserted += int(details.get("nUpserted", 0))
+            counts.modified += int(details.get("nModified", 0))
+            counts.inserted += int(details.get("nInserted", 0))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written = [m for m in messages if isinstance(m, DocumentsWritten)]

@@ -13,8 +13,8 @@ change stream resume token (`{"resumeToken": <Extended JSON>}`): a new query
 starts at the stream's position when it starts (`initialOffset`); a query
 restarted from its checkpoint resumes after the last token it committed, so no
 event is read twice or skipped. A micro-batch reads at most `maxEventsPerBatch`
-(10,000) events; a batch read again after a failure (`readBetweenOffsets`) reads
-the same events, up to the token it ended at.
+(10,000) events and ends at its last event's token; a batch read again after a
+failure (`readBetweenOffsets`) reads the same events, up to that token.
 
 Each event is one row in the stream's schema (yours, or the collection's as
 inferred): a field is taken from the event's `fullDocument` (inserts, replaces,
@@ -72,18 +72,18 @@ class ChangeStreamReader(SimpleDataSourceStreamReader):
                 if event is None:
                     break
                 events.append(event)
-            end = _offset(stream.resume_token) if events else start   # no event: no new micro-batch
+        # The last event's own token (never the batch's position past it: a replay stops exactly there).
+        end = _offset(events[-1]["_id"]) if events else start   # no event: no new micro-batch
         return iter(self._rows(events)), end
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
         events = []
         stop = _token(end)
         with self.opts.client(tz_aware=True) as client, self._watch(client, _token(start)) as stream:
-            while stream.resume_token != stop:
-                event = stream.try_next()
-                if event is None:
-                    break
+            while (event := stream.try_next()) is not None:
                 events.append(event)
+                if event["_id"] == stop:
+                    break
         return iter(self._rows(events))
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -65,6 +65,8 @@ class JobBook:
     committed: set[str] = field(default_factory=set)                     # job ids whose switch is here
     pending: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)   # job -> log id -> inert doc
     incomplete: dict[str, tuple[PartInfo, ...]] = field(default_factory=dict)     # committed, not all here
+    missing: dict[str, set[PartInfo]] = field(default_factory=dict)     # ... and those of its parts not seen here
+    unsure: set[str] = field(default_factory=set)                        # jobs whose `missing` is looked at again
     staged: dict[str, Stage] = field(default_factory=dict)               # stage id -> its record
     drops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its DROP_RANGEs, not carried out yet
     dropping: set[str] = field(default_factory=set)                      # released drop ranges not finished here
@@ -86,6 +88,8 @@ class JobBook:
         parts = tuple(PartInfo.parse(str(p)) for p in doc.get("parts", ()))
         if parts:
             self.incomplete[job] = parts
+            self.missing[job] = set(parts)
+            self.unsure.add(job)   # (parts of it may be here already: a rebuild)
         pending = self.pending.pop(job, {})
         named = {str(i) for i in doc.get("logIds", ())}
         released = sorted((d for i, d in pending.items() if not named or i in named), key=lambda d: int(d.get("seq", 0)))
@@ -100,9 +104,7 @@ class JobBook:
         the new parts visible, so a read sees the old rows or the new ones, never both or neither."""
         ready = []
         for job in list(self.drops):
-            if job in self.incomplete:
-                self.hidden(containing, settled)
-            if job not in self.incomplete:
+            if self.complete(job, containing, settled):
                 for doc in self.drops.pop(job):
                     self.dropping.add(str(doc["part"]))
                     ready.append(doc)
@@ -121,12 +123,39 @@ class JobBook:
         otherwise (lost, or dropped). A job found complete is forgotten: it never hides anything again."""
         hidden: set[str] = set()
         for job, parts in list(self.incomplete.items()):
-            holders = [containing(p) for p in parts]
-            if all(h is not None or settled(p) for p, h in zip(parts, holders, strict=True)):
-                del self.incomplete[job]
+            if self.complete(job, containing, settled):
                 continue
-            hidden.update(h.name for h in holders if h is not None)
+            hidden.update(h.name for p in parts if (h := containing(p)) is not None)
         return hidden
+
+    def arrived(self, part: PartInfo) -> None:
+        """`part` is here now: the jobs' parts it contains are no longer missing (one look per arrival, so a
+        job of thousands of parts costs each arrival little)."""
+        for missing in self.missing.values():
+            if part in missing:
+                missing.discard(part)
+            elif part.level or part.min_block != part.max_block:   # a merged or covering part
+                missing.difference_update([p for p in missing if part.contains(p)])
+
+    def look_again(self) -> None:
+        """A part was lost, dropped or set aside, or a log entry went: every job's missing parts are looked
+        at again (`complete`)."""
+        self.unsure.update(self.incomplete)
+
+    def complete(self, job: str, containing: Callable[[PartInfo], PartInfo | None],
+                 settled: Callable[[PartInfo], bool]) -> bool:
+        """Whether every part of the job has been here. A complete job is forgotten."""
+        if job not in self.incomplete:
+            return True
+        missing = self.missing.get(job, set())
+        if job in self.unsure:
+            self.unsure.discard(job)
+            missing.difference_update([p for p in missing if containing(p) is not None or settled(p)])
+        if missing:
+            return False
+        del self.incomplete[job]
+        self.missing.pop(job, None)
+        return True
 
     def stage_recorded(self, stage_id: str, stage: Stage) -> None:
         self.staged[stage_id] = stage

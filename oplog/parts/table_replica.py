@@ -244,6 +244,7 @@ class TableReplica:
     orphaned: dict[str, int] = field(default_factory=dict)          # pending quorum part -> since no live member has it
     jobs: JobBook = field(default_factory=JobBook)                  # jobs' inert parts, switches, stages
     pins: dict[str, tuple[frozenset[str], int]] = field(default_factory=dict)   # read snapshot -> (parts, until ms)
+    expired_keys: dict[str, int] = field(default_factory=dict)      # expired read snapshot -> until (ms): refused
     actions: list[Action] = field(default_factory=list)
 
     def take_actions(self) -> list[Action]:
@@ -259,8 +260,14 @@ class TableReplica:
         log), never a reason to rebuild again and again. A job's part waits for its job's switch
         (`oplog.parts.jobs`)."""
         if doc.get("type") == COMMIT_JOB:
-            for released in self.jobs.commit(doc):
-                self.log_doc(released)
+            failed: list[Exception] = []
+            for released in self.jobs.commit(doc):   # each on its own: one bad document stops no other
+                try:
+                    self.log_doc(released)
+                except (KeyError, TypeError, ValueError, MongoError, PartsIntersect) as exc:
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
             return
         if self.jobs.hold(doc):
             return
@@ -327,6 +334,7 @@ class TableReplica:
         could not reach while it decided) is set aside, since the log no longer names it."""
         self.lost[name] = reason
         self.logged.pop(name, None)
+        self.jobs.look_again()
         self.actions.append(Unlogged(name))
         try:
             part = PartInfo.parse(name)
@@ -347,6 +355,7 @@ class TableReplica:
         out like a merged-away part; one `kept_until(name)` still keeps (an insert here published it
         lately, its log entry may not be here yet; an initial sync is cloning the log) is parked unread
         until then; any other is set aside as `unexpected_` (never deleted)."""
+        self.jobs.look_again()
         produced = ActivePartSet()
         for name in self.logged:
             try:
@@ -355,8 +364,8 @@ class TableReplica:
                 continue
         here = [*self.queue.current, *(PartInfo.parse(n) for n in self.outdated)]
         for part in here:
-            if produced.containing(part) is not None:
-                continue
+            if produced.containing(part) is not None or self._held_drop_covers(part):
+                continue   # (an overwrite's drop not carried out here yet: the part is read until it is)
             if any(drop.contains(part) for drop in self.drop_ranges):
                 self.queue.part_removed(part)
                 self.queue.virtual.remove(part)
@@ -432,6 +441,8 @@ class TableReplica:
             elif self.queue.already_done(entry):
                 self.queue.finished(entry, now_ms)
                 self.docs.pop(entry.node_name, None)
+                if self.jobs.missing:
+                    self.jobs.look_again()
                 if entry.type is EntryType.DROP_RANGE and entry.new_part is not None:
                     self.jobs.dropping.discard(entry.new_part.name)
             elif entry.type is EntryType.DROP_RANGE:
@@ -524,6 +535,10 @@ class TableReplica:
         else:
             self.checked_at[produced.name] = now_ms   # its bytes were just checked (fetched, made or published)
             self.held(produced.name, checksums or {}, me)
+        if self.jobs.missing:
+            self.jobs.arrived(produced)
+        if self.jobs.drops:   # the last part of an overwrite's job: its drops, in this same step
+            self._release_job_drops()
         self.actions.append(MOVED)
 
     def held(self, part: str, checksums: Checksums, me: str) -> None:
@@ -749,8 +764,16 @@ class TableReplica:
         as `expire`'s `wall_ms`)."""
         self.pins[key] = (frozenset(parts), until_ms)
 
-    def unpin(self, key: str) -> None:
+    def unpin(self, key: str, *, expired_at: int | None = None) -> None:
+        """A pin gone: expired (`expired_at`: its key is kept, refused, until `old_expired_keys`), or deleted."""
         self.pins.pop(key, None)
+        if expired_at is None:
+            self.expired_keys.pop(key, None)
+        else:
+            self.expired_keys[key] = expired_at
+
+    def old_expired_keys(self, wall_ms: int, keep_ms: int, batch: int) -> list[str]:
+        return [key for key, until in self.expired_keys.items() if wall_ms - until >= keep_ms][:batch]
 
     def pinned_parts(self, now_ms: int) -> frozenset[str]:
         return frozenset(p for parts, until in self.pins.values() if until > now_ms for p in parts)
@@ -772,6 +795,7 @@ class TableReplica:
         """The log document `log_id` is gone (cleaned up, dropped, lost): its part is no longer one the log
         produces. A task queued for it here runs on (`docs` keeps its own copy)."""
         self.jobs.removed(log_id)
+        self.jobs.look_again()
         part = self.log_parts.pop(log_id, None)
         logged = self.logged.get(part) if part is not None else None
         if part is None or logged is None or logged.log_id != log_id:
@@ -856,6 +880,8 @@ class TableReplica:
     def visible_parts(self) -> list[PartInfo]:
         """The active parts a read sees: all but those holding rows of a job not wholly here yet, and those an
         overwrite's drop is about to remove."""
+        if self.jobs.drops:   # a job complete here drops what it replaces in the same step
+            self._release_job_drops()
         hidden = self.jobs.hidden(self.queue.current.containing, self._settled) if self.jobs.incomplete else set()
         dropping = [PartInfo.parse(d) for d in self.jobs.dropping]
         return [p for p in self.queue.current
@@ -878,14 +904,18 @@ class TableReplica:
         """Whether the job's switch is here and every part of it is read here."""
         if job not in self.jobs.committed:
             return False
-        if job in self.jobs.incomplete:
-            self.jobs.hidden(self.queue.current.containing, self._settled)   # forgets the jobs now complete
-        return job not in self.jobs.incomplete and job not in self.jobs.drops
+        if self.jobs.drops:
+            self._release_job_drops()
+        return self.jobs.complete(job, self.queue.current.containing, self._settled) and job not in self.jobs.drops
 
     def _settled(self, part: PartInfo) -> bool:
         """A job's part no read waits for: lost, or no longer one the log produces (dropped, or its entry
-        cleaned up after a merge took it in)."""
-        return part.name in self.lost or part.name not in self.logged
+        cleaned up after a merge took it in) - unless an overwrite's drop not carried out here yet is what
+        took its entry: until then this member shows the table as before the overwrite."""
+        return part.name in self.lost or (part.name not in self.logged and not self._held_drop_covers(part))
+
+    def _held_drop_covers(self, part: PartInfo) -> bool:
+        return any(PartInfo.parse(str(d["part"])).contains(part) for docs in self.jobs.drops.values() for d in docs)
 
     def part_sizes(self) -> dict[str, tuple[int, int]]:
         return {name: (p.bytes, p.create_ms) for name, p in self.logged.items()}

@@ -32,8 +32,10 @@ as Delta and Iceberg commit a Spark job:
   write's stage records go, with any inert documents of a commit a failover cut
   short. An abort of a committed write changes nothing.
 
-The member that staged a block publishes it when the GET_PART reaches it
-(`runtime.adopt_temporary`); the others fetch it from there. Members show a
+The member that staged a block publishes it when the GET_PART reaches it, by
+hard links (`runtime.link_if_intact`): the staged copy stays until the removal
+of its stage record is majority-committed, so a commit a rollback undoes can be
+retried under other block numbers; the others fetch it from there. Members show a
 job's parts only once all of them are here (`TableReplica.visible_parts`).
 """
 

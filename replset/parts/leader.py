@@ -55,7 +55,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from base.errors import MongoError
-from oplog.entry import delete_entry, insert_entry
+from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.parts.blocks import RememberedBlock, forgotten_prefix
 from oplog.parts.mutations import Mutation
 from oplog.parts.part_info import PartInfo, merged_part, mutated_part
@@ -88,6 +88,7 @@ DEDUP_CHECK_S = 1.0          # how often the primary looks for dedup keys out of
 FORGET_BATCH = 1000          # dedup keys removed per transaction
 MIN_SELECT_INTERVAL_S = 1.0   # merge selection after new parts: at most this often per table
 LOG_CLEANUP_BATCH = 1000     # log documents removed per transaction
+EXPIRED_PIN_KEEP_MS = 7 * 86_400_000   # an expired read snapshot's key is refused this long, then forgotten
 
 
 def merge_log_doc(rt: TableReplica, sources: list[PartInfo], seq: int, now: datetime.datetime) -> dict[str, Any]:
@@ -176,7 +177,11 @@ class Leader:
             return
         pins = self._expired_pins()
         if pins:
-            self._start(self._remove_pins(*pins), on_done)
+            self._start(self._expire_pins(*pins), on_done)
+            return
+        forgotten = self._old_pins()
+        if forgotten:
+            self._start(self._forget_pins(*forgotten), on_done)
             return
         plans = self._merges()
         if plans:
@@ -317,7 +322,27 @@ class Leader:
                 return rt, keys
         return None
 
-    async def _remove_pins(self, rt: TableReplica, keys: list[str]) -> None:
+    async def _expire_pins(self, rt: TableReplica, keys: list[str]) -> None:
+        """Expired pins stop pinning; their keys stay, refused (`openPartsSnapshot`: a query's late task must
+        not get another list), until `EXPIRED_PIN_KEEP_MS` passed."""
+        ns = state_ns(rt.table.db, rt.table.name, "snapshots")
+
+        def body(env: WriteEnv) -> None:
+            for key in keys:
+                if env.txn.collection(ns) is not None and env.txn.get(ns, key) is not None:
+                    env.emit(update_entry(ns, key, {"$set": {"expired": True, "parts": []}}))
+
+        await self.node.submit_write(body, durable=False)
+
+    def _old_pins(self) -> tuple[TableReplica, list[str]] | None:
+        wall_ms = int(time.time() * 1000)
+        for rt in self.tables.values():
+            keys = rt.old_expired_keys(wall_ms, EXPIRED_PIN_KEEP_MS, LOG_CLEANUP_BATCH) if rt.expired_keys else []
+            if keys:
+                return rt, keys
+        return None
+
+    async def _forget_pins(self, rt: TableReplica, keys: list[str]) -> None:
         ns = state_ns(rt.table.db, rt.table.name, "snapshots")
 
         def body(env: WriteEnv) -> None:

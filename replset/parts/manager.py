@@ -51,6 +51,7 @@ import bson
 
 from base.errors import MongoError
 from base.member import MemberState
+from base.optime import OpTime
 from oplog.codec_options import DOC_OPTIONS
 from oplog.parts import part_files
 from oplog.parts.active_set import ActivePartSet
@@ -103,6 +104,9 @@ PART_CHECK_TICK_S = 1.0   # the check schedule (`TableReplica.check_due`) is loo
 _merge_names = itertools.count(1)
 
 
+STAGE_SWEEP_S = 60.0   # how often staged blocks no record names are looked for
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -126,6 +130,8 @@ class PartsManager:
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
+        self._stages_gone: dict[tuple[str, str], OpTime] = {}   # (ns, stage id) -> the optime its record went at
+        self._next_stage_sweep = 0.0
         self._next_inserted_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
         self._was_primary = False   # as of the runner's last look (a rebuild resets it: see `_load_all`)
@@ -261,6 +267,7 @@ class PartsManager:
             else:
                 await asyncio.to_thread(trust_sizes, rt)
         self.held.own.clear()
+        self._stages_gone.clear()   # (a removal a rollback undid did not happen; what did is swept by age)
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
             for doc in await self._scan(state_ns(db, name, "replicas")):
@@ -271,7 +278,7 @@ class PartsManager:
             for doc in await self._scan(state_ns(db, name, "staged")):
                 rt.jobs.stage_recorded(str(doc["_id"]), stage_of(doc))
             for doc in await self._scan(state_ns(db, name, "snapshots")):
-                rt.pin(*pin_of(doc))
+                self._pin(rt, doc)
             keys = sorted(map(remembered, await self._scan(state_ns(db, name, "blocks"))), key=lambda b: b.number)
             rt.remembered.extend(keys)
             for doc in await self._scan(state_ns(db, name, "mutations")):
@@ -293,8 +300,6 @@ class PartsManager:
                     rt.held(part.name, await asyncio.to_thread(self._checksums_of, rt, part.name), me)
             rt.registrations_not_here(me, coming=[part for ns, part in self._inserted if ns == rt.table.ns])
             self._carry_out(rt)
-            if not self._started_up:
-                await asyncio.to_thread(self._remove_old_stages, rt)
         self._started_up = True
         self._was_primary = False   # a rebuild while primary looks at registrations and quorums again
         self.registry_moved.fire()
@@ -306,20 +311,40 @@ class PartsManager:
         self._dropped.clear()
 
     def _remove_old_stages(self, rt: TableReplica) -> None:
-        """At start-up: staged blocks whose record is gone (this member crashed before removing them) and
-        that are older than the table's stage timeout (a record may not have reached a member that is
-        behind: its removal, when it comes, removes the files)."""
+        """Staged blocks no record names (a crash before the record, or before the files went), older than
+        the table's stage timeout (a record may not have reached a member that is behind yet)."""
         cutoff = time.time() - rt.table.settings.staged_parts_timeout_secs
         names = os.listdir(rt.directory) if os.path.isdir(rt.directory) else []
+        in_use = self._stages_in_use(rt) if any(n.startswith(STAGED_PREFIX) for n in names) else set()
         for name in names:
             stage_id = name[len(STAGED_PREFIX):]
-            if not name.startswith(STAGED_PREFIX) or stage_id in rt.jobs.staged or self._stage_in_use(rt, stage_id):
+            if not name.startswith(STAGED_PREFIX) or stage_id in rt.jobs.staged or stage_id in in_use:
                 continue
             try:
                 if os.stat(os.path.join(rt.directory, name)).st_mtime < cutoff:
                     remove_staged(rt.directory, [stage_id])
             except OSError:
                 continue
+
+    def _sweep_stages(self) -> None:
+        """Once a second: the files of stages whose record's removal is majority-committed; once a minute, the
+        staged blocks no record names (`_remove_old_stages`)."""
+        now, committed = time.monotonic(), self.node.majority_commit_point
+        due: dict[str, list[str]] = {}
+        for (ns, stage_id), at in list(self._stages_gone.items()):
+            if at <= committed:
+                del self._stages_gone[(ns, stage_id)]
+                due.setdefault(ns, []).append(stage_id)
+        for ns, stage_ids in due.items():
+            rt = self.tables.get(ns)
+            if rt is not None:
+                in_use = self._stages_in_use(rt)
+                gone = [s for s in stage_ids if s not in rt.jobs.staged and s not in in_use]
+                self._spawn(asyncio.to_thread(remove_staged, rt.directory, gone))
+        if now >= self._next_stage_sweep:
+            self._next_stage_sweep = now + STAGE_SWEEP_S
+            for rt in self.tables.values():
+                self._spawn(asyncio.to_thread(self._remove_old_stages, rt))
 
     async def _read_all(self, fn: Any) -> Any:
         """`fn(reader)` on the query pool: a scan of a state collection grows with the table."""
@@ -459,10 +484,7 @@ class PartsManager:
             elif what == "staged":
                 self._on_stage_entry(rt, op, entry)
             elif what == "snapshots":
-                if op == "i":
-                    rt.pin(*pin_of(entry["o"]))
-                elif op == "d":
-                    rt.unpin(str(entry["o"].get("_id")))
+                self._on_pin_entry(rt, ns, op, entry)
             elif what == "mutations" and op in ("i", "u"):   # recorded, or killed
                 doc = entry["o"] if op == "i" else self.node.store.reader.get(ns, entry.get("o2", {}).get("_id"))
                 if doc is None:
@@ -485,19 +507,42 @@ class PartsManager:
     def _on_stage_entry(self, rt: TableReplica, op: Any, entry: dict[str, Any]) -> None:
         """A job's stage recorded, or removed (committed, aborted, timed out): a removed stage's files here
         go, unless a GET_PART of its job is about to publish them (`runtime.adopt_temporary`)."""
-        if op == "i":
-            doc = entry["o"]
-            rt.jobs.stage_recorded(str(doc["_id"]), stage_of(doc))
+        if op in ("i", "u"):   # recorded, or sent again
+            stage_id = entry["o"]["_id"] if op == "i" else entry.get("o2", {}).get("_id")
+            doc = self.node.store.reader.get(f"{rt.table.db}.{PART_LOG}.{rt.table.name}.staged", stage_id)
+            if doc is not None:
+                rt.jobs.stage_recorded(str(stage_id), stage_of(doc))
         elif op == "d":
+            # Its files go once that removal is majority-committed (`_sweep_stages`): until then a job this
+            # member published them for may be rolled back, and its commit's retry needs them again.
             stage_id = str(entry["o"].get("_id"))
             rt.jobs.stage_removed(stage_id)
-            if not self._stage_in_use(rt, stage_id):
-                self._spawn(asyncio.to_thread(remove_staged, rt.directory, [stage_id]))
+            self._stages_gone[(rt.table.ns, stage_id)] = OpTime.from_document(entry)
+
+    def _on_pin_entry(self, rt: TableReplica, ns: str, op: Any, entry: dict[str, Any]) -> None:
+        """A read snapshot pinned, marked expired (its parts go as any old part; its key is refused), or
+        forgotten."""
+        if op == "d":
+            rt.unpin(str(entry["o"].get("_id")))
+            return
+        key = entry["o"]["_id"] if op == "i" else entry.get("o2", {}).get("_id")
+        doc = self.node.store.reader.get(ns, key)
+        if doc is not None:
+            self._pin(rt, doc)
 
     @staticmethod
-    def _stage_in_use(rt: TableReplica, stage_id: str) -> bool:
+    def _pin(rt: TableReplica, doc: dict[str, Any]) -> None:
+        key, parts, until_ms = pin_of(doc)
+        if doc.get("expired"):
+            rt.unpin(key, expired_at=until_ms)
+        else:
+            rt.pin(key, parts, until_ms)
+
+    @staticmethod
+    def _stages_in_use(rt: TableReplica) -> set[str]:
+        """The stages a queued (or inert) GET_PART of this member may still publish from."""
         docs = itertools.chain(rt.docs.values(), *(d.values() for d in rt.jobs.pending.values()))
-        return any(d.get("blockId") == stage_id for d in docs)
+        return {str(d["blockId"]) for d in docs if d.get("job") is not None and "blockId" in d}
 
     def _on_lost(self, rt: TableReplica, doc: dict[str, Any]) -> None:
         rt.part_lost(str(doc.get("part", "")), str(doc.get("reason", "")))
@@ -839,6 +884,7 @@ class PartsManager:
         if now < self._next_outdated_check:
             return
         self._next_outdated_check = now + RETRY_S
+        self._sweep_stages()
         for rt in self.tables.values():
             rt.expire(_now_ms(), int(time.time() * 1000))
             self._carry_out(rt)

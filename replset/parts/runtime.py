@@ -8,6 +8,7 @@ initial sync, and carries out its actions.
 from __future__ import annotations
 
 import os
+import shutil
 
 from base.errors import MongoError
 from oplog.parts import part_files
@@ -79,14 +80,43 @@ def adopt_temporary(directory: str, block_id: str, part: str, expected: Checksum
     staged here. A temporary part `tmp_insert_<block id>_...` (or `tmp_staged_<block id>`) with the
     files the log recorded is published as `part`; returns its checksums, or None when there is none."""
     prefix, staged = f"{part_files.TMP_INSERT}{block_id}_", f"{STAGED_PREFIX}{block_id}"
-    try:
-        names = [n for n in os.listdir(directory) if n.startswith(prefix) or n == staged]
-    except OSError:
-        return None
+    if os.path.isdir(os.path.join(directory, staged)):   # a job's block: its name is known (no listing per part)
+        names = [staged]
+    else:
+        try:
+            names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+        except OSError:
+            return None
     for name in names:
         try:
-            if publish_if_intact(directory, name, part, expected):
+            if name == staged:   # linked, not moved: the staged copy stays while a rollback may undo the job
+                if link_if_intact(directory, name, part, expected):
+                    return part_files.read_checksums(os.path.join(directory, part))
+            elif publish_if_intact(directory, name, part, expected):
                 return part_files.read_checksums(os.path.join(directory, part))
         except (OSError, MongoError):   # published meanwhile by the insert itself, or removed
             continue
     return None
+
+
+def link_if_intact(directory: str, staged_name: str, part: str, expected: Checksums) -> bool:
+    """Publishes the staged block `staged_name` as `part` by hard links (the staged directory stays, see
+    `replset.parts.jobs`) if its files are whole and are the ones `expected`."""
+    staged_dir = os.path.join(directory, staged_name)
+    if os.path.exists(os.path.join(directory, part)) or part_files.verify_part(staged_dir) is not None:
+        return False
+    written = part_files.read_checksums(staged_dir)
+    if any(written.get(file) != sums for file, sums in expected.items()):
+        return False
+    tmp = f"tmp_link_{part}_{os.getpid()}"
+    tmp_dir = os.path.join(directory, tmp)
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    os.mkdir(tmp_dir)
+    try:
+        for file in os.listdir(staged_dir):
+            os.link(os.path.join(staged_dir, file), os.path.join(tmp_dir, file))
+        part_files.publish(directory, tmp, part)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return True

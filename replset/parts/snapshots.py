@@ -13,7 +13,9 @@ checksums, and records the list as a pin, `<db>.system.parts.<table>.snapshots`
 (`_id` = the key, `expiresAt`). Every later task of the query gets the same
 document. While a pin is unexpired, no member removes the parts it names when
 they are merged away (`TableReplica.expire` keeps them), so a long scan still
-finds them; the primary's leader deletes expired pins.
+finds them. The primary's leader marks expired pins so (their parts then go as
+any old part) and keeps their keys a week: a late task of a query that outlived
+its pin is refused (SnapshotTooOld, 239), never handed another list.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from replset.node import Node
 
 BAD_VALUE = 2
+SNAPSHOT_TOO_OLD = 239
 PIN_WRITE_CONCERN = WriteConcern(w=MAJORITY)   # a pin a failover lost would give a query's later tasks other parts
 DEFAULT_TTL_S = 3600
 
@@ -79,6 +82,12 @@ def pin_body(db: str, name: str, key: str, parts: list[dict[str, Any]],
         load_table(env.txn, db, name)
         ns = state_ns(db, name, "snapshots")
         existing = env.txn.get(ns, key) if env.txn.collection(ns) is not None else None
+        if existing is not None and (existing.get("expired") or _expired(existing, env.now)):
+            # A late task of a query that outlived its pin: its parts may be gone, and another list would
+            # read rows twice or not at all.
+            raise MongoError(SNAPSHOT_TOO_OLD, f"the read snapshot {key} of {db}.{name} expired (ttlSecs) before "
+                                               "this task of its query started: run the query again with a "
+                                               "larger snapshotTtlSecs")
         if existing is None:
             ensure_collection(env, ns)
             existing = {"_id": key, "parts": parts, "definition": env.txn.get(tables_ns(db), name),
@@ -93,6 +102,15 @@ def pin_of(doc: dict[str, Any]) -> tuple[str, list[str], int]:
     until = doc.get("expiresAt")
     until_ms = int(until.timestamp() * 1000) if isinstance(until, datetime.datetime) else 0
     return str(doc["_id"]), [str(p.get("name")) for p in doc.get("parts", ())], until_ms
+
+
+def _expired(doc: dict[str, Any], now: datetime.datetime) -> bool:
+    until = doc.get("expiresAt")
+    if not isinstance(until, datetime.datetime):
+        return False
+    if until.tzinfo is None and now.tzinfo is not None:
+        until = until.replace(tzinfo=datetime.UTC)
+    return until <= now
 
 
 def parse_ttl(raw: Any) -> int:

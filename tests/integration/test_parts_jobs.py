@@ -114,6 +114,10 @@ def test_an_abort_removes_the_stages_and_a_commit_after_it_commits_nothing(rs: R
     with pytest.raises(OperationFailure) as refused:
         rs.client()[db].command({"commitPartsJob": "events", "writeId": "w3", "stages": stages, "rows": 90})
     assert refused.value.code == 4
+    for bad in ({"replace": "false"}, {"rows": "90"}, {"stages": "all"}, {"writeId": 3}):
+        with pytest.raises(OperationFailure) as malformed:
+            rs.client()[db].command({"commitPartsJob": "events", "writeId": "w3", "stages": [], "rows": 0, **bad})
+        assert malformed.value.code in (2, 14), bad
     assert all(select(rs, m, db) == [] for m in rs.members)
     assert not rs.client()[db].command({"partsJobStatus": "events", "writeId": "w3"})["committed"]
 
@@ -165,8 +169,12 @@ def test_a_snapshot_is_one_list_per_key_and_keeps_its_parts_past_their_merge_unt
         wait_for(lambda m=member: "202401_1_1_0" not in _active(rs, m, db), 60, f"a merge on {member.host}")
         wait_for(lambda m=member: part_dirs(m, f"{db}.events") == sorted({*_active(rs, m, db), "202401_1_1_0"}), 30,
                  f"only the pinned old part left on {member.host}")
-    # The pin expires (10 s after it was opened): the primary deletes it, and the part goes everywhere.
+    # The pin expires (10 s after it was opened): the primary marks it so, and the part goes everywhere.
     snapshots = rs.client()[db].get_collection("system.parts.events.snapshots")
-    wait_for(lambda: snapshots.count_documents({}) == 0, 40, "the expired pin deleted")
+    wait_for(lambda: snapshots.count_documents({"expired": True}) == 1, 40, "the pin marked expired")
     for member in rs.members:
         wait_for(lambda m=member: part_dirs(m, f"{db}.events") == _active(rs, m, db), 30, f"old parts gone on {member.host}")
+    # A late task of that query is refused, never handed another list.
+    with pytest.raises(OperationFailure) as late:
+        rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q1"})
+    assert late.value.code == 239 and "snapshotTtlSecs" in str(late.value)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from base.errors import MongoError
 from oplog.parts.jobs import COMMIT_JOB, JobBook, Stage, job_id_of
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import ReplicationQueue
@@ -79,7 +82,7 @@ def test_a_merged_part_holding_a_jobs_part_is_hidden_while_the_job_is_incomplete
     for seq, part in ((1, "a_1_1_0"), (2, "b_2_2_0")):   # the log produces both
         r.log_produces(part, LoggedPart.of(job_part(part, seq)))
     assert sorted(p.name for p in r.visible_parts()) == ["b_1_1_0"]
-    r.lost["b_2_2_0"] = "no member has it"   # a lost part settles the job: the rest is read
+    r.part_lost("b_2_2_0", "no member has it")   # a lost part settles the job: the rest is read
     assert sorted(p.name for p in r.visible_parts()) == ["a_0_1_1", "b_1_1_0"]
 
 
@@ -91,3 +94,36 @@ def test_stale_writes_are_those_whose_newest_stage_is_old() -> None:
     assert book.stale_writes(10_000, 5_000) == ["w2"]
     assert book.stale_writes(20_000, 5_000) == ["w1", "w2"]
     assert book.stage_removed("s3") == Stage("w2", "m1", 2_000) and book.stale_writes(10_000, 5_000) == []
+
+
+def test_an_overwrite_shows_the_old_rows_until_its_last_part_arrives_then_only_the_new_ones() -> None:
+    from oplog.parts.part_info import drop_range
+
+    r = replica("a_1_1_0")   # the old rows
+    r.log_produces("a_1_1_0", LoggedPart.of({"_id": "old.1", "type": "GET_PART", "part": "a_1_1_0"}))
+    fake = drop_range("a", 2)
+    assert fake is not None
+    r.log_doc({"_id": f"drop_{fake.name}", "seq": 1, "type": "DROP_RANGE", "part": fake.name, "partition": "a",
+               "job": JOB})
+    r.log_doc(job_part("a_3_3_0", 2))
+    r.log_doc(job_part("b_1_1_0", 3))
+    r.log_doc({**switch(["a_3_3_0", "b_1_1_0"]), "logIds": [f"drop_{fake.name}", "s2.2", "s3.3"]})
+    r.log_entry_removed("old.1")   # the commit forgets the dropped blocks' documents at once
+    first, second = runs(r)
+    assert [p.name for p in r.visible_parts()] == ["a_1_1_0"]
+    r.task_finished(first.entry, 1, produced=first.entry.new_part, checksums=GOOD, me=ME)
+    assert [p.name for p in r.visible_parts()] == ["a_1_1_0"]   # still the table as before the overwrite
+    r.unlogged_here(2, kept_until=lambda _name: 0)   # a rebuild meanwhile keeps the old part: its drop is held
+    assert [p.name for p in r.visible_parts()] == ["a_1_1_0"]
+    r.task_finished(second.entry, 3, produced=second.entry.new_part, checksums=GOOD, me=ME)
+    assert sorted(p.name for p in r.visible_parts()) == ["a_3_3_0", "b_1_1_0"]   # in the same step: only the new
+
+
+def test_a_bad_document_of_a_job_does_not_stop_the_others() -> None:
+    r = replica()
+    r.log_doc(job_part("a_1_1_0", 1))
+    r.log_doc({**job_part("not a part", 2)})
+    r.log_doc(job_part("b_1_1_0", 3))
+    with pytest.raises(MongoError):   # the shell logs it
+        r.log_doc({**switch(["a_1_1_0", "b_1_1_0"]), "logIds": ["s1.1", "s2.2", "s3.3"]})
+    assert set(r.logged) == {"a_1_1_0", "b_1_1_0"}
