@@ -161,6 +161,9 @@ SUPERVISE_POLL_S = 0.2
 STOP_TIMEOUT_S = 10.0
 
 
+READY_TIMEOUT_S = 120.0   # `up` waits this long for every member to be PRIMARY or SECONDARY
+
+
 def wait_until(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
                interval_s: float = 0.02) -> T:
     """Polls `predicate` (errors count as "not yet") until it is truthy or the deadline passes."""
@@ -381,6 +384,26 @@ def _first_user(args: argparse.Namespace, hosts: list[str]) -> None:
     print(f"created user {user} (root on admin)", flush=True)
 
 
+def _not_ready(client: Any) -> list[str]:
+    """The members not PRIMARY or SECONDARY yet, with their states, as the member asked sees them."""
+    members = client.admin.command("replSetGetStatus")["members"]
+    return [f"{m['name']} ({m['stateStr']})" for m in members if m["stateStr"] not in ("PRIMARY", "SECONDARY")]
+
+
+def _wait_ready(client: Any, wait: Callable[[Callable[[], Any], float, str], Any]) -> None:
+    """"is up" means every member answers reads and counts for w:N: until they do (an initial sync takes a
+    moment), a line says which are still syncing; past `READY_TIMEOUT_S` a warning names them instead."""
+    pending = _not_ready(client)
+    if not pending:
+        return
+    print(f"a primary is elected; waiting for {', '.join(pending)} to finish syncing", flush=True)
+    try:
+        wait(lambda: not _not_ready(client), READY_TIMEOUT_S, "every member PRIMARY or SECONDARY")
+    except TimeoutError:
+        print(f"warning: {', '.join(_not_ready(client))} not PRIMARY or SECONDARY after {READY_TIMEOUT_S:g} s",
+              flush=True)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from pymongo.errors import OperationFailure
 
@@ -422,6 +445,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         with _client(hosts[0], credentials, _tls_client(args)) as client:
             wait(lambda: any(m["stateStr"] == "PRIMARY" for m in
                              client.admin.command("replSetGetStatus")["members"]), 60, "a primary")
+            _wait_ready(client, wait)
         if args.auth:
             _first_user(args, hosts)
         print(f"replica set {args.repl_set} is up")

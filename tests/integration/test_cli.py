@@ -162,6 +162,9 @@ def test_up_restarts_a_killed_member_and_stops_all_on_sigint(tmp_path: Any) -> N
         assert up.poll() is None, f"`up` exited early:\n{out}"
         hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
         assert out.has(f"connection string: mongodb://{hosts}/?replicaSet=rs0")
+        # "is up" only once every member is PRIMARY or SECONDARY: a w:3 write right after it is acknowledged.
+        states = [_command(p, "replSetGetStatus")["myState"] for p in ports]
+        assert sorted(states) == [1, 2, 2], f"`up` said the set is up with member states {states}:\n{out}"
 
         for p in ports:
             wait_for(lambda p=p: _command(p, "replSetGetStatus")["myState"] in (1, 2), 30, f"{p} to join")
