@@ -156,12 +156,17 @@ def test_a_snapshot_is_one_list_per_key_and_keeps_its_parts_past_their_merge_unt
                              "settings": {"oldPartsLifetimeSecs": 1, "mergeSelectingSleepMS": 100}})
     primary = rs.wait_primary()
     secondary = next(m for m in rs.members if m is not primary)
-    rows = [{"ts": datetime.datetime(2024, 1, 2), "user": "u", "n": i} for i in range(6)]
-    rs.client()[db].command({"insertBlock": "events", "rows": rows[:1]})
-    first = rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q1", "ttlSecs": 10})["snapshot"]
+
+    def insert(month: int, first: int, count: int) -> None:
+        for n in range(first, first + count):
+            rs.client()[db].command({"insertBlock": "events",
+                                     "rows": [{"ts": datetime.datetime(2024, month, 2), "user": "u", "n": n}]})
+
+    insert(1, 0, 1)
+    wait_for(lambda: _active(rs, primary, db) == ["202401_1_1_0"], 30, "the part active on the primary")
+    first = rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q1", "ttlSecs": 300})["snapshot"]
     assert [p["name"] for p in first["parts"]] == ["202401_1_1_0"] and first["parts"][0]["holders"]
-    for row in rows[1:]:
-        rs.client()[db].command({"insertBlock": "events", "rows": [row]})
+    insert(1, 1, 5)
     again = rs.direct(primary)[db].command({"openPartsSnapshot": "events", "key": "q1"})["snapshot"]
     assert again["parts"] == first["parts"]   # the same key: the same list, whatever came since
     # The parts merge; past oldPartsLifetimeSecs the unpinned old parts go, the pinned one stays everywhere.
@@ -169,12 +174,18 @@ def test_a_snapshot_is_one_list_per_key_and_keeps_its_parts_past_their_merge_unt
         wait_for(lambda m=member: "202401_1_1_0" not in _active(rs, m, db), 60, f"a merge on {member.host}")
         wait_for(lambda m=member: part_dirs(m, f"{db}.events") == sorted({*_active(rs, m, db), "202401_1_1_0"}), 30,
                  f"only the pinned old part left on {member.host}")
-    # The pin expires (10 s after it was opened): the primary marks it so, and the part goes everywhere.
+    # A pin that expires (q2, 2 s) stops pinning: the primary marks it so, and its part goes everywhere.
+    insert(2, 10, 1)
+    wait_for(lambda: "202402_1_1_0" in _active(rs, primary, db), 30, "the February part active on the primary")
+    rs.direct(primary)[db].command({"openPartsSnapshot": "events", "key": "q2", "ttlSecs": 2})
     snapshots = rs.client()[db].get_collection("system.parts.events.snapshots")
-    wait_for(lambda: snapshots.count_documents({"expired": True}) == 1, 40, "the pin marked expired")
+    wait_for(lambda: snapshots.count_documents({"_id": "q2", "expired": True}) == 1, 40, "the pin marked expired")
+    insert(2, 11, 5)
     for member in rs.members:
-        wait_for(lambda m=member: part_dirs(m, f"{db}.events") == _active(rs, m, db), 30, f"old parts gone on {member.host}")
-    # A late task of that query is refused, never handed another list.
+        wait_for(lambda m=member: "202402_1_1_0" not in part_dirs(m, f"{db}.events"), 60,
+                 f"the expired pin's part merged away and gone on {member.host}")
+        assert "202401_1_1_0" in part_dirs(member, f"{db}.events"), member.host   # q1 still pins its part
+    # A late task of the expired query is refused, never handed another list.
     with pytest.raises(OperationFailure) as late:
-        rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q1"})
+        rs.direct(secondary)[db].command({"openPartsSnapshot": "events", "key": "q2"})
     assert late.value.code == 239 and "snapshotTtlSecs" in str(late.value)
