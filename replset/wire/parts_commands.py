@@ -146,6 +146,17 @@ async def cmd_insert_block(ctx: CommandContext) -> dict[str, Any]:
                              quorum_timeout_ms=int(ctx.cmd.get("quorumTimeoutMS", QUORUM_TIMEOUT_MS)))
 
 
+def member_source(ctx: CommandContext) -> tuple[str, str]:
+    """The member a `_partsCommit` / `_partsStage` names as holding the parts, and the HTTP address its
+    heartbeats give (never one the message gives); BadValue if it is no member whose address is known."""
+    source = ctx.cmd.get("source")
+    http = ctx.node.http_of(source) if isinstance(source, str) else None
+    if http is None:
+        raise MongoError(BAD_VALUE, f"{ctx.name}: source {source!r} is not a member of the set whose HTTP "
+                                    "port is known")
+    return str(source), http
+
+
 @command("_partsCommit", kind="write")
 async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
     """Another member's commit of blocks it wrote (`replset.parts.commit.PrimaryLink`). With auth on,
@@ -154,17 +165,13 @@ async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
     its heartbeats, never what the message says (replset/member_http.py). The write concern's wtimeout
     bounds the wait, so the sender hears "committed, not confirmed" before it stops waiting."""
     name = ctx.cmd["_partsCommit"]
-    source = ctx.cmd.get("source")
-    http = ctx.node.http_of(source) if isinstance(source, str) else None
-    if http is None:
-        raise MongoError(BAD_VALUE, f"_partsCommit: source {source!r} is not a member of the set whose HTTP "
-                                    "port is known")
+    source, http = member_source(ctx)
     raw_blocks = ctx.cmd.get("blocks")
     if not isinstance(raw_blocks, list) or not raw_blocks:
         raise MongoError(BAD_VALUE, "_partsCommit needs a non-empty blocks array")
     blocks = [Block.from_wire(b) for b in raw_blocks]
     token = ctx.cmd.get("dedupToken")
-    body = primary_body(ctx.db, name, blocks, source=str(source), http=http,
+    body = primary_body(ctx.db, name, blocks, source=source, http=http,
                         attempt=str(ctx.cmd.get("attempt", "")), quorum=int(ctx.cmd.get("quorum", 0)),
                         dedup_token=None if token is None else str(token), directory=None)
     return await commit_here(ctx.node, parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY}), body,

@@ -38,7 +38,7 @@ from replset.parts.jobs import (
 )
 from replset.parts.registry import PENDING, REACHED
 from replset.wire.commands import CommandContext, command
-from replset.wire.parts_commands import _on_primary
+from replset.wire.parts_commands import _on_primary, member_source
 
 BAD_VALUE = 2
 MAX_TIME_EXPIRED = 50
@@ -63,14 +63,10 @@ async def cmd_parts_stage(ctx: CommandContext) -> dict[str, Any]:
     """Another member's stage record. Where the staged files are fetched from is what that member says
     in its heartbeats, never what the message says."""
     name = ctx.cmd["_partsStage"]
-    source = ctx.cmd.get("source")
-    http = ctx.node.http_of(source) if isinstance(source, str) else None
-    if http is None:
-        raise MongoError(BAD_VALUE, f"_partsStage: source {source!r} is not a member of the set whose HTTP port "
-                                    "is known")
+    source, http = member_source(ctx)
     blocks = [Block.from_wire(b) for b in ctx.cmd["blocks"]]
     return await commit_here(ctx.node, STAGE_WRITE_CONCERN,
-                             stage_body(ctx.db, name, blocks, write_id=_write_id(ctx), source=str(source), http=http))
+                             stage_body(ctx.db, name, blocks, write_id=_write_id(ctx), source=source, http=http))
 
 
 @command("commitPartsJob")
