@@ -207,7 +207,7 @@ class Topology:
         assert me is not None
         snapshots = tuple(
             MemberSnapshot.from_config(m, state=d.state, healthy=d.healthy, last_applied=d.applied,
-                                       ping_ms=d.ping.value_ms)
+                                       ping_ms=d.ping.value_ms, sync_source=d.sync_source)
             for m in self.config.members if (d := self.members.get(m.id)) is not None
         )
         return SyncSourceInputs(

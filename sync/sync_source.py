@@ -13,7 +13,8 @@ other member: state, health, last applied optime, smoothed ping) and asks:
   3. Chaining disallowed: the primary, if it is up (healthy and PRIMARY/SECONDARY), else None.
   4. Otherwise the closest *candidate*. A member is a candidate when it is healthy and
      PRIMARY/SECONDARY, not us, not an arbiter, builds indexes if we do, has applied past our
-     last fetched optime (the primary may be level with it), is not more than `max_sync_source_lag_secs` behind the primary
+     last fetched optime (the primary, and a secondary of a lower member id syncing from the
+     primary, may be level with it: an idle set still follows the ping), is not more than `max_sync_source_lag_secs` behind the primary
      (only when a healthy primary is known), and is not on the deny list. The first pass also
      requires a voter if we vote, not hidden, and not more delayed than us; when the first
      pass is empty a second pass drops those three. The closest candidate has the lowest
@@ -71,15 +72,17 @@ class MemberSnapshot:
     votes: int = 1
     build_indexes: bool = True
     secondary_delay_secs: int = 0
+    sync_source: str = ""            # the member's own sync source, as its heartbeats say ("" unknown or none)
 
     @classmethod
     def from_config(cls, member: MemberConfig, *, state: MemberState, healthy: bool,
-                    last_applied: OpTime, ping_ms: float | None) -> MemberSnapshot:
+                    last_applied: OpTime, ping_ms: float | None, sync_source: str = "") -> MemberSnapshot:
         """Combine a member's config with what heartbeats say about it."""
         return cls(
             id=member.id, host=member.host, state=state, healthy=healthy, last_applied=last_applied,
             ping_ms=ping_ms, hidden=member.hidden, arbiter=member.arbiter_only, votes=member.votes,
             build_indexes=member.build_indexes, secondary_delay_secs=member.secondary_delay_secs,
+            sync_source=sync_source,
         )
 
 
@@ -173,10 +176,20 @@ def _is_too_stale(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
     return oldest is not None and member.last_applied.secs < oldest.secs
 
 
-def _level_primary(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
-    """The primary level with us still qualifies: a caught-up member tails it for the next write.
-    (Two level secondaries may not pick each other, which could form a cycle that never advances.)"""
-    return member.id == inputs.primary_id and member.last_applied == inputs.self_last_fetched
+def _level_ok(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
+    """A member level with us still qualifies when it is the primary (a caught-up member tails it for
+    the next write), or a secondary with a lower member id than ours that syncs from the primary: on a
+    set with no writes nobody is ever ahead, and a sync source must still follow the ping. No other
+    level member does. A cycle of members syncing from each other never advances; every link of one
+    would have to be level (a source is never behind), and level links only go to lower ids, so
+    there is none - even when two members decide at once from heartbeats that are a turn old."""
+    if member.last_applied != inputs.self_last_fetched:
+        return False
+    if member.id == inputs.primary_id:
+        return True
+    primary = _primary(inputs)
+    return (primary is not None and member.id < inputs.self_id and member.sync_source != ""
+            and _same_host(member.sync_source, primary.host))
 
 
 def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | None:
@@ -187,7 +200,7 @@ def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | Non
         (member.state not in (MemberState.PRIMARY, MemberState.SECONDARY), f"is {member.state.name}"),
         (member.arbiter, "is an arbiter"),
         (inputs.self_build_indexes and not member.build_indexes, "does not build indexes"),
-        (member.last_applied <= inputs.self_last_fetched and not _level_primary(inputs, member),
+        (member.last_applied <= inputs.self_last_fetched and not _level_ok(inputs, member),
          "is not ahead of our last fetched optime"),
         (_is_too_stale(inputs, member),
          f"is more than {inputs.max_sync_source_lag_secs} s behind the primary"),

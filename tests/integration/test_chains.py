@@ -95,3 +95,26 @@ def test_four_member_chain_acknowledges_w4(rs_factory: object) -> None:
         assert direct.count_documents({}) == 100
     # The end of the chain stops fetching: w:4 times out, w:3 still succeeds.
     rs.check_stalled_tail(s3, coll, all_members=4, wtimeout_ms=800)
+
+
+def test_an_idle_secondary_follows_the_ping_to_the_closer_member_and_back(rs_factory: object) -> None:
+    """No writes: a ping that drifts is all that changes. 30 ms added to S2's traffic to the primary moves
+    S2 to S1 within three heartbeat intervals of the pings telling them apart; the delay moved to S2's
+    traffic to S1 moves it back."""
+    rs = rs_factory(3)  # type: ignore[operator]
+    primary = rs.initiate()
+    s1, s2 = [m for m in rs.members if m is not primary]
+    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})   # S1 stays on the primary
+    wait_for(lambda: rs.sync_source(s1) == primary.host and rs.sync_source(s2) == primary.host, 30,
+             "both secondaries on the primary", interval_s=0.2)
+
+    def pings() -> dict[str, int]:
+        return {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
+
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": 30})
+    wait_for(lambda: pings()[primary.host] > pings()[s1.host] + 5, 30, "S2 to measure the primary as farther")
+    wait_for(lambda: rs.sync_source(s2) == s1.host, 3 * 0.25 + 2, "S2 to move to S1", interval_s=0.05)
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": s1.host, "delayMs": 30})
+    wait_for(lambda: pings()[s1.host] > pings()[primary.host] + 5, 30, "S2 to measure S1 as farther")
+    wait_for(lambda: rs.sync_source(s2) == primary.host, 3 * 0.25 + 2, "S2 to move back to the primary",
+             interval_s=0.05)
