@@ -104,6 +104,26 @@ from replset.election import (
     priority_takeover_delay_ms,
     wants_priority_takeover,
 )
+from replset.events import (
+    CallFailed,
+    ConfigInstalled,
+    Event,
+    FetcherMoved,
+    HeartbeatIn,
+    LocalCommit,
+    LocalDurable,
+    MinValidChecked,
+    NoopWritten,
+    Persisted,
+    PositionsIn,
+    Replied,
+    ShutDown,
+    SourceMetadata,
+    Started,
+    SyncDrained,
+    Tick,
+    VoteRequestIn,
+)
 from replset.quorum import follower_commit_point, majority_commit_point, write_concern_satisfied
 from replset.topology import Topology
 from replset.waiters import WaiterTable
@@ -224,7 +244,51 @@ class Replica:
     def data_state(self) -> MemberState:
         return MemberState.RECOVERING if self.min_valid is not None else MemberState.SECONDARY
 
-    # -- the shell's side -----------------------------------------------------------------------------
+    # -- the shell's side: one entry point, and what it reads ----------------------------------------
+
+    def step(self, now: int, event: Event) -> list[Action]:
+        """Handle `event` (`replset.events`) at `now` and return every action to carry out, in order
+        (etcd's `Step` and `Ready` in one call). Requests someone waits on are answered with `Answer`."""
+        match event:
+            case Tick():
+                self.tick(now)
+            case Replied(call=call, doc=doc):
+                self.reply(now, call, doc)
+            case CallFailed(call=call, refused=refused, why=why):
+                self.call_failed(now, call, refused=refused, why=why)
+            case HeartbeatIn(doc=doc, reply_to=reply_to):
+                answer = self.heartbeat_request(now, doc)
+                self._emit(Answer(reply_to, answer))
+            case VoteRequestIn(doc=doc, reply_to=reply_to):
+                self.vote_request(now, doc, reply_to)
+            case PositionsIn(doc=doc, reply_to=reply_to):
+                answer = self.update_position(now, doc)
+                self._emit(Answer(reply_to, answer))
+            case Persisted(token=token):
+                self.persisted(now, token)
+            case NoopWritten(term=term, ok=ok, wall=wall):
+                self.noop_written(now, term, ok=ok, wall=wall)
+            case SyncDrained(drained=drained):
+                self.sync_drained(now, drained)
+            case LocalCommit(applied=applied):
+                self.local_commit(now, applied)
+            case LocalDurable(durable=durable):
+                self.local_durable(now, durable)
+            case MinValidChecked(optime=optime, held=held):
+                self.min_valid_checked(now, optime, held)
+            case SourceMetadata(meta=meta):
+                self.sync_source_metadata(now, meta)
+            case FetcherMoved(source=source, last_fetched=last_fetched):
+                self.fetcher_moved(now, source=source, last_fetched=last_fetched)
+            case Started(initiator=initiator, state=state):
+                if state is not None:
+                    self.set_state(state)
+                self.start(now, initiator=initiator)
+            case ConfigInstalled(config=config, data_state=data_state):
+                self.install_config(now, config, data_state=data_state)
+            case ShutDown():
+                self.shutdown(now)
+        return self.take_actions()
 
     def take_actions(self) -> list[Action]:
         actions, self.actions = self.actions, []

@@ -215,7 +215,7 @@ class Topology:
             self_build_indexes=me.build_indexes, self_secondary_delay_secs=me.secondary_delay_secs,
             members=snapshots, primary_id=self.primary_id(my_state, my_term),
             chaining_allowed=self.config.settings.chaining_allowed, forced_host=forced_host,
-            denylist=denylist, now_ms=now_ms,
+            denylist=denylist, now_ms=now_ms, self_host=me.host,
         )
 
     def majority_has_config(self) -> bool:

@@ -14,8 +14,10 @@ other member: state, health, last applied optime, smoothed ping) and asks:
   4. Otherwise the closest *candidate*. A member is a candidate when it is healthy and
      PRIMARY/SECONDARY, not us, not an arbiter, builds indexes if we do, has applied past our
      last fetched optime (the primary, and a secondary of a lower member id syncing from the
-     primary, may be level with it: an idle set still follows the ping), is not more than `max_sync_source_lag_secs` behind the primary
-     (only when a healthy primary is known), and is not on the deny list. The first pass also
+     primary, may be level with it: an idle set still follows the ping), is not more than
+     `max_sync_source_lag_secs` behind the primary (only when a healthy primary is known), is not on the
+     deny list, and does not sync from us, directly or through others (as heartbeats report each
+     member's source): no cycle. The first pass also
      requires a voter if we vote, not hidden, and not more delayed than us; when the first
      pass is empty a second pass drops those three. The closest candidate has the lowest
      ping (unknown ping counts as infinitely far); ties go to the primary, then the lowest
@@ -24,7 +26,8 @@ other member: state, health, last applied optime, smoothed ping) and asks:
 * `should_change_sync_source(inputs, current_host)` -> `ChangeDecision(change, reason)`, checked
   in this order: current gone from the config or ourselves; a different forced host (the forced host itself
   is always kept); we became primary; current unhealthy or not PRIMARY/SECONDARY; chaining off
-  and current is not the primary (the primary itself is then kept); current deny-listed;
+  and current is not the primary (the primary itself is then kept); current deny-listed; current
+  syncs from us through others (a cycle that members chose from heartbeats a turn old);
   current more than `max_sync_source_lag_secs` behind the primary while another candidate is
   not; another candidate closer by more than `change_threshold_ms` (only when the current
   ping is known). The two functions agree: if `choose_sync_source` returns the current host
@@ -100,6 +103,7 @@ class SyncSourceInputs:
     denylist: frozenset[str]         # hosts refused right now; see active_denylist for expiry
     max_sync_source_lag_secs: int = DEFAULT_MAX_SYNC_SOURCE_LAG_SECS
     now_ms: int = 0
+    self_host: str = ""              # our own host, to recognise ourselves upstream of a member
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +196,25 @@ def _level_ok(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
             and _same_host(member.sync_source, primary.host))
 
 
+def syncs_from_us(inputs: SyncSourceInputs, member: MemberSnapshot) -> bool:
+    """Whether `member` syncs from us, directly or through others, as heartbeats report their sources:
+    syncing from it would close a cycle of members that only ever fetch from each other."""
+    seen, hop = {member.id}, member
+    for _ in range(len(inputs.members) + 1):
+        if not hop.sync_source:
+            return False
+        if inputs.self_host and _same_host(hop.sync_source, inputs.self_host):
+            return True
+        upstream = _member_by_host(inputs, hop.sync_source)
+        if upstream is None or upstream.id in seen:
+            return upstream is not None and upstream.id == inputs.self_id
+        if upstream.id == inputs.self_id:
+            return True
+        seen.add(upstream.id)
+        hop = upstream
+    return False
+
+
 def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | None:
     """Why `member` can never be a candidate (both passes), or None if it can."""
     checks: tuple[tuple[bool, str], ...] = (
@@ -205,6 +228,7 @@ def ineligibility(inputs: SyncSourceInputs, member: MemberSnapshot) -> str | Non
         (_is_too_stale(inputs, member),
          f"is more than {inputs.max_sync_source_lag_secs} s behind the primary"),
         (_denied(inputs, member), "is deny-listed"),
+        (syncs_from_us(inputs, member), "syncs from us, directly or through other members"),
     )
     return next((f"{member.host} {why}" for failed, why in checks if failed), None)
 
@@ -277,6 +301,9 @@ def should_change_sync_source(inputs: SyncSourceInputs, current_host: str, *,
         return decision
     if _denied(inputs, current):
         return ChangeDecision(True, f"sync source {current.host} is deny-listed")
+    if syncs_from_us(inputs, current):
+        return ChangeDecision(True, f"sync source {current.host} syncs from us, directly or through other "
+                                    "members: nobody in that cycle would ever fetch a new entry")
     others = tuple(m for m in candidates(inputs) if m.id != current.id)
     decision = _lag_change(inputs, current, others) or _ping_change(current, others, change_threshold_ms)
     if decision is not None:

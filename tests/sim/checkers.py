@@ -20,6 +20,15 @@ Liveness (after the faults heal):
   with the same oplog, the same data (equal to what the oplog produces) and a
   commit point at its last entry. Final-oplog checks above need this; without
   convergence only the liveness failure is reported for them.
+* `cut_off_primaries_step_down`: a primary that can reach no majority of
+  voters steps down within the bound (an election timeout, plus the heartbeat
+  timeout and two heartbeat intervals it takes to notice, plus clock drift).
+* `sync_sources_follow_ping`: once converged and idle, after a secondary's
+  link to the primary grew slower and again after it healed, every
+  secondary's chain of sources reaches the primary, and no eligible member is
+  closer (true round trip) than its source by more than the change threshold
+  plus the ping noise. Eligible on an idle set: the primary, and a secondary
+  of a lower id syncing from the primary (a voter, if we vote).
 
 `problems` recorded by the runner (broken invariants, illegal transitions,
 refused rollbacks) are failures too.
@@ -30,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from base.optime import OpTime
-from tests.sim.history import History
+from sync.sync_source import DEFAULT_CHANGE_THRESHOLD_MS
+from tests.sim.history import History, SyncView
 
 
 def one_primary_per_term(h: History) -> list[str]:
@@ -160,13 +170,59 @@ def _describe_final(h: History) -> str:
     return "; ".join(parts)
 
 
+def cut_off_primaries_step_down(h: History) -> list[str]:
+    out = []
+    for cut in h.cut_offs:
+        held = cut.end_ms - cut.since_ms
+        if held > h.stepdown_bound_ms:
+            how = "then stepped down" if cut.stepped_down else "and was still primary when it could reach one again"
+            out.append(f"m{cut.member} stayed primary in term {cut.term} for {held} ms (from {cut.since_ms} ms) "
+                       f"while it could reach no majority of voters, {how} (bound {h.stepdown_bound_ms} ms)")
+    return out
+
+
+def sync_sources_follow_ping(h: History) -> list[str]:
+    out = []
+    for view in h.sync_views:
+        out += _judge_sync_view(view)
+    return out
+
+
+def _judge_sync_view(view: SyncView) -> list[str]:
+    out = []
+    where = f"at {view.time_ms} ms ({view.after})"
+    for member, source in sorted(view.sources.items()):
+        if source is None:
+            out.append(f"m{member} has no sync source {where}")
+            continue
+        chain, hop = [member], source
+        while hop != view.primary and hop not in chain and hop in view.sources and len(chain) <= len(view.sources):
+            chain.append(hop)
+            hop = view.sources[hop] if view.sources[hop] is not None else -1
+        if hop != view.primary:
+            out.append(f"m{member}'s chain of sync sources {' -> '.join(f'm{m}' for m in [*chain, hop])} "
+                       f"never reaches the primary m{view.primary} {where}")
+            continue
+        eligible = [view.primary] + [
+            other for other, its_source in view.sources.items()
+            if other < member and its_source == view.primary and (other in view.voters or member not in view.voters)]
+        best = min(eligible, key=lambda m: (view.rtt_ms[(member, m)], m))
+        slack = view.rtt_ms[(member, source)] - view.rtt_ms[(member, best)]
+        if slack > DEFAULT_CHANGE_THRESHOLD_MS + view.margin_ms:
+            out.append(f"m{member} syncs from m{source} (round trip {view.rtt_ms[(member, source)]} ms) {where}, "
+                       f"but m{best} is {slack} ms closer (change threshold {DEFAULT_CHANGE_THRESHOLD_MS:g} ms, "
+                       f"ping noise {view.margin_ms:g} ms)")
+    return out
+
+
 def recorded_problems(h: History) -> list[str]:
     return list(h.problems)
 
 
 CHECKERS: tuple[Callable[[History], list[str]], ...] = (
     recorded_problems, one_primary_per_term, w_n_acks_had_holders, committed_prefixes_agree,
-    acknowledged_writes_kept, majority_reads_committed, converged_in_time,
+    acknowledged_writes_kept, majority_reads_committed, converged_in_time, cut_off_primaries_step_down,
+    sync_sources_follow_ping,
 )
 
 

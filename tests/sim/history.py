@@ -14,7 +14,11 @@ The runner records, in global simulated milliseconds:
   entry it acknowledges), and `majority_reads`;
 * at the end, every member's final oplog and data, and when (if) the set
   converged after the faults healed;
-* `problems`: invariants the runner saw break while the run went on.
+* `problems`: invariants the runner saw break while the run went on;
+* `cut_offs`: every stretch a primary could reach no majority of voters (its
+  links cut either way, the others down or paused) and how it ended;
+* `sync_views`: after convergence, who syncs from whom and the true round
+  trips between members, taken once a link's delay drifted and once it healed.
 
 Checkers (`tests.sim.checkers`) only read this; unit tests build bad histories
 by hand to prove each checker fails when it should.
@@ -69,6 +73,26 @@ class MajorityRead:
     write_id: int | None   # the write whose value was read, None for "no document"
 
 
+@dataclass(frozen=True, slots=True)
+class CutOff:
+    member: int
+    term: int
+    since_ms: int
+    end_ms: int
+    stepped_down: bool      # False: the cut healed (or the run ended) while it was still primary
+
+
+@dataclass(frozen=True, slots=True)
+class SyncView:
+    time_ms: int
+    after: str                              # what happened before this look, for the message
+    primary: int
+    sources: dict[int, int | None]          # data-bearing secondary -> the member it syncs from
+    voters: frozenset[int]
+    rtt_ms: dict[tuple[int, int], int]      # true round trip (both base delays and any drift)
+    margin_ms: float                        # ping noise allowed on top of the change threshold
+
+
 @dataclass(slots=True)
 class FinalState:
     state: str
@@ -93,6 +117,9 @@ class History:
     failed_writes: set[int] = field(default_factory=set)
     majority_reads: list[MajorityRead] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    cut_offs: list[CutOff] = field(default_factory=list)
+    stepdown_bound_ms: int = 0
+    sync_views: list[SyncView] = field(default_factory=list)
     final: dict[int, FinalState] = field(default_factory=dict)
     heal_ms: int | None = None
     converged_ms: int | None = None

@@ -31,7 +31,7 @@ from replset.actions import CloseOplogCursors
 from replset.candidacy import DRAIN_TIMEOUT_MS, Candidacy
 from replset.replica import STEPPED_DOWN, Replica
 from replset.write_concern import WriteConcern, check_satisfiable
-from sync import fetching, rollback_flow
+from sync import fetching, rollback_flow, sync_source
 from sync import rollback as rollback_rules
 from sync.fetching import Verdict
 
@@ -134,6 +134,14 @@ def _drain_ignores_rollback(self: Candidacy) -> None:
         self.on_drained(True)
 
 
+def _level_never_ok(inputs: Any, member: Any) -> bool:
+    return False
+
+
+def _primary_liveness_unchecked(self: Replica) -> None:
+    return None
+
+
 # -- broken cores: a simulator that cannot see these proves nothing ------------------------------------
 
 def _voter_forgets_its_vote(req: election.VoteRequest, **kwargs: Any) -> Any:
@@ -219,6 +227,15 @@ MUTATIONS: dict[str, Mutation] = {
         "member's data.",
         ((fetching, "check_min_valid", _min_valid_never_checked),
          (Replica, "min_valid_checked", _recovering_ends_on_any_branch))),
+    "idle-source-ignores-ping": Mutation(
+        "Only a member ahead of our last fetched entry is a sync source candidate: on a set with no writes "
+        "nobody is, so a secondary keeps its source however far its ping drifts (the headline feature "
+        "quietly stopped, and every safety checker passed).",
+        ((sync_source, "_level_ok", _level_never_ok),), "sync_sources_follow_ping"),
+    "cut-off-primary-stays": Mutation(
+        "A primary never checks whether it still sees a majority of voters: cut off, it stays PRIMARY "
+        "(taking w:1 writes that will roll back) until it hears of a newer term.",
+        ((Replica, "_check_primary_liveness", _primary_liveness_unchecked),), "cut_off_primaries_step_down"),
     "voter-forgets-its-vote": Mutation(
         "A voter grants two votes in one term.",
         ((replica_module, "decide_vote", _voter_forgets_its_vote),)),

@@ -56,6 +56,7 @@ class Network:
         self.blocked: set[tuple[int, int]] = set()
         self.in_flight: dict[tuple[int, int], int] = {}
         self._stream_tail: dict[tuple[int, int], int] = {}  # link -> delivery time of its last ordered packet
+        self.extra: dict[tuple[int, int], int] = {}          # link -> delay added on top of its base (drift)
 
     def _base_delay(self, link: tuple[int, int]) -> int:
         base = self._base.get(link)
@@ -81,7 +82,7 @@ class Network:
         for _ in range(copies):
             if self.in_flight.get(link, 0) >= MAX_IN_FLIGHT_PER_LINK:
                 break
-            delay = self._base_delay(link) + rng.randint(0, p.jitter_ms)
+            delay = self._base_delay(link) + self.extra.get(link, 0) + rng.randint(0, p.jitter_ms)
             if p.spike_probability and rng.random() < p.spike_probability:
                 delay += rng.randint(p.spike_ms // 2, p.spike_ms)
             if ordered:
@@ -90,6 +91,13 @@ class Network:
             self.in_flight[link] = self.in_flight.get(link, 0) + 1
             delays.append(delay)
         return delays
+
+    def true_rtt(self, a: int, b: int) -> int | None:
+        """The round trip `a -> b -> a` without jitter (None: a link no packet has used yet)."""
+        there, back = self._base.get((a, b)), self._base.get((b, a))
+        if there is None or back is None:
+            return None
+        return there + back + self.extra.get((a, b), 0) + self.extra.get((b, a), 0)
 
     def landed(self, src: int, dst: int) -> bool:
         """A packet reached the end of its link; False if a partition ate it on the way."""

@@ -19,7 +19,13 @@ crashed members restarted, paused ones resumed, loss and duplication off) and
 clients stop starting operations. The **liveness phase** then checks every
 `CONVERGENCE_CHECK_MS` whether the set converged (one primary, identical
 oplogs and data, commit points at the end), and fails if it has not within
-the scenario's bound.
+the scenario's bound. A converged set then runs idle for the **ping phase**:
+one secondary's link to the primary grows slower (`drift_ms` one way) for
+`PING_SETTLE_HEARTBEATS` heartbeat intervals, and heals for as many again; after
+each, the runner records who syncs from whom with the true round trips
+(`SyncView`) for `sync_sources_follow_ping`. Throughout the run a watch every
+`WATCH_MS` records each stretch a primary could reach no majority of voters
+(`CutOff`) for `cut_off_primaries_step_down`.
 
 Bounded: at most `MAX_EVENTS` events per run. Any exception from a member's
 step (an illegal state transition, a broken invariant, a bug in a core) ends
@@ -41,7 +47,17 @@ from tests.sim import mutations, rpc
 from tests.sim.checkers import check
 from tests.sim.clients import ClientResult
 from tests.sim.disk import Disk, Entry, EntryKind, fold
-from tests.sim.history import Ack, Committed, FinalState, History, MajorityRead, RolledBack, Stored
+from tests.sim.history import (
+    Ack,
+    Committed,
+    CutOff,
+    FinalState,
+    History,
+    MajorityRead,
+    RolledBack,
+    Stored,
+    SyncView,
+)
 from tests.sim.network import Network
 from tests.sim.node import INF, SimNode
 from tests.sim.scenario import Fault, Scenario, make_scenario
@@ -52,9 +68,12 @@ CONVERGENCE_CHECK_MS = 100
 CLIENT_DELAY_MS = (1, 5)
 FIRST_CLIENT_ID = 100
 INITIATE_SECS = 1_700_000_000
+WATCH_MS = 50
+PING_SETTLE_HEARTBEATS = 18     # the smoothed ping keeps 0.8 ** 18 < 2 % of an old round trip
+CLOCK_SLACK = 1.1               # members' clocks run up to 8 % slow
 
 # Event kinds, in the queue as (time, seq, kind, member_or_client, incarnation, payload).
-DELIVER, WAKE, FSYNC, CLIENT, FAULT, HEAL, CHECK, RESUME = range(8)
+DELIVER, WAKE, FSYNC, CLIENT, FAULT, HEAL, CHECK, RESUME, WATCH, PING = range(10)
 
 
 @dataclass(slots=True)
@@ -98,8 +117,16 @@ class Simulation:
         self.last_state: dict[int, MemberState] = {}
         self.marked: dict[int, tuple[OpTime, int]] = {}
         voting_data = frozenset(m.id for m in config.members if m.votes > 0 and m.data_bearing)
+        settings = config.settings
+        self.heartbeat_ms = settings.heartbeat_interval_ms
+        stepdown_bound = (settings.election_timeout_ms + settings.heartbeat_timeout_secs * 1000
+                          + 2 * settings.heartbeat_interval_ms) * CLOCK_SLACK + 2 * WATCH_MS
         self.history = History(write_majority=config.write_majority_count, voting_data_members=voting_data,
-                               liveness_bound_ms=scenario.liveness_bound_ms)
+                               liveness_bound_ms=scenario.liveness_bound_ms, stepdown_bound_ms=int(stepdown_bound))
+        self.voters = frozenset(m.id for m in config.members if m.votes > 0)
+        self.majority_votes = config.majority_vote_count
+        self.cut_since: dict[int, tuple[int, int]] = {}   # primary -> (term, since) while it reaches no majority
+        self.drift = (0, 0, 0)                              # the ping phase: (slowed member, primary, added ms)
         self.stats = {"events": 0, "elections": 0, "rollbacks": 0, "crashes": 0, "acks": 0, "writes_failed": 0}
         self.finished = False
 
@@ -143,6 +170,7 @@ class Simulation:
         for fault in self.scenario.faults:
             self._push(fault.at_ms, FAULT, payload=fault)
         self._push(self.scenario.safety_ms, HEAL)
+        self._push(WATCH_MS, WATCH)
         try:
             self._loop()
         except Exception as exc:  # a crash in a member step is a finding, reported with its seed
@@ -151,6 +179,8 @@ class Simulation:
                                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
             if self.verbose:
                 self.trace.append(traceback.format_exc())
+        for member in list(self.cut_since):
+            self._end_cut(member, stepped_down=False)
         self._record_final()
         self.stats["events"] = self.events
         self.stats["sim_ms"] = self.now
@@ -184,6 +214,10 @@ class Simulation:
                 self._heal()
             elif kind == RESUME:
                 self._resume(who)
+            elif kind == WATCH:
+                self._watch()
+            elif kind == PING:
+                self._ping_phase(payload)
             else:
                 self._check_convergence()
 
@@ -428,7 +462,7 @@ class Simulation:
     def _check_convergence(self) -> None:
         if self._converged():
             self.history.converged_ms = self.now
-            self.finished = True
+            self._ping_phase(0)
         elif self.now - (self.history.heal_ms or 0) >= self.scenario.liveness_bound_ms:
             self.finished = True
         else:
@@ -457,6 +491,74 @@ class Simulation:
                 return False
         datas = [n.disk.data for m, n in nodes.items() if m not in self.arbiters]
         return all(d == datas[0] for d in datas) and datas[0] == fold(primary.disk.oplog)
+
+    # -- watching a primary that reaches no majority -------------------------------------------------
+
+    def _reaches_majority(self, member: int) -> bool:
+        blocked = self.network.blocked
+        reached = sum(1 for other in self.voters
+                      if other == member or (self.nodes.get(other) is not None and self.paused_until[other] <= self.now
+                                             and (member, other) not in blocked and (other, member) not in blocked))
+        return reached >= self.majority_votes
+
+    def _end_cut(self, member: int, *, stepped_down: bool) -> None:
+        term, since = self.cut_since.pop(member)
+        self.history.cut_offs.append(CutOff(member, term, since, self.now, stepped_down))
+
+    def _watch(self) -> None:
+        for member, node in self.nodes.items():
+            primary = node is not None and node.is_primary
+            if member in self.cut_since:
+                if not primary or node.term != self.cut_since[member][0]:  # type: ignore[union-attr]
+                    self._end_cut(member, stepped_down=True)
+                elif self._reaches_majority(member):
+                    self._end_cut(member, stepped_down=False)
+                elif self.paused_until[member] > self.now:
+                    del self.cut_since[member]      # a paused process cannot step down; count again once it runs
+            elif primary and self.paused_until[member] <= self.now and not self._reaches_majority(member):
+                self.cut_since[member] = (node.term, self.now)  # type: ignore[union-attr]
+        if not self.finished:
+            self._push(self.now + WATCH_MS, WATCH)
+
+    # -- the ping phase ---------------------------------------------------------------------------------
+
+    def _ping_phase(self, step: int) -> None:
+        """0: slow down one secondary's link to the primary; 1: look, and heal it; 2: look, and end the run."""
+        primary = self._primary()
+        sources = self._sources()
+        if primary is None or not sources:
+            self.finished = True
+            return
+        if step == 0:
+            direct = [m for m, s in sources.items() if s == primary]
+            slowed = max(direct[1:] or sources)
+            p = self.scenario.network
+            self.drift = (slowed, primary, 2 * p.max_delay_ms + 2 * p.jitter_ms + 40)
+            self.network.extra[(slowed, primary)] = self.drift[2]
+            if self.verbose:
+                self._trace(f"PING: m{slowed} -> m{primary} {self.drift[2]} ms slower")
+        else:
+            slowed, _, drift_ms = self.drift
+            p = self.scenario.network
+            after = (f"m{slowed}'s link to the primary m{primary} {drift_ms} ms slower for "
+                     f"{PING_SETTLE_HEARTBEATS} heartbeat intervals" + (", then healed as long" if step == 2 else ""))
+            rtt = {(a, b): self.network.true_rtt(a, b) or 0 for a in sources for b in self.ids if a != b}
+            self.history.sync_views.append(SyncView(self.now, after, primary, sources, self.voters, rtt,
+                                                    margin_ms=p.jitter_ms + 0.05 * drift_ms + 2))
+            self.network.extra.clear()
+            if step == 2:
+                self.finished = True
+                return
+        wait = int(PING_SETTLE_HEARTBEATS * self.heartbeat_ms * CLOCK_SLACK)
+        self._push(self.now + wait, PING, payload=step + 1)
+
+    def _sources(self) -> dict[int, int | None]:
+        out: dict[int, int | None] = {}
+        for member, node in self.nodes.items():
+            if node is not None and member not in self.arbiters and node.state is MemberState.SECONDARY:
+                host = node.sync_source_host
+                out[member] = node.member_id_of(host) if host else None
+        return out
 
     def _record_final(self) -> None:
         for m in self.ids:

@@ -12,11 +12,23 @@ from tests.sim.checkers import (
     check,
     committed_prefixes_agree,
     converged_in_time,
+    cut_off_primaries_step_down,
     majority_reads_committed,
     one_primary_per_term,
+    sync_sources_follow_ping,
     w_n_acks_had_holders,
 )
-from tests.sim.history import Ack, Committed, FinalState, History, MajorityRead, RolledBack, Stored
+from tests.sim.history import (
+    Ack,
+    Committed,
+    CutOff,
+    FinalState,
+    History,
+    MajorityRead,
+    RolledBack,
+    Stored,
+    SyncView,
+)
 
 A, B, C = 101, 102, 103   # entry hashes (a hash chain value stands for the whole prefix)
 T1 = OpTime(10, 1, 1)
@@ -42,7 +54,17 @@ def good() -> History:
     h.heal_ms, h.converged_ms = 1000, 1500
     for member in (0, 1, 2):
         h.final[member] = final([A, B], [1, 2])
+    h.stepdown_bound_ms = 3000
+    h.cut_offs.append(CutOff(0, 1, 600, 2900, stepped_down=True))
+    h.sync_views.append(view({1: 0, 2: 1}))
     return h
+
+
+def view(sources: dict[int, int | None], *, primary: int = 0) -> SyncView:
+    """m0 primary; m2 is 12 ms from m0 and 4 ms from m1, m1 is 3 ms from m0 (true round trips)."""
+    rtt = {(1, 0): 3, (2, 0): 12, (2, 1): 4}
+    rtt |= {(b, a): ms for (a, b), ms in rtt.items()}
+    return SyncView(2000, "a drift", primary, sources, frozenset({0, 1, 2}), rtt, margin_ms=1.0)
 
 
 def test_a_good_history_passes_every_checker() -> None:
@@ -145,3 +167,34 @@ def test_recorded_problems_fail() -> None:
     h = good()
     h.problems.append("IllegalTransition at 5 ms")
     assert check(h) == ["recorded_problems: IllegalTransition at 5 ms"]
+
+
+def test_a_primary_cut_off_longer_than_the_bound_fails() -> None:
+    h = good()
+    h.cut_offs.append(CutOff(1, 2, 5000, 8001, stepped_down=False))
+    assert cut_off_primaries_step_down(h) == [
+        "m1 stayed primary in term 2 for 3001 ms (from 5000 ms) while it could reach no majority of voters, "
+        "and was still primary when it could reach one again (bound 3000 ms)"]
+
+
+def test_a_secondary_that_stays_on_a_far_source_fails() -> None:
+    h = good()
+    h.sync_views = [view({1: 0, 2: 0})]   # m2 keeps the primary (12 ms) though m1 (4 ms) syncs from it
+    assert sync_sources_follow_ping(h) == [
+        "m2 syncs from m0 (round trip 12 ms) at 2000 ms (a drift), but m1 is 8 ms closer "
+        "(change threshold 5 ms, ping noise 1 ms)"]
+
+
+def test_a_level_secondary_not_syncing_from_the_primary_is_not_a_candidate() -> None:
+    h = good()
+    h.sync_views = [view({1: 2, 2: 0})]   # m1 chains through m2: m1 is no candidate for m2, and m1 -> m2 is fine
+    assert sync_sources_follow_ping(h) == []
+
+
+def test_a_cycle_or_a_missing_source_fails() -> None:
+    h = good()
+    h.sync_views = [view({1: 2, 2: 1})]
+    assert [v.split(" never")[0] for v in sync_sources_follow_ping(h)] == [
+        "m1's chain of sync sources m1 -> m2 -> m1", "m2's chain of sync sources m2 -> m1 -> m2"]
+    h.sync_views = [view({1: 0, 2: None})]
+    assert sync_sources_follow_ping(h) == ["m2 has no sync source at 2000 ms (a drift)"]

@@ -94,6 +94,25 @@ def test_caught_up_member_tails_the_primary_but_not_a_level_secondary() -> None:
     assert choose_sync_source(inputs(member(1, S1, 1.0, applied=50))) is None
 
 
+def test_a_level_secondary_of_a_lower_id_syncing_from_the_primary_is_a_candidate() -> None:
+    level = inputs(primary(ping=20.0, applied=50), member(1, S1, 1.0, applied=50, sync_source=P),
+                   member(3, S3, 0.5, applied=50, sync_source=P))
+    assert choose_sync_source(level) == S1   # S3 (closer) has a higher id than ours: never level-eligible
+    chained = inputs(primary(ping=20.0, applied=50), member(1, S1, 1.0, applied=50, sync_source=S3))
+    assert choose_sync_source(chained) == P
+
+
+def test_a_member_that_syncs_from_us_is_never_a_source_and_a_cycle_is_dropped() -> None:
+    # S3 syncs from S1, which syncs from us (S2): syncing from S3 would close S2 -> S3 -> S1 -> S2.
+    ring = inputs(primary(ping=20.0, applied=100), member(1, S1, 9.0, applied=100, sync_source=S2),
+                  member(3, S3, 1.0, applied=100, sync_source=S1), self_host=S2)
+    assert ineligibility(ring, ring.members[2]) == f"{S3} syncs from us, directly or through other members"
+    assert choose_sync_source(ring) == P
+    decision = should_change_sync_source(ring, S3)
+    assert decision.change and "syncs from us" in decision.reason
+    assert not should_change_sync_source(ring, P).change
+
+
 def test_too_stale_member_excluded() -> None:
     # The primary is at 100 s; S1 at 69 s is 31 s behind (> 30), S3 at 70 s is exactly 30 s behind.
     rs = inputs(primary(ping=20.0, applied=100), member(1, S1, 1.0, applied=69), member(3, S3, 2.0, applied=70))
@@ -354,8 +373,12 @@ def naive_passes(inp: SyncSourceInputs) -> tuple[list[MemberSnapshot], list[Memb
             continue
         if inp.self_build_indexes and not m.build_indexes:
             continue
-        level_primary = m.id == inp.primary_id and m.last_applied == inp.self_last_fetched
-        if not m.last_applied > inp.self_last_fetched and not level_primary:
+        level_ok = m.last_applied == inp.self_last_fetched and (
+            m.id == inp.primary_id
+            or (prim is not None and m.id < inp.self_id and m.sync_source.lower() == prim.host.lower()))
+        if not m.last_applied > inp.self_last_fetched and not level_ok:
+            continue
+        if naive_upstream_has_us(inp, m):
             continue
         if prim is not None and prim.healthy and m.last_applied.secs + inp.max_sync_source_lag_secs < \
                 prim.last_applied.secs:
@@ -369,6 +392,24 @@ def naive_passes(inp: SyncSourceInputs) -> tuple[list[MemberSnapshot], list[Memb
         if voter_ok and not m.hidden and m.secondary_delay_secs <= inp.self_secondary_delay_secs:
             first.append(m)
     return first, second
+
+
+def naive_upstream_has_us(inp: SyncSourceInputs, m: MemberSnapshot) -> bool:
+    by_host = {x.host.lower(): x for x in inp.members}
+    visited: list[int] = [m.id]
+    while m.sync_source:
+        if m.sync_source.lower() == inp.self_host.lower():
+            return True
+        nxt = by_host.get(m.sync_source.lower())
+        if nxt is None:
+            return False
+        if nxt.id == inp.self_id:
+            return True
+        if nxt.id in visited:
+            return False
+        visited.append(nxt.id)
+        m = nxt
+    return False
 
 
 def naive_ping(m: MemberSnapshot) -> float:
@@ -418,6 +459,7 @@ def snapshots(draw: st.DrawFn, mid: int) -> MemberSnapshot:
         last_applied=draw(OPTIMES), ping_ms=draw(PINGS), hidden=draw(RARELY), arbiter=draw(RARELY),
         votes=draw(st.sampled_from([1, 1, 0])), build_indexes=draw(MOSTLY),
         secondary_delay_secs=draw(st.sampled_from([0, 0, 60])),
+        sync_source=draw(st.sampled_from(["", ""] + [f"h{i}:27017" for i in range(13)])),
     )
 
 
@@ -436,7 +478,7 @@ def topologies(draw: st.DrawFn, *, plain: bool = False) -> SyncSourceInputs:
         chaining_allowed=True if plain else draw(st.booleans()),
         forced_host=None if plain else draw(st.one_of(st.none(), host_choice, st.just("elsewhere:1"))),
         denylist=frozenset(draw(st.lists(host_choice, max_size=1))) if hosts else frozenset(),
-        max_sync_source_lag_secs=draw(st.sampled_from([0, 10, 30, 30])),
+        max_sync_source_lag_secs=draw(st.sampled_from([0, 10, 30, 30])), self_host=f"h{self_id}:27017",
     )
 
 

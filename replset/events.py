@@ -1,0 +1,164 @@
+"""What a shell tells the replica core (`replset.replica`): the inputs of `Replica.step`.
+
+Theory of operation
+-------------------
+etcd's raft has one entry point, `Step(msg)`, and hands back everything to do in a
+`Ready`. `Replica.step(now, event)` is that entry point here: each event below is one
+thing that happened outside the core - time passed, a message arrived, a `Send` was
+answered or failed, something the core asked for completed (`Persist`, `WriteNoop`,
+a drain), the member's own oplog moved, the fetcher moved - and `step` returns the
+actions (`replset.actions`) to carry out, in order. A transcript of events in and
+actions out (`tests/transcripts`) is the whole protocol of one member.
+
+Events that arrive with a request someone waits on (`HeartbeatIn`, `PositionsIn`,
+`VoteRequestIn`) carry the shell's `reply_to` handle; the core answers them with an
+`Answer(reply_to, body)` action (a vote only after the `Persist` of the vote is done).
+
+Pure data: no I/O, clocks or randomness.
+"""
+
+from __future__ import annotations
+
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from base.config import ReplSetConfig
+from base.member import MemberState
+from base.messages import ReplMetadata
+from base.optime import OpTime
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """Replication begins under the installed config (`initiator`: this member ran replSetInitiate), in
+    `state` when given (the state the member's data allows: SECONDARY, ARBITER, STARTUP2, ...)."""
+
+    initiator: bool = False
+    state: MemberState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: deadlines up to `now` fire (call timeouts, heartbeats, the election timer, wtimeouts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutDown:
+    """The member is shutting down: waiters fail with 91, calls are forgotten."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigInstalled:
+    """A newer config is stored (`data_state`: the state a member new to the set takes)."""
+
+    config: ReplSetConfig
+    data_state: MemberState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replied:
+    """The answer to the core's `Send` number `call`."""
+
+    call: int
+    doc: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailed:
+    """The core's `Send` number `call` got no answer (timeout, refused connection, an error)."""
+
+    call: int
+    refused: bool = False
+    why: str = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatIn:
+    """`replSetHeartbeat` from another member; answered with `Answer(reply_to, reply)`."""
+
+    doc: dict[str, Any]
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequestIn:
+    """`replSetRequestVotes`; answered with `Answer(reply_to, reply)` once a granted vote is durable."""
+
+    doc: dict[str, Any]
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class PositionsIn:
+    """`replSetUpdatePosition` from a member downstream; answered with `Answer(reply_to, reply)`."""
+
+    doc: dict[str, Any]
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    """The `Persist` with this token is on disk."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoopWritten:
+    """The "new primary" no-op of `term` was written (`ok`) or could not be."""
+
+    term: int
+    ok: bool
+    wall: datetime.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncDrained:
+    """`StopFetching(drain=True)` ended: everything buffered was applied (`drained`) or the drain gave up."""
+
+    drained: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCommit:
+    """Our oplog's last committed (visible, maybe not yet fsynced) entry is now `applied`."""
+
+    applied: OpTime
+
+
+@dataclass(frozen=True, slots=True)
+class LocalDurable:
+    """Our oplog is fsynced up to `durable`."""
+
+    durable: OpTime
+
+
+@dataclass(frozen=True, slots=True)
+class MinValidChecked:
+    """The answer to `CheckMinValid`: whether our oplog holds that very entry."""
+
+    optime: OpTime
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMetadata:
+    """The replication metadata our sync source sent with a batch (its term, commit point, ...)."""
+
+    meta: ReplMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherMoved:
+    """The fetcher's source or its last fetched entry changed."""
+
+    source: str | None
+    last_fetched: OpTime
+
+
+Event = (Started | Tick | ShutDown | ConfigInstalled | Replied | CallFailed | HeartbeatIn | VoteRequestIn
+         | PositionsIn | Persisted | NoopWritten | SyncDrained | LocalCommit | LocalDurable | MinValidChecked
+         | SourceMetadata | FetcherMoved)
