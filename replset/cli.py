@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from base.clock import SYSTEM_CLOCK
 from base.member import MemberState
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
@@ -167,9 +168,9 @@ READY_TIMEOUT_S = 120.0   # `up` waits this long for every member to be PRIMARY 
 def wait_until(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
                interval_s: float = 0.02) -> T:
     """Polls `predicate` (errors count as "not yet") until it is truthy or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
+    deadline = SYSTEM_CLOCK.monotonic() + timeout_s
     last_error: Exception | None = None
-    while time.monotonic() < deadline:
+    while SYSTEM_CLOCK.monotonic() < deadline:
         try:
             result = predicate()
             if result:
@@ -208,7 +209,7 @@ class _Child:
     def start(self) -> None:
         with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
             self.process = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT)
-        self.started_at = time.monotonic()
+        self.started_at = SYSTEM_CLOCK.monotonic()
         self.restart_at = None
 
 
@@ -238,7 +239,7 @@ class _Supervisor:
 
     def check(self) -> None:
         """One supervision step: notices exits and performs restarts that are due. Never blocks."""
-        now = time.monotonic()
+        now = SYSTEM_CLOCK.monotonic()
         for child in self.children:
             if child.restart_at is not None:
                 if now >= child.restart_at:
@@ -272,11 +273,11 @@ class _Supervisor:
         for child in running:
             assert child.process is not None
             child.process.terminate()
-        deadline = time.monotonic() + timeout_s
+        deadline = SYSTEM_CLOCK.monotonic() + timeout_s
         for child in running:
             assert child.process is not None
             try:
-                child.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+                child.process.wait(timeout=max(deadline - SYSTEM_CLOCK.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 print(f"member on port {child.port} did not stop within {timeout_s:g} s; killing it",
                       file=sys.stderr, flush=True)
@@ -710,7 +711,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
                   flush=True)
             if not args.wait:
                 return 0
-            started = time.monotonic()
+            started = SYSTEM_CLOCK.monotonic()
             with _ResyncDisplay(args.host, live=sys.stdout.isatty()) as display:
                 while True:
                     status = client.admin.command("replSetGetStatus")
@@ -720,7 +721,7 @@ def cmd_resync(args: argparse.Namespace) -> int:
                     if isinstance(progress, Mapping):
                         display.show(progress)
                     time.sleep(RESYNC_POLL_S)  # an operator's progress display: poll the member's status
-            print(f"{args.host}: SECONDARY again after {time.monotonic() - started:.1f} s", flush=True)
+            print(f"{args.host}: SECONDARY again after {SYSTEM_CLOCK.monotonic() - started:.1f} s", flush=True)
             return 0
     except ConnectionFailure:
         print(f"replset resync: cannot reach {args.host}", file=sys.stderr)

@@ -35,11 +35,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from base.clock import SYSTEM_CLOCK, Clock
 from base.errors import MongoError
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 
@@ -65,7 +65,9 @@ class GroupCommitWriter:
                  position: Callable[[], Any] = lambda: None,
                  on_durable: Callable[[Any], None] = lambda _position: None,
                  observe_batch: Callable[[int], None] = lambda _size: None,
-                 observe_fsync: Callable[[float], None] = lambda _seconds: None) -> None:
+                 observe_fsync: Callable[[float], None] = lambda _seconds: None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._observe_batch = observe_batch  # each committed batch's size (metrics)
         self._observe_fsync = observe_fsync  # each journal fsync's time (metrics)
         self._on_abort = on_abort or (lambda: None)
@@ -180,7 +182,7 @@ class GroupCommitWriter:
             seq, position = self.committed_seq, self._position()
             if seq > self.durable_seq:
                 self._flushing = True
-                started = time.perf_counter()
+                started = self._clock.monotonic()
                 try:
                     await self._sync_wal(loop)
                 except OSError as exc:
@@ -189,7 +191,7 @@ class GroupCommitWriter:
                     log.critical("fsync of the journal failed, shutting down: %s", exc)
                     os._exit(70)
                 self._flushing = False
-                self._observe_fsync(time.perf_counter() - started)
+                self._observe_fsync(self._clock.monotonic() - started)
                 self.flushes += 1
                 self.durable_seq = seq
                 self._on_durable(position)
@@ -203,13 +205,13 @@ class GroupCommitWriter:
         fsync took over `INLINE_FSYNC_LIMIT_S` (a busy disk): then the thread serves for a while, so
         heartbeats never wait long. A primary's loop serves clients and the getMores replication
         waits on: it always uses the thread."""
-        if not self.inline_fsync or time.monotonic() < self._threaded_until:
+        if not self.inline_fsync or self._clock.monotonic() < self._threaded_until:
             await loop.run_in_executor(self._fsync, self._store.sync_wal)
             return
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         self._store.sync_wal()
-        if time.perf_counter() - started > INLINE_FSYNC_LIMIT_S:
-            self._threaded_until = time.monotonic() + THREADED_FSYNC_HOLD_S
+        if self._clock.monotonic() - started > INLINE_FSYNC_LIMIT_S:
+            self._threaded_until = self._clock.monotonic() + THREADED_FSYNC_HOLD_S
 
     def _release_durable_waiters(self) -> None:
         if not self._durable_waiters:
@@ -231,7 +233,7 @@ class GroupCommitWriter:
         self._durable_waiters = []
 
     def _maybe_checkpoint(self) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._checkpoint_running or now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
             return
         self._checkpoint_running, self._last_checkpoint = True, now
@@ -290,10 +292,10 @@ class GroupCommitWriter:
         txn = self._store.begin()
         batch = pending
         try:
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             for i, (fn, _fut, _durable, _off_loop) in enumerate(pending):
                 outcomes.append(self._run_one(txn, fn))
-                if time.perf_counter() - started > BATCH_SLICE_S:
+                if self._clock.monotonic() - started > BATCH_SLICE_S:
                     batch = pending[:i + 1]
                     break
             self._store.commit()

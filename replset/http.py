@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import pathlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -92,7 +91,7 @@ def _auth_middleware(node: Node) -> Any:
             return _unauthorized("authentication required")
         uid, doc = lookup(node.store.reader, basic[0])
         stored = None if doc is None else (doc.get("credentials") or {}).get(SHA256)
-        now = time.monotonic()
+        now = node.clock.monotonic()
         if stored is None or not (checker.remembered(uid, basic[1], now) or
                                   await asyncio.to_thread(password_matches, stored, doc["user"], basic[1])):
             return _unauthorized("Authentication failed.")

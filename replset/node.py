@@ -24,7 +24,6 @@ import datetime
 import logging
 import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ import bson
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
+from base.clock import SYSTEM_CLOCK, Clock
 from base.config import ReplSetConfig, parse_config
 from base.errors import MongoError
 from base.hello import HelloView
@@ -117,18 +117,16 @@ class NodeOptions:
         return f"{self.me.rpartition(':')[0]}:{self.effective_http_port}"
 
 
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
 class Node:
-    def __init__(self, options: NodeOptions) -> None:
+    def __init__(self, options: NodeOptions, clock: Clock | None = None) -> None:
         self.options = options
-        self.started_at = time.monotonic()
+        self.clock: Clock = SYSTEM_CLOCK if clock is None else clock  # every clock read of the member
+        self.started_at = self.clock.monotonic()
         self.store = SQLiteStore(options.dbpath, trace_path=options.trace_sql)
         self.rng = random.Random()
         self.cursors = CursorRegistry(self.rng)
-        self.queries = QueryPool()  # reads whose cost grows with the data run here, not on the loop
+        # reads whose cost grows with the data run here, not on the loop
+        self.queries = QueryPool(clock=self.clock)
         self.config: ReplSetConfig | None = None
         self.log = LogWriter(NULL_OPTIME)
         self.last_committed_optime = NULL_OPTIME  # applied: committed, visible, not necessarily fsynced
@@ -145,7 +143,7 @@ class Node:
         self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort,
                                         position=self._flush_position, on_durable=self._on_durable,
                                         observe_batch=self.metrics.group_commit_batch.observe,
-                                        observe_fsync=self.metrics.fsync.observe)
+                                        observe_fsync=self.metrics.fsync.observe, clock=self.clock)
         self._connection_ids = 0
         self.shutting_down = False
         self._trimming = False
@@ -161,7 +159,7 @@ class Node:
         self.transactions = Transactions(self)
         self.ttl = TTLMonitor(self)
         self.snapshot_reads = SnapshotReads(self)
-        self.committed_snapshots = CommittedSnapshots(self.store, time.monotonic)  # majority reads
+        self.committed_snapshots = CommittedSnapshots(self.store, self.clock.monotonic)  # majority reads
         self.local_sessions = LocalSessions()
         # What proves `__system@local` (the keyfile's key as its password), and that key for this
         # member's own connections to the others; None without a keyfile.
@@ -320,9 +318,8 @@ class Node:
             self.parts.on_history_replaced()
         self.notify_state_change()
 
-    @staticmethod
-    def now() -> datetime.datetime:
-        return utcnow()
+    def now(self) -> datetime.datetime:
+        return self.clock.wall()
 
     def notify_state_change(self) -> None:
         self.topology_counter += 1
@@ -468,7 +465,7 @@ class Node:
             term=self.term, primary=self.primary_host, last_write=last, last_write_date=wall,
             majority_write=majority, majority_write_date=self._optime_date(majority),
             topology_process_id=self.topology_process_id, topology_counter=self.topology_counter,
-            connection_id=connection_id, now=utcnow(),
+            connection_id=connection_id, now=self.now(),
         )
 
     @staticmethod
@@ -518,7 +515,7 @@ class Node:
                 raise MongoError(10107, "not primary")
             last = self.log.last
             try:
-                return fn(WriteEnv(txn=txn, log=self.log, term=self.term, now=utcnow()))
+                return fn(WriteEnv(txn=txn, log=self.log, term=self.term, now=self.now()))
             except BaseException:
                 self.log.last = last  # its savepoint is rolled back, so are the optimes it took
                 raise
@@ -530,11 +527,11 @@ class Node:
 
     async def wait_for_write_concern(self, wc: WriteConcern, optime: OpTime) -> MongoError | None:
         """Waits until the write at `optime` satisfies `wc`; returns a writeConcernError or None."""
-        started = time.perf_counter()
+        started = self.clock.monotonic()
         try:
             return await self.repl.wait_for_write_concern(wc, optime)
         finally:
-            self.metrics.write_concern_wait.labels(str(wc.w)).observe(time.perf_counter() - started)
+            self.metrics.write_concern_wait.labels(str(wc.w)).observe(self.clock.monotonic() - started)
 
     # -- replica-set configuration ----------------------------------------------------
     async def initiate(self, raw: dict[str, Any] | None) -> None:
@@ -628,7 +625,7 @@ class Node:
         source = repl.sync_source_host
         source_member = self.config.member_by_host(source) if source else None
         return StatusView(
-            set_name=self.config.name, now=utcnow(), state=self.state, term=self.term,
+            set_name=self.config.name, now=self.now(), state=self.state, term=self.term,
             sync_source_host=source, sync_source_id=source_member.id if source_member else -1,
             heartbeat_interval_ms=self.config.settings.heartbeat_interval_ms,
             majority_vote_count=self.config.majority_vote_count,
@@ -639,7 +636,7 @@ class Node:
         )
 
     def uptime_s(self) -> float:
-        return time.monotonic() - self.started_at
+        return self.clock.monotonic() - self.started_at
 
     def pid(self) -> int:
         return os.getpid()

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from base.clock import SYSTEM_CLOCK, Clock
 from base.errors import MongoError
 from oplog.expr_eval import INTERRUPT_CHECK
 from oplog.query_regex import REGEX_BUDGET, RegexBudget
@@ -40,7 +40,9 @@ QUERY_THREADS = 4
 REGEX_MATCH_LIMIT_S = 1.0
 CHECK_EVERY = 64  # documents between two looks at the clock
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("query_deadline", default=None)
+# The running batch's deadline, with the clock it is on.
+_DEADLINE: contextvars.ContextVar[tuple[Clock, float] | None] = contextvars.ContextVar(
+    "query_deadline", default=None)
 
 
 def time_limit_error() -> MongoError:
@@ -58,10 +60,10 @@ class TimeLimit:
         return cls(max_time_ms / 1000 if max_time_ms > 0 else None)
 
 
-def check_time_limit(clock: Callable[[], float] = time.monotonic) -> None:
+def check_time_limit() -> None:
     """Raises `MaxTimeMSExpired` when the batch running on this thread is past its deadline."""
     deadline = _DEADLINE.get()
-    if deadline is not None and clock() > deadline:
+    if deadline is not None and deadline[0].monotonic() > deadline[1]:
         raise time_limit_error()
 
 
@@ -75,7 +77,7 @@ def time_checked(source: Iterator[Any]) -> Iterator[Any]:
 
 
 class QueryPool:
-    def __init__(self, threads: int = QUERY_THREADS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, threads: int = QUERY_THREADS, clock: Clock = SYSTEM_CLOCK) -> None:
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="query")
         self._clock = clock
         self.batches = 0
@@ -85,21 +87,21 @@ class QueryPool:
         limit = limit or TimeLimit()
         if limit.left_s is not None and limit.left_s <= 0:
             raise time_limit_error()
-        started = self._clock()
+        started = self._clock.monotonic()
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 self._executor, contextvars.copy_context().run, self._call, fn, limit.left_s, started)
         finally:
             self.batches += 1
             if limit.left_s is not None:
-                limit.left_s -= self._clock() - started
+                limit.left_s -= self._clock.monotonic() - started
 
     def _call(self, fn: Callable[[], T], left_s: float | None, started: float) -> T:
         budget = RegexBudget.limited_to(REGEX_MATCH_LIMIT_S)
         if left_s is not None:
-            _DEADLINE.set(started + left_s)
+            _DEADLINE.set((self._clock, started + left_s))
             INTERRUPT_CHECK.set(check_time_limit)  # long expression evaluations look at it too
-            left_now = max(0.0, started + left_s - self._clock())
+            left_now = max(0.0, started + left_s - self._clock.monotonic())
             if left_now < budget.seconds:
                 budget = RegexBudget(left_now, 50, time_limit_error().errmsg)
         REGEX_BUDGET.set(budget)

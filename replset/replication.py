@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import bson
 
+from base.clock import Clock
 from base.config import ReplSetConfig, parse_config
 from base.errors import MongoError
 from base.member import MemberState
@@ -66,16 +66,13 @@ PERSIST_RETRY_MAX_S = 5.0  # the longest pause between two tries to persist the 
 REPORT_LINGER_S = 0.002
 
 
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class Replication:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock
         self.core = Replica(me=node.options.me, config=None, state=MemberState.STARTUP, term=0, last_vote=None,
                             applied=node.last_committed_optime, durable=node.last_durable_optime, min_valid=None,
-                            rng=node.rng, now=now_ms())
+                            rng=node.rng, now=self.clock.monotonic_ms())
         self.topology_changed = Pulse()
         self.worker: SyncWorker | None = None
         self.resync = ResyncCoordinator(node)  # initial sync (STARTUP2), too stale, resync
@@ -178,7 +175,7 @@ class Replication:
                 held = self.oplog_holds(optime)
                 if held:
                     log.info("reached minValid %s: data consistent again", optime)
-                self.core.min_valid_checked(now_ms(), optime, held)
+                self.core.min_valid_checked(self.clock.monotonic_ms(), optime, held)
             case act.ForgetMinValid(optime=optime):
                 self._spawn(self._forget_min_valid(optime))
             case act.Resync(reason=reason):
@@ -198,14 +195,14 @@ class Replication:
     async def _ticker(self) -> None:
         while True:
             deadline = self.core.next_deadline()
-            now = now_ms()
+            now = self.clock.monotonic_ms()
             if deadline > now:
                 self._sleeping_until = deadline
                 await self._wake.wait(min((deadline - now) / 1000, 3600.0))
                 self._sleeping_until = 0
                 continue
             try:
-                self.core.tick(now_ms())
+                self.core.tick(self.clock.monotonic_ms())
                 self._carry_out()
             except Exception:  # a bug here must not stop every timer of the member
                 log.exception("replication tick failed")
@@ -228,7 +225,7 @@ class Replication:
     async def _send(self, send: act.Send) -> None:
         member = self.config.member_by_id(send.to) if self.node.config is not None else None
         if member is None:
-            self.core.call_failed(now_ms(), send.call, why="not in the config")
+            self.core.call_failed(self.clock.monotonic_ms(), send.call, why="not in the config")
             self._carry_out()
             return
         # A vote request gets a connection of its own: an abandoned round's request must not hold up the next.
@@ -241,15 +238,15 @@ class Replication:
             refused = isinstance(exc, PeerError) and exc.refused
             if send.kind is act.CallKind.HEARTBEAT:
                 log.debug("heartbeat to %s failed: %s", member.host, exc)
-            self.core.call_failed(now_ms(), send.call, refused=refused, why=str(exc))
+            self.core.call_failed(self.clock.monotonic_ms(), send.call, refused=refused, why=str(exc))
         else:
             if send.kind is act.CallKind.HEARTBEAT:
                 self.node.member_http.learn(member.host, raw.get(HTTP_PORT_FIELD))
             try:
-                self.core.reply(now_ms(), send.call, raw)
+                self.core.reply(self.clock.monotonic_ms(), send.call, raw)
             except Exception as exc:  # a malformed reply must not leave the call open for good
                 log.exception("%s reply from %s could not be used", send.kind.value, member.host)
-                self.core.call_failed(now_ms(), send.call, why=f"malformed reply: {exc}")
+                self.core.call_failed(self.clock.monotonic_ms(), send.call, why=f"malformed reply: {exc}")
         finally:
             if own:
                 client.close()
@@ -273,7 +270,7 @@ class Replication:
                 elif failures & (failures - 1) == 0:
                     log.error("persisting term %d failed %d times, still retrying: %s", term, failures, exc)
                 await asyncio.sleep(min(0.1 * 2 ** min(failures - 1, 6), PERSIST_RETRY_MAX_S))
-        self.core.persisted(now_ms(), token)
+        self.core.persisted(self.clock.monotonic_ms(), token)
         self._carry_out()
 
     async def _start_worker(self) -> None:
@@ -292,7 +289,7 @@ class Replication:
     async def _stop_worker_for_core(self, drain: bool) -> None:
         drained = await self._stop_worker(drain=drain)
         if drain:
-            self.core.sync_drained(now_ms(), drained)
+            self.core.sync_drained(self.clock.monotonic_ms(), drained)
             self._carry_out()
 
     async def _write_noop(self, term: int) -> None:
@@ -305,7 +302,7 @@ class Replication:
         except Exception:  # the candidacy must hear back whatever happened
             log.exception("writing the new primary entry of term %d failed", term)
             ok = False
-        self.core.noop_written(now_ms(), term, ok=ok, wall=self.node.now())
+        self.core.noop_written(self.clock.monotonic_ms(), term, ok=ok, wall=self.node.now())
         if self.node.is_primary:
             log.info("became primary in term %d", term)
             self.node.metrics.elections.inc()
@@ -344,7 +341,7 @@ class Replication:
         core.applied, core.durable = self.node.last_committed_optime, self.node.last_durable_optime
 
     def enter_state(self, state: MemberState) -> None:
-        self.core.enter_state(now_ms(), state)
+        self.core.enter_state(self.clock.monotonic_ms(), state)
         self._carry_out()
 
     def start(self, *, initiator: bool = False) -> None:
@@ -352,7 +349,7 @@ class Replication:
         core = self.core
         core.config = self.node.config
         core.applied, core.durable = self.node.last_committed_optime, self.node.last_durable_optime
-        core.start(now_ms(), initiator=initiator)
+        core.start(self.clock.monotonic_ms(), initiator=initiator)
         if self._ticker_task is None:
             self._ticker_task = asyncio.get_running_loop().create_task(self._ticker(), name="replication-timer")
         self._carry_out()
@@ -373,7 +370,7 @@ class Replication:
         self._tasks, self._ticker_task = set(), None
         await self.resync.stop()
         await self._stop_worker(drain=False)
-        self.core.shutdown(now_ms())
+        self.core.shutdown(self.clock.monotonic_ms())
         self._carry_out()
         for client in self._clients.values():
             client.close()
@@ -400,7 +397,7 @@ class Replication:
                 self.enter_state(MemberState.ARBITER if me.arbiter_only else node.data_state())
                 self.start()
             else:
-                self.core.install_config(now_ms(), config, data_state=node.data_state())
+                self.core.install_config(self.clock.monotonic_ms(), config, data_state=node.data_state())
                 self._carry_out()
                 self._maybe_start_initial_sync()
             node.notify_state_change()
@@ -439,7 +436,7 @@ class Replication:
 
     def on_heartbeat_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = self.core.heartbeat_request(now_ms(), cmd)
+            reply = self.core.heartbeat_request(self.clock.monotonic_ms(), cmd)
         except NoConfig:
             req = parse_heartbeat_request(cmd)
             if req.set_name == self.node.options.repl_set:
@@ -453,14 +450,14 @@ class Replication:
     async def on_vote_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         try:
-            self.core.vote_request(now_ms(), cmd, answer)
+            self.core.vote_request(self.clock.monotonic_ms(), cmd, answer)
         finally:
             self._carry_out()
         return await answer
 
     def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = self.core.update_position(now_ms(), cmd)
+            reply = self.core.update_position(self.clock.monotonic_ms(), cmd)
             if HELD_FIELD in cmd:
                 self.node.parts.on_held_report(cmd[HELD_FIELD])
             return reply
@@ -469,7 +466,7 @@ class Replication:
 
     def holdings_changed(self) -> None:
         """The part log has "has part" acknowledgements to send upstream (`replset.parts.registry`)."""
-        self.core.holdings_changed(now_ms())
+        self.core.holdings_changed(self.clock.monotonic_ms())
         self._carry_out()
 
     def _with_holdings(self, report: dict[str, Any]) -> dict[str, Any]:
@@ -477,7 +474,7 @@ class Replication:
         return report | {HELD_FIELD: held} if held else report
 
     def on_sync_source_metadata(self, meta: ReplMetadata) -> None:
-        self.core.sync_source_metadata(now_ms(), meta)
+        self.core.sync_source_metadata(self.clock.monotonic_ms(), meta)
         self._carry_out()
 
     def metadata_document(self) -> dict[str, Any]:
@@ -489,7 +486,7 @@ class Replication:
     def on_local_commit(self) -> None:
         """Our applied optime moved (a primary write or an applied batch, committed, maybe not fsynced)."""
         node = self.node
-        self.core.local_commit(now_ms(), node.last_committed_optime)
+        self.core.local_commit(self.clock.monotonic_ms(), node.last_committed_optime)
         if not node.is_primary and self.core.configured:
             self.resync.on_applied()
         self._carry_out()
@@ -497,7 +494,7 @@ class Replication:
     def on_local_durable(self) -> None:
         """The journal flusher made our entries durable up to `node.last_durable_optime`."""
         self._durable_moved.fire()
-        self.core.local_durable(now_ms(), self.node.last_durable_optime)
+        self.core.local_durable(self.clock.monotonic_ms(), self.node.last_durable_optime)
         self._carry_out()
 
     def reports_ride_on_fetch(self, riding: bool) -> None:
@@ -530,7 +527,7 @@ class Replication:
         if isinstance(decided, MongoError):
             return decided
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
-        self.core.await_write_concern(now_ms(), waiter, wc, target)
+        self.core.await_write_concern(self.clock.monotonic_ms(), waiter, wc, target)
         self._carry_out()
         try:
             return await waiter
@@ -554,40 +551,40 @@ class Replication:
         return worker.sync_source or "" if worker is not None else self.resync.sync_source
 
     def choose_sync_source(self, last_fetched: OpTime) -> str | None:
-        return self.core.choose_sync_source(now_ms(), last_fetched)
+        return self.core.choose_sync_source(self.clock.monotonic_ms(), last_fetched)
 
     def on_fetched(self) -> None:
         """The fetcher's source or its last fetched entry changed."""
         worker = self.worker
         source = self.sync_source_host or None
         last = worker.last_fetched if worker is not None else self.core.last_fetched
-        self.core.fetcher_moved(now_ms(), source=source, last_fetched=last)
+        self.core.fetcher_moved(self.clock.monotonic_ms(), source=source, last_fetched=last)
         self._carry_out()
 
     def source_applied(self, host: str) -> OpTime | None:
         return self.core.member_applied(host)
 
     def rollback_started(self) -> None:
-        self.core.rollback_started(now_ms())
+        self.core.rollback_started(self.clock.monotonic_ms())
         self._carry_out()
 
     def rollback_ended(self, run: RollbackRun) -> None:
-        self.core.rollback_ended(now_ms(), run)
+        self.core.rollback_ended(self.clock.monotonic_ms(), run)
         self._carry_out()
 
     def deny(self, host: str, for_ms: int) -> None:
-        self.core.deny(now_ms(), host, for_ms)
+        self.core.deny(self.clock.monotonic_ms(), host, for_ms)
 
     def sync_from(self, host: str) -> str:
         """`replSetSyncFrom`: returns the previous sync source."""
         try:
-            return self.core.sync_from(now_ms(), host)
+            return self.core.sync_from(self.clock.monotonic_ms(), host)
         finally:
             self._carry_out()
 
     def start_steady_state(self) -> None:
         """An initial sync ended (or a resync was abandoned): fetch and apply from our last entry."""
-        self.core.start_fetching(now_ms())
+        self.core.start_fetching(self.clock.monotonic_ms())
         self._carry_out()
         self.node.notify_state_change()
 
@@ -610,17 +607,18 @@ class Replication:
         node, topology = self.node, self.core.topology
         if not node.is_primary or topology is None:
             raise MongoError(10107, "not primary so can't step down")
-        deadline = time.monotonic() + catch_up_secs
+        deadline = self.clock.monotonic() + catch_up_secs
         target = topology.caught_up_electable(node.last_committed_optime)
-        while target is None and time.monotonic() < deadline:
-            await self.wait_for_positions(max(deadline - time.monotonic(), 0.0))
+        while target is None and self.clock.monotonic() < deadline:
+            await self.wait_for_positions(max(deadline - self.clock.monotonic(), 0.0))
             target = topology.caught_up_electable(node.last_committed_optime)
         if target is None and not force:
             raise MongoError(262, "No electable secondaries caught up as of now. Please use the "
                                   "{force: true} option if you really want to step down.")
         log.info("stepping down: replSetStepDown")
         try:
-            self.core.step_down(now_ms(), freeze_ms=int(step_down_secs * 1000), reason="replSetStepDown")
+            self.core.step_down(self.clock.monotonic_ms(), freeze_ms=int(step_down_secs * 1000),
+                                reason="replSetStepDown")
         finally:
             self._carry_out()
         if target is not None:
@@ -640,7 +638,7 @@ class Replication:
     async def run_election(self, reason: str, *, skip_dry_run: bool = False) -> bool:
         """`replSetStepUp`: stand now; True when this member became primary."""
         core = self.core
-        started = core.step_up(now_ms(), skip_dry_run=skip_dry_run)
+        started = core.step_up(self.clock.monotonic_ms(), skip_dry_run=skip_dry_run)
         self._carry_out()
         if not started:
             return False
@@ -649,20 +647,20 @@ class Replication:
         config = self.node.config
         catch_up_ms = config.settings.catch_up_timeout_ms if config is not None else 0
         bound_ms = 3 * core.election_timeout_base + max(catch_up_ms, 0) + 70_000
-        deadline = time.monotonic() + bound_ms / 1000
-        while core.candidacy is candidacy and candidacy is not None and time.monotonic() < deadline:
-            await self._stepped.wait(deadline - time.monotonic())
+        deadline = self.clock.monotonic() + bound_ms / 1000
+        while core.candidacy is candidacy and candidacy is not None and self.clock.monotonic() < deadline:
+            await self._stepped.wait(deadline - self.clock.monotonic())
         return self.node.is_primary
 
     def freeze(self, secs: float) -> str:
-        return self.core.freeze(now_ms(), secs)
+        return self.core.freeze(self.clock.monotonic_ms(), secs)
 
     # -- status -----------------------------------------------------------------------------------------
 
     def member_views(self) -> tuple[MemberView, ...]:
         node, config, core = self.node, self.config, self.core
         topology = core.topology
-        now, wall = now_ms(), node.now()
+        now, wall = self.clock.monotonic_ms(), node.now()
 
         def ago(ms: int | None) -> datetime.datetime | None:
             return None if ms is None else wall - datetime.timedelta(milliseconds=now - ms)

@@ -14,6 +14,7 @@ import datetime
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from base.clock import Clock
 from base.config import MemberConfig
 from base.member import MemberState
 from base.messages import ReplMetadata
@@ -118,6 +119,7 @@ class SyncHost(Protocol):
     """The member, as the replication shells see it."""
 
     repl: Replication
+    clock: Clock
     store: SQLiteStore
     log: LogWriter
     writer: Writer

@@ -69,7 +69,6 @@ import asyncio
 import datetime
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -143,10 +142,11 @@ class InitialSyncer:
 
     async def _run(self) -> None:
         progress, node = self.progress, self.node
+        clock = node.clock
         progress.started = node.now()
         while True:
             source = await self._choose_source()
-            started = time.monotonic()
+            started = clock.monotonic()
             try:
                 await self._attempt(source)
             except (PeerError, MongoError, InitialSyncFailed) as exc:
@@ -155,7 +155,7 @@ class InitialSyncer:
                 log.exception("initial sync attempt from %s failed", source)
                 status = f"{type(exc).__name__}: {exc}"
             else:
-                progress.attempts.append(AttemptInfo(int((time.monotonic() - started) * 1000), "OK", source,
+                progress.attempts.append(AttemptInfo(int((clock.monotonic() - started) * 1000), "OK", source,
                                                      self._source_rbid))
                 progress.ended = node.now()
                 log.info("initial sync from %s done in %d ms: %d bytes cloned, %d entries applied", source,
@@ -166,7 +166,7 @@ class InitialSyncer:
                 return
             self.sync_source = None
             progress.failed_attempts += 1
-            progress.attempts.append(AttemptInfo(int((time.monotonic() - started) * 1000), status, source,
+            progress.attempts.append(AttemptInfo(int((clock.monotonic() - started) * 1000), status, source,
                                                  self._source_rbid))
             delay = retry_delay_s(progress.failed_attempts)
             log.warning("initial sync attempt %d from %s failed (%s); starting over in %.0f s",

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
+from base.clock import Clock
 from base.errors import MongoError
 from base.member import MemberState
 from sync.initial_sync import INITIAL_SYNC_META, InitialSyncer, save_data_aside
@@ -45,13 +45,10 @@ STATUS_KEEP_S = 60.0
 UP_STATES = (MemberState.PRIMARY, MemberState.SECONDARY)
 
 
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class ResyncCoordinator:
-    def __init__(self, node: SyncHost) -> None:
+    def __init__(self, node: SyncHost, *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock
         self.syncer: InitialSyncer | None = None
         self.tracker = TooStaleTracker()
         self._finished: tuple[dict[str, Any], float] | None = None
@@ -79,7 +76,7 @@ class ResyncCoordinator:
         syncer, self.syncer = self.syncer, None
         node = self.node
         if syncer is not None:
-            self._finished = (initial_sync_status(syncer.progress, node.now()), time.monotonic())
+            self._finished = (initial_sync_status(syncer.progress, node.now()), self.clock.monotonic())
         if node.state is MemberState.STARTUP2:
             node.set_state(node.data_state())
             node.repl.start_steady_state()
@@ -99,7 +96,7 @@ class ResyncCoordinator:
     def status_fields(self) -> dict[str, Any]:
         if self.syncer is not None:
             return {"initialSyncStatus": initial_sync_status(self.syncer.progress, self.node.now())}
-        if self._finished is not None and time.monotonic() - self._finished[1] < STATUS_KEEP_S:
+        if self._finished is not None and self.clock.monotonic() - self._finished[1] < STATUS_KEEP_S:
             return {"initialSyncStatus": self._finished[0]}
         return {}
 
@@ -122,9 +119,9 @@ class ResyncCoordinator:
         node = self.node
         self.tracker.record(verdict)
         delay = resync_delay_ms(node.repl.election_timeout_base_ms)
-        if not self.tracker.maybe_schedule(self.reachable_sources(), now_ms(), delay):
+        if not self.tracker.maybe_schedule(self.reachable_sources(), self.clock.monotonic_ms(), delay):
             return
-        log.warning("%s", self.tracker.message(now_ms()))
+        log.warning("%s", self.tracker.message(self.clock.monotonic_ms()))
         if node.state is MemberState.SECONDARY:
             node.set_state(MemberState.RECOVERING)
         self._timer = asyncio.get_running_loop().create_task(self._resync_when_due(), name="stale-resync")
@@ -143,12 +140,13 @@ class ResyncCoordinator:
             node.set_state(MemberState.SECONDARY)
 
     def info_message(self) -> str:
-        return self.tracker.message(now_ms())
+        return self.tracker.message(self.clock.monotonic_ms())
 
     async def _resync_when_due(self) -> None:
         tracker = self.tracker
-        while tracker.resync_due_ms is not None and not tracker.resync_due(now_ms()):
-            await asyncio.sleep((tracker.resync_due_ms - now_ms()) / 1000)  # a deadline, re-checked
+        clock = self.clock
+        while tracker.resync_due_ms is not None and not tracker.resync_due(clock.monotonic_ms()):
+            await asyncio.sleep((tracker.resync_due_ms - clock.monotonic_ms()) / 1000)  # a deadline, re-checked
         if not tracker.stale:
             return
         try:

@@ -24,7 +24,6 @@ which decides how each ends:
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 from dataclasses import dataclass
@@ -230,7 +229,7 @@ class RollbackRunner:
                 log.warning("in-memory member: %d rolled-back documents are only logged",
                             sum(map(len, by_ns.values())))
             return sum(map(len, by_ns.values())), []
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%S.%fZ")
+        stamp = self.node.now().strftime("%Y-%m-%dT%H-%M-%S.%fZ")
         files = []
         for ns, docs in by_ns.items():
             directory = os.path.join(rollback_dir(dbpath), ns)

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import bson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_fixed
 
+from base.clock import Clock
 from base.errors import MongoError
 from base.member import MemberState
 from base.messages import POSITIONS_FIELD, parse_repl_metadata
@@ -90,13 +90,10 @@ class TooStale(SyncSourceProblem):
         self.source_oldest = source_oldest
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class SyncWorker:
-    def __init__(self, node: SyncHost) -> None:
+    def __init__(self, node: SyncHost, *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock
         self.last_fetched = node.log.last
         self.sync_source: str | None = None
         self.message = ""
@@ -228,7 +225,8 @@ class SyncWorker:
             repl.deny(source, reaction.deny_ms)
         if reaction.too_stale and isinstance(exc, TooStale):
             self.message = str(exc)
-            repl.resync.on_too_stale(StaleVerdict(source, exc.our_last, exc.source_oldest, _now_ms()))
+            repl.resync.on_too_stale(StaleVerdict(source, exc.our_last, exc.source_oldest,
+                                                  self.clock.monotonic_ms()))
         if reaction.roll_back:
             await self._roll_back_uncancelled(source)
         if reaction.pause_ms:
@@ -364,9 +362,10 @@ class SyncWorker:
         """ROLLBACK: undo our entries after the common point, then RECOVERING until minValid. The steps
         and how each ends are `sync.rollback_flow`'s; this carries them out."""
         node, repl = self.node, self.node.repl
-        run = RollbackRun(source, _now_ms())
+        run = RollbackRun(source, self.clock.monotonic_ms())
         try:
-            await asyncio.wait_for(self._buffer.join(), (run.drain_deadline_ms - _now_ms()) / 1000)
+            left_ms = run.drain_deadline_ms - self.clock.monotonic_ms()
+            await asyncio.wait_for(self._buffer.join(), left_ms / 1000)
         except TimeoutError:
             run.drain_overdue(run.drain_deadline_ms)
             repl.rollback_ended(run)

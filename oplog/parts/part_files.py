@@ -32,7 +32,6 @@ import hashlib
 import io
 import os
 import shutil
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -440,11 +439,11 @@ def merge_to_temp(table_dir: str, sources: Iterable[str], tmp_name: str, table: 
     return write_temp_part_streaming(table_dir, tmp_name, iter_merged(table_dir, sources, table), table)
 
 
-def set_aside(table_dir: str, name: str, prefix: str = UNEXPECTED_PREFIX) -> str | None:
-    """Moves the part directory `name` out of the way as `<prefix><name>_<unix time>` (ClickHouse's
-    `unexpected_` and `broken_` parts): never read, never deleted. Returns the new path (None: it was
-    not there)."""
-    base = os.path.join(table_dir, f"{prefix}{check_part_dir_name(name)}_{int(time.time())}")
+def set_aside(table_dir: str, name: str, prefix: str = UNEXPECTED_PREFIX, *, wall_s: int) -> str | None:
+    """Moves the part directory `name` out of the way as `<prefix><name>_<wall_s>` (the caller's wall
+    clock, Unix seconds; ClickHouse's `unexpected_` and `broken_` parts): never read, never deleted.
+    Returns the new path (None: it was not there)."""
+    base = os.path.join(table_dir, f"{prefix}{check_part_dir_name(name)}_{wall_s}")
     path = base
     while os.path.exists(path):   # set aside twice within a second
         path = f"{base}_{os.urandom(3).hex()}"

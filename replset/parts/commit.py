@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from base.clock import Clock
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
 from base.optime import OpTime
@@ -153,16 +153,17 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, PeerError) or (isinstance(exc, MongoError) and exc.code in RETRYABLE_CODES)
 
 
-def _left_s(deadline: float) -> float:
-    return deadline - time.monotonic()
+def _left_s(deadline: float, clock: Clock) -> float:
+    return deadline - clock.monotonic()
 
 
-def bounded_write_concern(wc: WriteConcern, deadline: float | None, margin_s: float = 0.0) -> WriteConcern:
-    """`wc` with a wtimeout no longer than what is left before `deadline`, less `margin_s` (never 0:
-    that is "wait forever")."""
+def bounded_write_concern(wc: WriteConcern, deadline: float | None, margin_s: float = 0.0, *,
+                          clock: Clock) -> WriteConcern:
+    """`wc` with a wtimeout no longer than what is left before `deadline` (on `clock`'s monotonic
+    seconds), less `margin_s` (never 0: that is "wait forever")."""
     if deadline is None:
         return wc
-    left_ms = max(1, int((_left_s(deadline) - margin_s) * 1000))
+    left_ms = max(1, int((_left_s(deadline, clock) - margin_s) * 1000))
     wtimeout_ms = left_ms if wc.wtimeout_ms <= 0 else min(wc.wtimeout_ms, left_ms)
     return dataclasses.replace(wc, wtimeout_ms=wtimeout_ms)
 
@@ -187,7 +188,7 @@ async def commit_here(node: Node, wc: WriteConcern, body: Callable[[WriteEnv], d
 
 
 def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: str, attempt: str,
-                 quorum: int, dedup_token: str | None, directory: str | None,
+                 quorum: int, dedup_token: str | None, directory: str | None, clock: Clock,
                  publishing: Callable[[list[str]], None] | None = None,
                  published: Callable[[list[str]], None] | None = None) -> Callable[[WriteEnv], dict[str, Any]]:
     """The primary's transaction; `directory` is set when the blocks' temporary parts are on this member
@@ -200,7 +201,7 @@ def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: 
             mine = [b for b in fresh if b.tmp_name]
             if publishing is not None:
                 publishing([b.part for b in mine])
-            publish_blocks(directory, mine)
+            publish_blocks(directory, mine, clock=clock)
             if published is not None:
                 published([b.part for b in mine])
         return {"blocks": [{"blockId": b.block_id, "part": b.part, "deduplicated": b.deduplicated}
@@ -211,8 +212,9 @@ def primary_body(db: str, name: str, blocks: list[Block], *, source: str, http: 
 class PrimaryLink:
     """The member connection an insert on a secondary sends its commit over (one per primary host)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock
         self._clients: dict[str, PeerClient] = {}
         self._lock = asyncio.Lock()
 
@@ -241,8 +243,9 @@ class PrimaryLink:
             return AsyncRetrying(retry=retry, stop=stop_after_delay(self._deadline_s()), wait=backoff,
                                  reraise=True)
         last_start = deadline - QUORUM_TRY_MIN_S   # no try starts later, no backoff sleeps past it
-        return AsyncRetrying(retry=retry, stop=lambda _state: time.monotonic() >= last_start,
-                             wait=lambda state: min(backoff(state), max(0.0, last_start - time.monotonic())),
+        clock = self.clock
+        return AsyncRetrying(retry=retry, stop=lambda _state: clock.monotonic() >= last_start,
+                             wait=lambda state: min(backoff(state), max(0.0, last_start - clock.monotonic())),
                              reraise=True)
 
     def _try_timeout(self, started: float, deadline: float | None = None) -> float:
@@ -250,8 +253,8 @@ class PrimaryLink:
         `QUORUM_TRY_MIN_S` before a quorum insert's own deadline), so that all tries together stay near
         the deadline."""
         if deadline is not None:
-            return max(QUORUM_TRY_MIN_S, _left_s(deadline))
-        return max(MIN_TRY_S, self._deadline_s() - (time.monotonic() - started))
+            return max(QUORUM_TRY_MIN_S, _left_s(deadline, self.clock))
+        return max(MIN_TRY_S, self._deadline_s() - (self.clock.monotonic() - started))
 
     async def on_primary(self, db: str, cmd: dict[str, Any],
                          here: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -259,7 +262,7 @@ class PrimaryLink:
         sent to the primary over a member connection - retried across a change of primary, so `cmd`
         must be safe to repeat (it carries an attempt id)."""
         reply: dict[str, Any] = {}
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             async for attempt_state in self._retrying():
                 with attempt_state:
@@ -290,7 +293,7 @@ class PrimaryLink:
         publishes the temporary parts written here under their committed names. `deadline` (monotonic
         seconds; a quorum insert's) bounds every try and the primary's wait for `wc`."""
         reply: dict[str, Any] = {}
-        started = time.monotonic()
+        started = self.clock.monotonic()
         async for attempt_state in self._retrying(deadline):
             with attempt_state:
                 reply = await self._commit_once(db, name, blocks, directory, wc=wc, attempt=attempt,
@@ -306,9 +309,10 @@ class PrimaryLink:
         ns = f"{db}.{name}"
         if node.is_primary:
             # Off the loop: a commit of many blocks checks, numbers and renames each one.
-            reply = await commit_here(node, bounded_write_concern(wc, deadline), primary_body(
+            bounded = bounded_write_concern(wc, deadline, clock=self.clock)
+            reply = await commit_here(node, bounded, primary_body(
                 db, name, blocks, source=me, http=http, attempt=attempt, quorum=quorum,
-                dedup_token=dedup_token, directory=directory,
+                dedup_token=dedup_token, directory=directory, clock=self.clock,
                 publishing=lambda parts: node.parts.inserting(ns, parts),
                 published=lambda parts: node.parts.published(ns, parts)), off_loop=True)
             _raise_if_may_roll_back(reply.get("writeConcernError"))
@@ -321,7 +325,7 @@ class PrimaryLink:
         body: dict[str, Any] = {
             "_partsCommit": name, "blocks": [b.to_wire() for b in blocks], "source": me,
             "attempt": attempt, "quorum": quorum,
-            "writeConcern": bounded_write_concern(wc, deadline, margin_s).to_document()}
+            "writeConcern": bounded_write_concern(wc, deadline, margin_s, clock=self.clock).to_document()}
         if dedup_token is not None:
             body["dedupToken"] = dedup_token
         reply = await self._send(db, body, timeout_s)
@@ -339,7 +343,7 @@ class PrimaryLink:
             block.part, block.deduplicated = str(done["part"]), bool(done["deduplicated"])
         fresh = [b for b in blocks if not b.deduplicated]
         node.parts.inserting(ns, [b.part for b in fresh])
-        await asyncio.to_thread(publish_blocks, directory, fresh)
+        await asyncio.to_thread(publish_blocks, directory, fresh, clock=self.clock)
         await asyncio.to_thread(node.parts.published, ns, [b.part for b in fresh])
         return {"ok": 1.0} | ({"writeConcernError": wce} if isinstance(wce, dict) else {})
 
@@ -387,7 +391,7 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
         if delay > 0:
             await asyncio.sleep(delay)   # backpressure: merges are behind (ClickHouse's parts_to_delay_insert)
         if quorum > 1:
-            deadline = time.monotonic() + quorum_timeout_ms / 1000
+            deadline = node.clock.monotonic() + quorum_timeout_ms / 1000
         committed = await node.parts.link.commit(db, name, blocks, directory, wc=wc, attempt=new_attempt(),
                                                  quorum=quorum, dedup_token=dedup_token, deadline=deadline)
     except BaseException as exc:
@@ -403,7 +407,7 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
                              "inserted": sum(not b.deduplicated for b in blocks),
                              "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
     if quorum > 1:
-        left_s = max(0.0, _left_s(deadline)) if deadline is not None else quorum_timeout_ms / 1000
+        left_s = max(0.0, _left_s(deadline, node.clock)) if deadline is not None else quorum_timeout_ms / 1000
         statuses = await node.parts.wait_quorum(table.ns, [(b.block_id, b.part) for b in blocks], quorum, left_s)
         for block, status in zip(reply["blocks"], statuses, strict=True):
             block["quorumStatus"] = status

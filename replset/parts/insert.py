@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from base.clock import Clock
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
 from oplog.entry import insert_entry, update_entry
@@ -251,7 +252,7 @@ def logged_block(txn: StoreTxn | Any, db: str, table: str, block_id: str) -> dic
     return txn.get(log_ns, str(key.get("log")))
 
 
-def publish_blocks(directory: str, blocks: list[Block]) -> None:
+def publish_blocks(directory: str, blocks: list[Block], *, clock: Clock) -> None:
     """Publishes each block's temporary part under its committed name. A part the part-log runner
     published already (it saw the log name this member before the commit's reply came) is left be."""
     for block in blocks:
@@ -261,7 +262,7 @@ def publish_blocks(directory: str, blocks: list[Block]) -> None:
                 continue
             # The commit just took this block number: a directory of that name with other bytes is a part
             # of a history a rollback undid (a rebuild no longer reads it: `PartsManager._park_unlogged`).
-            part_files.set_aside(directory, block.part)
+            part_files.set_aside(directory, block.part, wall_s=clock.wall_ms() // 1000)
         try:
             part_files.publish(directory, block.tmp_name, block.part, sync=False)
         except (MongoError, FileNotFoundError):

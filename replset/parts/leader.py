@@ -51,9 +51,9 @@ import asyncio
 import datetime
 import itertools
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
+from base.clock import Clock
 from base.errors import MongoError
 from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.parts.blocks import RememberedBlock, forgotten_prefix
@@ -99,8 +99,9 @@ def merge_log_doc(rt: TableReplica, sources: list[PartInfo], seq: int, now: date
 
 
 class Leader:
-    def __init__(self, node: Node, tables: dict[str, TableReplica]) -> None:
+    def __init__(self, node: Node, tables: dict[str, TableReplica], *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock
         self.tables = tables   # the manager's (replaced on a rebuild: see `rebind`)
         self.pending: dict[tuple[str, str, str], tuple[str, Checksums]] = {}   # (ns, part, member) -> copy
         self.stale: set[tuple[str, str, str]] = set()   # (ns, part, member): registered, but it has no such part
@@ -136,8 +137,8 @@ class Leader:
 
     def parts_arrived(self, rt: TableReplica) -> None:
         """Parts changed here (or a mutation arrived): look for merges and rewrites soon, not at once."""
-        rt.next_merge_select = min(rt.next_merge_select, time.monotonic() + MIN_SELECT_INTERVAL_S)
-        rt.next_mutation_check = min(rt.next_mutation_check, time.monotonic() + MIN_SELECT_INTERVAL_S)
+        rt.next_merge_select = min(rt.next_merge_select, self.clock.monotonic() + MIN_SELECT_INTERVAL_S)
+        rt.next_mutation_check = min(rt.next_mutation_check, self.clock.monotonic() + MIN_SELECT_INTERVAL_S)
 
     def step(self, on_done: Any) -> None:
         """Starts the next transaction, if one is due and none is running; `on_done()` when it ends."""
@@ -245,12 +246,12 @@ class Leader:
     def _lost(self) -> list[LostPart]:
         """Parts no member has, as far as the primary can tell (`TableReplica.lost_parts`), looked for once
         every `LOST_CHECK_S`."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < self._next_lost_check:
             return []
         self._next_lost_check = now + LOST_CHECK_S
         me, live = self.node.options.me, self.node.live_members() | {self.node.options.me}
-        now_ms, wall_ms = int(now * 1000), int(time.time() * 1000)
+        now_ms, wall_ms = int(now * 1000), self.clock.wall_ms()
         return [LostPart(rt.table.db, rt.table.name, part, log_id, block_id, why)
                 for rt in self.tables.values() for part, log_id, block_id, why in rt.lost_parts(me, live, now_ms, wall_ms)]
 
@@ -265,7 +266,7 @@ class Leader:
         """The oldest dedup keys of a table that fell out of its window (ClickHouse's `clearOldBlocks`),
         looked for at most once a second per table. The insert's lookup checks the window too: this
         only keeps the keys from piling up."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         reader = self.node.store.reader
         for rt in self.tables.values():
             if not rt.remembered or now < rt.next_dedup_check:
@@ -300,7 +301,7 @@ class Leader:
 
     def _stale_writes(self) -> tuple[TableReplica, list[str]] | None:
         """A table's jobs whose staged blocks waited `stagedPartsTimeoutSecs` for a commit or an abort."""
-        wall_ms = int(time.time() * 1000)
+        wall_ms = self.clock.wall_ms()
         for rt in self.tables.values():
             writes = rt.jobs.stale_writes(wall_ms, rt.table.settings.staged_parts_timeout_secs * 1000)
             if writes:
@@ -315,7 +316,7 @@ class Leader:
                         rt.table.ns, reply["removed"], rt.table.settings.staged_parts_timeout_secs)
 
     def _expired_pins(self) -> tuple[TableReplica, list[str]] | None:
-        wall_ms = int(time.time() * 1000)
+        wall_ms = self.clock.wall_ms()
         for rt in self.tables.values():
             keys = rt.expired_pins(wall_ms, LOG_CLEANUP_BATCH) if rt.pins else []
             if keys:
@@ -335,7 +336,7 @@ class Leader:
         await self.node.submit_write(body, durable=False)
 
     def _old_pins(self) -> tuple[TableReplica, list[str]] | None:
-        wall_ms = int(time.time() * 1000)
+        wall_ms = self.clock.wall_ms()
         for rt in self.tables.values():
             keys = rt.old_expired_keys(wall_ms, EXPIRED_PIN_KEEP_MS, LOG_CLEANUP_BATCH) if rt.expired_keys else []
             if keys:
@@ -355,7 +356,7 @@ class Leader:
     def _merges(self) -> tuple[TableReplica, list[list[PartInfo]]] | None:
         if self.node.failpoints.peek(STOP_MERGES) is not None:
             return None
-        now, wall_ms = time.monotonic(), int(time.time() * 1000)
+        now, wall_ms = self.clock.monotonic(), self.clock.wall_ms()
         for rt in self.tables.values():
             plans = rt.merges_due(now, wall_ms)
             if plans:
@@ -363,7 +364,7 @@ class Leader:
         return None
 
     def _mutations(self) -> tuple[TableReplica, list[tuple[PartInfo, Mutation]]] | None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for rt in self.tables.values():
             todo = rt.rewrites_due(now, MUTATE_BATCH)
             if todo:
@@ -418,7 +419,7 @@ class Leader:
 
     def _old_log_entries(self) -> tuple[TableReplica, list[tuple[str, str | None, bool]]] | None:
         """A table's log documents that can go (`TableReplica.obsolete_log_entries`)."""
-        now, wall_ms = time.monotonic(), int(time.time() * 1000)
+        now, wall_ms = self.clock.monotonic(), self.clock.wall_ms()
         members = self.node.live_members() | {self.node.options.me}
         reader = self.node.store.reader
         for rt in self.tables.values():

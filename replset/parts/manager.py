@@ -42,13 +42,13 @@ import itertools
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import bson
 
+from base.clock import Clock
 from base.errors import MongoError
 from base.member import MemberState
 from base.optime import OpTime
@@ -107,13 +107,13 @@ _merge_names = itertools.count(1)
 STAGE_SWEEP_S = 60.0   # how often staged blocks no record names are looked for
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class PartsManager:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, *, clock: Clock | None = None) -> None:
         self.node = node
+        self.clock = node.clock if clock is None else clock   # the queue keeps times in its monotonic ms
+        # The views show those as wall times: one offset per runner, so the same failure shows the same
+        # time every time it is asked (`replset.parts.views`).
+        self.wall_minus_monotonic_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
         self.tables: dict[str, TableReplica] = {}
         self._wake = Pulse()
         self._dirty = False
@@ -124,9 +124,9 @@ class PartsManager:
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
-        self.link = PrimaryLink(node)
+        self.link = PrimaryLink(node, clock=self.clock)
         self.held = HeldReports(node.options.me, node.options.http_address)
-        self.leader = Leader(node, self.tables)
+        self.leader = Leader(node, self.tables, clock=self.clock)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
@@ -212,13 +212,13 @@ class PartsManager:
     def keep_in_doubt(self, directory: str, tmp_names: list[str], keep_s: float) -> None:
         """An insert's commit has an unknown outcome: its temporary parts stay for `keep_s`, for the log
         to name them (a GET_PART whose source is this member publishes one, see `_execute`)."""
-        self._in_doubt.append((time.monotonic() + keep_s, directory, tmp_names))
+        self._in_doubt.append((self.clock.monotonic() + keep_s, directory, tmp_names))
 
     def inserting(self, ns: str, parts: list[str]) -> None:
         """An insert here is about to publish these parts (its commit went through, or is going through):
         a rebuild that does not find them in the log yet keeps them for `IN_DOUBT_KEEP_S`, unread (see
         `_set_aside_unexpected`). Called from the insert's thread too."""
-        until = time.monotonic() + IN_DOUBT_KEEP_S
+        until = self.clock.monotonic() + IN_DOUBT_KEEP_S
         for part in parts:
             self._inserted[(ns, part)] = until
 
@@ -230,14 +230,14 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return
-        now = _now_ms()
+        now = self.clock.monotonic_ms()
         for part in parts:
             signature = part_files.part_signature(os.path.join(rt.directory, part))
             if signature:
                 rt.verified(part, signature, now, whole=True)
 
     async def _expire_in_doubt(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._inserted and now >= self._next_inserted_check:
             self._next_inserted_check = now + RETRY_S
             for key in [k for k, until in list(self._inserted.items()) if until <= now]:
@@ -313,7 +313,7 @@ class PartsManager:
     def _remove_old_stages(self, rt: TableReplica) -> None:
         """Staged blocks no record names (a crash before the record, or before the files went), older than
         the table's stage timeout (a record may not have reached a member that is behind yet)."""
-        cutoff = time.time() - rt.table.settings.staged_parts_timeout_secs
+        cutoff = self.clock.wall_ms() / 1000 - rt.table.settings.staged_parts_timeout_secs
         names = os.listdir(rt.directory) if os.path.isdir(rt.directory) else []
         in_use = self._stages_in_use(rt) if any(n.startswith(STAGED_PREFIX) for n in names) else set()
         for name in names:
@@ -329,7 +329,7 @@ class PartsManager:
     def _sweep_stages(self) -> None:
         """Once a second: the files of stages whose record's removal is majority-committed; once a minute, the
         staged blocks no record names (`_remove_old_stages`)."""
-        now, committed = time.monotonic(), self.node.majority_commit_point
+        now, committed = self.clock.monotonic(), self.node.majority_commit_point
         due: dict[str, list[str]] = {}
         for (ns, stage_id), at in list(self._stages_gone.items()):
             if at <= committed:
@@ -367,7 +367,7 @@ class PartsManager:
             await self._recover_inserts(table, directory)
         parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
         rt = TableReplica(table, directory, ReplicationQueue(parts))
-        now = _now_ms()
+        now = self.clock.monotonic_ms()
         for part in parts:
             if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable
                 rt.mark_outdated(part.name, now)
@@ -380,7 +380,7 @@ class PartsManager:
         on disk, unread, until its GET_PART publishes it (`_published_here`) or `IN_DOUBT_KEEP_S` passed
         (`_remove_outdated`). So does every such part while an initial sync clones the log (its end
         rebuilds again)."""
-        now = _now_ms()
+        now = self.clock.monotonic_ms()
         cloning = self.node.state is MemberState.STARTUP2
         ns = rt.table.ns
 
@@ -617,10 +617,11 @@ class PartsManager:
 
     async def _move_aside(self, rt: TableReplica, action: SetAside) -> None:
         try:
-            await asyncio.to_thread(part_files.set_aside, rt.directory, action.part, action.prefix)
+            await asyncio.to_thread(part_files.set_aside, rt.directory, action.part, action.prefix,
+                                    wall_s=self.clock.wall_ms() // 1000)
         finally:
             if self.tables.get(rt.table.ns) is rt:
-                rt.set_aside_done(action.part, _now_ms())
+                rt.set_aside_done(action.part, self.clock.monotonic_ms())
                 self._carry_out(rt)
 
     # -- damaged parts ---------------------------------------------------------------------------
@@ -631,7 +632,7 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return
-        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms())
+        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=self.clock.monotonic_ms())
         if why is not None:
             self.report_damage(ns, part, why)
             raise MongoError(OPERATION_FAILED, f"part {part} of {ns} is damaged on this member ({why}): it is "
@@ -643,7 +644,8 @@ class PartsManager:
         rt = self.tables.get(ns)
         if rt is None:
             return None
-        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=_now_ms(), send=True)
+        why = part_damage(rt, part, self.node.options.me, whole=False, now_ms=self.clock.monotonic_ms(),
+                          send=True)
         if why is not None:
             self.report_damage(ns, part, why)
         return why
@@ -669,18 +671,19 @@ class PartsManager:
 
     def _check_schedule(self) -> None:
         """The part checks on a schedule (`TableReplica.check_due`), looked at once a `PART_CHECK_TICK_S`."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < self._next_part_check or self._checking:
             return
         self._next_part_check = now + PART_CHECK_TICK_S
         for rt in self.tables.values():
-            rt.check_due(_now_ms())
+            rt.check_due(self.clock.monotonic_ms())
             self._carry_out(rt)
 
     async def _check(self, rt: TableReplica, part: str) -> None:
         self._checking.add(part)
         try:
-            why = await asyncio.to_thread(part_damage, rt, part, self.node.options.me, whole=True, now_ms=_now_ms())
+            why = await asyncio.to_thread(part_damage, rt, part, self.node.options.me, whole=True,
+                                          now_ms=self.clock.monotonic_ms())
         finally:
             self._checking.discard(part)
         if why is not None and self.tables.get(rt.table.ns) is rt:
@@ -689,7 +692,7 @@ class PartsManager:
     # -- running tasks ---------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        now = _now_ms()
+        now = self.clock.monotonic_ms()
         for rt in list(self.tables.values()):
             rt.schedule(now)
             self._carry_out(rt)
@@ -727,7 +730,7 @@ class PartsManager:
             log.exception("%s of %s failed", entry.node_name, rt.table.ns)
         finally:
             if self.tables.get(rt.table.ns) is rt:
-                now = _now_ms()
+                now = self.clock.monotonic_ms()
                 rt.task_finished(entry, now, error=error, produced=None if error else produced,
                                  checksums=checksums, me=self.node.options.me)
                 if not error and signature:
@@ -750,7 +753,8 @@ class PartsManager:
 
     @staticmethod
     def _claim_name(rt: TableReplica, part: PartInfo, expected: Checksums,
-                    report_damage: Callable[[str, str, str], None] | None = None) -> Checksums | None:
+                    report_damage: Callable[[str, str, str], None] | None = None, *,
+                    clock: Clock) -> Checksums | None:
         """Before a part is fetched or made here: a directory of its name may be here already - fetched
         just now for another task (a covering part), or a copy a rolled-back history left (outside the
         active set once the part covering it was set aside as a conflict). Its checksums when its bytes
@@ -771,11 +775,12 @@ class PartsManager:
                     report_damage(rt.table.ns, part.name, why)
             else:
                 log.error("part %s of %s here is damaged (%s): setting it aside", part, rt.table.ns, why)
-                part_files.set_aside(rt.directory, part.name, part_files.BROKEN_PREFIX)
+                part_files.set_aside(rt.directory, part.name, part_files.BROKEN_PREFIX,
+                                     wall_s=clock.wall_ms() // 1000)
             return None
         if part not in rt.queue.current:
             log.warning("part %s of %s here is not the part the log names: setting it aside", part, rt.table.ns)
-            part_files.set_aside(rt.directory, part.name)
+            part_files.set_aside(rt.directory, part.name, wall_s=clock.wall_ms() // 1000)
         return None
 
     @staticmethod
@@ -805,7 +810,8 @@ class PartsManager:
         sources = [p.name for p in entry.source_parts]
         me = self.node.options.me
         for source in verify:   # before a row of it is read
-            why = await asyncio.to_thread(part_damage, rt, source, me, whole=True, now_ms=_now_ms())
+            why = await asyncio.to_thread(part_damage, rt, source, me, whole=True,
+                                          now_ms=self.clock.monotonic_ms())
             if why is not None:
                 if self.tables.get(rt.table.ns) is rt:
                     self._damaged(rt, source, why)
@@ -825,7 +831,7 @@ class PartsManager:
                             name, rt.table.ns)
                 return None
             here = await asyncio.to_thread(self._claim_name, rt, entry.new_part, files.checksums,
-                                           self.report_damage)
+                                           self.report_damage, clock=self.clock)
             if here is not None:
                 return here
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
@@ -841,7 +847,8 @@ class PartsManager:
         if source is None:
             raise FetchFailed(f"no other live replica is known to have {entry.new_part} or a part covering it")
         http, part, checksums = source
-        here = await asyncio.to_thread(self._claim_name, rt, part, checksums, self.report_damage)
+        here = await asyncio.to_thread(self._claim_name, rt, part, checksums, self.report_damage,
+                                       clock=self.clock)
         if here is not None:
             return part, here
         try:
@@ -880,13 +887,13 @@ class PartsManager:
 
     def _remove_outdated(self) -> None:
         """Old parts and parked ones (`TableReplica.expire`), looked at once a second at most."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < self._next_outdated_check:
             return
         self._next_outdated_check = now + RETRY_S
         self._sweep_stages()
         for rt in self.tables.values():
-            rt.expire(_now_ms(), int(time.time() * 1000))
+            rt.expire(self.clock.monotonic_ms(), self.clock.wall_ms())
             self._carry_out(rt)
 
     # -- "has part": reports upstream --------------------------------------------------------------
@@ -909,7 +916,7 @@ class PartsManager:
 
     def held_report(self) -> list[dict[str, Any]]:
         """`partsHeld` for this member's next position report."""
-        return self.held.report(_now_ms())
+        return self.held.report(self.clock.monotonic_ms())
 
     def on_held_report(self, raw: Any) -> None:
         """The `partsHeld` of a position report from a member syncing from us."""
@@ -917,7 +924,7 @@ class PartsManager:
         if not items:
             return
         if not self.node.is_primary:
-            if self.held.relay(items, _now_ms()):
+            if self.held.relay(items, self.clock.monotonic_ms()):
                 self.node.repl.holdings_changed()
             return
         for member, http, parts, gone in items:
@@ -933,10 +940,10 @@ class PartsManager:
                           timeout_s: float) -> list[str]:
         """Each block's quorum status (`registry.quorum_status`) once none is pending, or when `timeout_s`
         passes: `reached`, `pending` or `failed`."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while True:
             statuses = self.quorum_statuses(ns, blocks, required)
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if PENDING not in statuses or remaining <= 0:
                 return statuses
             await self.registry_moved.wait(remaining)
@@ -954,9 +961,9 @@ class PartsManager:
     async def _wait_until(self, done: Any, timeout_s: float, what: str) -> None:
         """Until `done()` (checked whenever a task finishes here, and every `RETRY_S`); MaxTimeMSExpired (50)
         naming `what` past `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while not done():
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 raise MongoError(50, f"{what} is not done here within {timeout_s:.0f} s")
             await self.parts_moved.wait(min(remaining, RETRY_S))
@@ -1007,7 +1014,7 @@ class PartsManager:
 
     def queue_view(self, ns: str) -> list[dict[str, Any]]:
         rt = self.tables.get(ns)
-        return rt.queue.view(_now_ms()) if rt is not None else []
+        return rt.queue.view(self.clock.monotonic_ms()) if rt is not None else []
 
     def active_parts(self, ns: str) -> ActivePartSet | None:
         rt = self.tables.get(ns)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
 NOT_IN_QUORUM = 134   # ReadConcernMajorityNotAvailableYet: this member cannot yet serve what was promised
 READ_BATCH_ROWS = 4096
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)   # ClickHouse's DateTime "never"
-# The queue keeps times on the runner's clock (monotonic ms, `replset.parts.manager`); the views show
-# wall times. One offset per process: the same failure shows the same time every time it is asked.
-_WALL_MINUS_MONOTONIC_MS = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
 # Row counts of part copies, by path, with the identity of the data file they were read from (a part
 # never changes; another copy under the same name - after a rollback - is another file).
 _ROWS: dict[str, tuple[tuple[int, int], int]] = {}
@@ -115,8 +111,10 @@ def _forget_rows(directory: str, shown: set[str]) -> None:
             del _ROWS[path]
 
 
-def _wall_time(monotonic_ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp((monotonic_ms + _WALL_MINUS_MONOTONIC_MS) / 1000, datetime.UTC)
+def _wall_time(monotonic_ms: int, wall_minus_monotonic_ms: int) -> datetime.datetime:
+    """A time of the queue (the runner's monotonic ms, `replset.parts.manager`) as a wall time, with the
+    runner's one offset between its clocks (`PartsManager.wall_minus_monotonic_ms`)."""
+    return datetime.datetime.fromtimestamp((monotonic_ms + wall_minus_monotonic_ms) / 1000, datetime.UTC)
 
 
 def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
@@ -129,6 +127,7 @@ def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return []
+    offset_ms = node.parts.wall_minus_monotonic_ms
     rows = []
     for mutation in sorted(rt.mutations.values(), key=lambda m: m.id):
         todo = [] if mutation.killed else parts_to_do(mutation, rt.queue.current)
@@ -142,7 +141,8 @@ def mutations_view(node: Node, table: TableDef) -> list[dict[str, Any]]:
                      "is_done": mutation_done(mutation, rt.queue.current, rt.queue.virtual),
                      "is_killed": mutation.killed,
                      "latest_failed_part": last.new_part.name if last is not None and last.new_part else "",
-                     "latest_fail_time": _wall_time(last.last_exception_time_ms) if last is not None else EPOCH,
+                     "latest_fail_time": (_wall_time(last.last_exception_time_ms, offset_ms) if last is not None
+                                          else EPOCH),
                      "latest_fail_reason": last.last_exception if last is not None else ""})
     return rows
 

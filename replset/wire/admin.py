@@ -171,7 +171,7 @@ async def cmd_server_status(ctx: CommandContext) -> dict[str, Any]:
         "host": f"{socket.gethostname()}:{node.options.port}", "version": __version__,
         "process": "replset", "pid": Int64(node.pid()), "uptime": float(int(uptime)),
         "uptimeMillis": Int64(int(uptime * 1000)), "uptimeEstimate": Int64(int(uptime)),
-        "localTime": datetime.datetime.now(datetime.UTC),
+        "localTime": node.now(),
         "connections": {"current": node.connections_open, "totalCreated": node.connections_created},
         "repl": build_hello(node.hello_view(ctx.conn.id), legacy=False, hello_ok=False,
                             with_topology_version=False),
@@ -295,7 +295,7 @@ def coll_stats_document(ctx: CommandContext, ns: str, spec: Any, reader: Any) ->
                                "nindexes": len(reader.indexes(ns)) if ns != OPLOG_NS else 0}
     if max_size:
         storage.update(capped=True, maxSize=Int64(max_size))
-    return {"ns": ns, "host": ctx.node.options.me, "localTime": datetime.datetime.now(datetime.UTC),
+    return {"ns": ns, "host": ctx.node.options.me, "localTime": ctx.node.now(),
             "storageStats": storage}
 
 

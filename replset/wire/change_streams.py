@@ -20,7 +20,6 @@ back) is ChangeStreamFatalError (280). Errors a change of primary explains carry
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import bson
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
+from base.clock import Clock
 from base.errors import MongoError
 from oplog.aggregate import check_output, iter_pipeline, may_grow, validate_pipeline
 from oplog.change_events import (
@@ -46,7 +46,6 @@ from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.preimages import PREIMAGES_NS, preimage_id
 from oplog.update import apply_oplog_update
 from replset.cursors import Cursor
-from replset.node import utcnow
 
 if TYPE_CHECKING:
     from replset.wire.commands import CommandContext
@@ -121,10 +120,8 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
     batch = await _take(ctx, stream, _batch_size(cursor_opts))
     cursor.id = node.cursors.new_id()
-    from replset.wire.crud import now_ms  # the cursor registry's clock
-
     cursor.owners = tuple(ctx.conn.auth.users)
-    node.cursors.register(cursor, now_ms())
+    node.cursors.register(cursor, node.clock.monotonic_ms())   # the cursor registry's clock
     return _reply(cursor, stream, batch, first=True)
 
 
@@ -137,13 +134,13 @@ async def get_more(ctx: CommandContext, cursor: Cursor, batch_size: int, max_tim
                                         "resume from its last token"))
     batch = await _take(ctx, stream, batch_size)
     if not batch and not stream.invalidated:
-        deadline = time.monotonic() + (max_time_ms or DEFAULT_AWAIT_MS) / 1000
-        while not batch and not stream.invalidated and time.monotonic() < deadline \
+        deadline = node.clock.monotonic() + (max_time_ms or DEFAULT_AWAIT_MS) / 1000
+        while not batch and not stream.invalidated and node.clock.monotonic() < deadline \
                 and node.history_epoch == stream.history_epoch:
             if node.majority_commit_point.ts_key > stream.scanned_key:
                 batch = await _take(ctx, stream, batch_size)
                 continue
-            await node.repl.stepped.wait(deadline - time.monotonic())
+            await node.repl.stepped.wait(deadline - node.clock.monotonic())
     if stream.invalidated and not stream.pending:
         node.cursors.kill(cursor.id)
         return _reply(cursor, stream, batch, first=False, closed=True)
@@ -241,7 +238,8 @@ async def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> l
     events = _shaped(ctx, stream, taken)
     if not stream.stages or not events:
         return events
-    return await ctx.node.queries.run(lambda: _through_stages(stream, events))
+    clock = ctx.node.clock
+    return await ctx.node.queries.run(lambda: _through_stages(stream, events, clock))
 
 
 def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -275,12 +273,12 @@ def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, An
     return events
 
 
-def _through_stages(stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`events` through the stream's stages, which must keep every event's resume token and leave
-    events that fit a reply."""
+def _through_stages(stream: ChangeStream, events: list[dict[str, Any]], clock: Clock) -> list[dict[str, Any]]:
+    """`events` through the stream's stages (`$$NOW` from `clock`), which must keep every event's resume
+    token and leave events that fit a reply."""
     tokens = {event["_id"]["_data"] for event in events}
     grows = may_grow(stream.stages)
-    events = list(iter_pipeline(events, stream.stages, now=utcnow()))
+    events = list(iter_pipeline(events, stream.stages, now=clock.wall()))
     for event in events:
         token = event.get("_id")
         if not isinstance(token, dict) or token.get("_data") not in tokens or len(token) != 1:

@@ -6,13 +6,13 @@ the committed snapshot and server-side cursors.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import bson
 from bson.int64 import Int64
 
+from base.clock import Clock
 from base.errors import MongoError
 from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
@@ -39,7 +39,6 @@ from oplog.writes import (
 )
 from replset.auth.access import acts_as_member
 from replset.cursors import Cursor, cursor_reply
-from replset.node import utcnow
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import change_streams, sessions, system_namespaces
 from replset.wire.commands import CommandContext, command
@@ -71,10 +70,6 @@ from replset.write_concern import parse_write_concern, write_concern_error_field
 
 MAX_WRITE_BATCH = 100_000
 DEFAULT_AWAIT_DATA_MS = 1000
-
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def collection_name(ctx: CommandContext, field: str | None = None) -> str:
@@ -442,7 +437,7 @@ async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
     if more and not single_batch:
         cursor.id = ctx.node.cursors.new_id()
         cursor.owners = tuple(ctx.conn.auth.users)
-        ctx.node.cursors.register(cursor, now_ms())
+        ctx.node.cursors.register(cursor, ctx.node.clock.monotonic_ms())
     elif more:
         await _release(ctx, cursor)
     reply = _answered_at(ctx, cursor, cursor_reply(cursor.id, cursor.ns, batch, first=True))
@@ -483,7 +478,7 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(14, "getMore cursor id must be a 64-bit integer")
     ns = f"{ctx.db}.{collection_name(ctx, 'collection')}"
     registry = ctx.node.cursors
-    cursor = registry.get(int(cursor_id), ns, now_ms())
+    cursor = registry.get(int(cursor_id), ns, ctx.node.clock.monotonic_ms())
     check_owner(ctx, cursor)
     report = ctx.cmd.get(POSITIONS_FIELD)
     if report is not None and ns == OPLOG_NS and acts_as_member(ctx.node.options.auth, ctx.conn.auth):
@@ -599,7 +594,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     source_stage = next(iter(pipeline[0])) if pipeline and isinstance(pipeline[0], dict) and pipeline[0] else ""
     if target == 1 and source_stage == "$documents":
         spec = pipeline[0]["$documents"]
-        documents = await ctx.node.queries.run(lambda: _documents_stage(spec))  # (an expression: off the loop)
+        clock = ctx.node.clock
+        documents = await ctx.node.queries.run(lambda: _documents_stage(spec, clock))  # (an expression: off the loop)
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
     elif target == 1 and source_stage == "$listLocalSessions" and ctx.db == "admin":
@@ -614,7 +610,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
     concern = read_concern_of(ctx)
     epoch = await before_read(ctx, concern, limit, ns)
-    now = utcnow()
+    now = ctx.node.now()
     write_reply: dict[str, Any] = {}
     output = None
     collation = parse_collation(ctx.cmd.get("collation"))
@@ -718,9 +714,10 @@ def _local_sessions_stage(ctx: CommandContext, spec: Any) -> list[dict[str, Any]
     return ctx.node.local_sessions.listing(ctx.node.now())
 
 
-def _documents_stage(expr: Any) -> list[dict[str, Any]]:
-    """`$documents`: the documents an expression (evaluated with no input document) gives."""
-    docs = evaluate(expr, {}, now=utcnow())
+def _documents_stage(expr: Any, clock: Clock) -> list[dict[str, Any]]:
+    """`$documents`: the documents an expression (evaluated with no input document, `$$NOW` from `clock`)
+    gives."""
+    docs = evaluate(expr, {}, now=clock.wall())
     if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
         raise MongoError(5858203, "error during $documents stage: the value must be an array of objects")
     return docs

@@ -4,7 +4,6 @@ without running. `validate`: a collection's documents and unique indexes read ba
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import bson
@@ -58,10 +57,10 @@ async def _execution_stats(ctx: CommandContext, ns: str, query: dict[str, Any]) 
             returned += matcher.matches(doc)
         return returned, examined
 
-    started = time.perf_counter()
+    started = ctx.node.clock.monotonic()
     returned, examined = await ctx.node.queries.run(run)
     return {"executionSuccess": True, "nReturned": returned,
-            "executionTimeMillis": int((time.perf_counter() - started) * 1000),
+            "executionTimeMillis": int((ctx.node.clock.monotonic() - started) * 1000),
             "totalKeysExamined": 1 if exact else 0, "totalDocsExamined": examined}
 
 

@@ -173,7 +173,7 @@ async def cmd_parts_commit(ctx: CommandContext) -> dict[str, Any]:
     token = ctx.cmd.get("dedupToken")
     body = primary_body(ctx.db, name, blocks, source=source, http=http,
                         attempt=str(ctx.cmd.get("attempt", "")), quorum=int(ctx.cmd.get("quorum", 0)),
-                        dedup_token=None if token is None else str(token), directory=None)
+                        dedup_token=None if token is None else str(token), directory=None, clock=ctx.node.clock)
     return await commit_here(ctx.node, parse_write_concern(ctx.cmd.get("writeConcern") or {"w": MAJORITY}), body,
                              off_loop=len(blocks) > 1)   # a check and numbers per block
 

@@ -24,7 +24,6 @@ Every wait is woken by the replication core's steps (no polling) and bounded by 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -162,12 +161,13 @@ async def settle_batch(node: Node, concern: ReadConcern, epoch: int, limit: Time
 async def _confirm_primary(node: Node, limit: TimeLimit) -> None:
     if not node.is_primary:
         raise MongoError(NOT_PRIMARY, "cannot satisfy linearizable read concern on non-primary node")
-    started = time.monotonic()
+    clock = node.clock
+    started = clock.monotonic()
     optime = await _write_noop(node, "linearizable read")
-    wtimeout_ms = 0 if limit.left_s is None else max(1, int((limit.left_s - (time.monotonic() - started)) * 1000))
+    wtimeout_ms = 0 if limit.left_s is None else max(1, int((limit.left_s - (clock.monotonic() - started)) * 1000))
     error = await node.wait_for_write_concern(WriteConcern(w=W_MAJORITY, wtimeout_ms=wtimeout_ms), optime)
     if limit.left_s is not None:
-        limit.left_s -= time.monotonic() - started
+        limit.left_s -= clock.monotonic() - started
     if error is not None:
         if error.code == WRITE_CONCERN_TIMEOUT:
             raise time_limit_error()
@@ -187,18 +187,19 @@ async def wait_until(node: Node, reached: Callable[[], bool], limit: TimeLimit) 
     """Waits, woken by each step of the replication core, until `reached()`; spends `limit`."""
     if reached():
         return
-    started = time.monotonic()
+    clock = node.clock
+    started = clock.monotonic()
     deadline = None if limit.left_s is None else started + limit.left_s
     try:
         while not reached():
-            now = time.monotonic()
+            now = clock.monotonic()
             if deadline is not None and now >= deadline:
                 raise time_limit_error()
             wait_s = WAKE_AT_LEAST_EVERY_S if deadline is None else min(WAKE_AT_LEAST_EVERY_S, deadline - now)
             await node.repl.stepped.wait(wait_s)
     finally:
         if limit.left_s is not None:
-            limit.left_s -= time.monotonic() - started
+            limit.left_s -= clock.monotonic() - started
 
 
 def operation_time(node: Node, concern: ReadConcern) -> Timestamp:

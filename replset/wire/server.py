@@ -28,6 +28,7 @@ import resource
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from base.clock import Clock
 from base.codec import (
     OP_QUERY,
     MalformedRequest,
@@ -83,7 +84,7 @@ class Connection:
     request_ids: int = 0
     client_metadata: dict[str, object] = field(default_factory=dict)
     role: Role = Role.CLIENT
-    identify_deadline: float = 0.0  # loop time by which a PENDING connection must log in as a member
+    identify_deadline: float = 0.0  # monotonic time by which a PENDING connection must log in as a member
     claims_member: bool = False  # it sent a message only members send: spared by test fail points, no more
     auth: ConnectionAuth = field(default_factory=ConnectionAuth)  # the users it proved to be
 
@@ -92,17 +93,15 @@ class Connection:
         return self.request_ids
 
 
-def _ms(loop_time: float) -> int:
-    return int(loop_time * 1000)
-
-
 class _Refused(Exception):
     """The connection is refused under --maxConns (closed without a reply)."""
 
 
 class WireServer:
-    def __init__(self, node: Node, dispatcher: Dispatcher, limits: WireLimits | None = None) -> None:
+    def __init__(self, node: Node, dispatcher: Dispatcher, limits: WireLimits | None = None, *,
+                 clock: Clock | None = None) -> None:
         self._node = node
+        self._clock = node.clock if clock is None else clock
         self._dispatcher = dispatcher
         self.limits = limits or WireLimits()
         requested = self.limits.max_conns
@@ -130,8 +129,7 @@ class WireServer:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        admitted = self.admission.on_accept(_ms(loop.time()))
+        admitted = self.admission.on_accept(self._clock.monotonic_ms())
         peer = writer.get_extra_info("peername")
         peer_name = f"{peer[0]}:{peer[1]}" if peer else "?"
         if admitted is None:
@@ -144,7 +142,7 @@ class WireServer:
         assert task is not None
         self._tasks.add(task)
         conn = Connection(self._node.next_connection_id(), peer_name, role=admitted.role,
-                          identify_deadline=loop.time() + self.limits.identify_timeout_s)
+                          identify_deadline=self._clock.monotonic() + self.limits.identify_timeout_s)
         self._writers[conn.id] = writer
         self._node.connections_open += 1
         try:
@@ -178,13 +176,13 @@ class WireServer:
         """The next bytes; b"" at end of stream or when a deadline (see the module docstring) passed."""
         if conn.role is Role.PENDING:  # one deadline for the whole first message, however it trickles in
             try:
-                async with asyncio.timeout_at(conn.identify_deadline):
+                async with asyncio.timeout(conn.identify_deadline - self._clock.monotonic()):
                     return await reader.read(READ_CHUNK)
             except TimeoutError:
                 self.admission.on_identify_timeout(conn.role)
                 raise _Refused from None
         if not decoder.partial:  # idle between messages: wait as long as the client likes (within budget)
-            self.admission.on_idle(conn.id, conn.role, _ms(asyncio.get_running_loop().time()))
+            self.admission.on_idle(conn.id, conn.role, self._clock.monotonic_ms())
             for conn_id in self.admission.over_idle_budget():
                 self._close_idle(conn_id, f"more than {self.admission.max_idle} client connections were idle")
             data = await reader.read(READ_CHUNK)

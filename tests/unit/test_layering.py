@@ -18,12 +18,19 @@ codec, replication messages); `oplog` the data; `sync` replication (its shells
 see the member through the protocols of `sync.host`); `replset` the member; the
 front ends (`replset.wire`, `replset.http`, `replset.cli`, `replset.server_main`)
 sit on top. The layer of a module is derived from its name.
+
+Time is one input: nothing in these packages reads the operating system's
+clocks but `base.clock.SystemClock` (`time.monotonic()`, `time.time()`,
+`time.perf_counter()`, `datetime.datetime.now()`, the event loop's `time()`...,
+called or handed on as a callable). The member holds one `Clock` and every shell
+takes its time from it, so a test can hand in a `ManualClock`.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import textwrap
 
 import pytest
 
@@ -137,3 +144,87 @@ def test_imports_point_down(module: str) -> None:
 def test_the_base_layer_is_the_set_vocabulary() -> None:
     assert {"base.optime", "base.errors", "base.member", "base.config", "base.messages", "base.codec"} <= {
         name for name in MODULES if layer(name) == 0}
+
+
+# -- time is one input -----------------------------------------------------------------------------------
+
+CLOCK_MODULE = "base.clock"   # `SystemClock`: the one place that reads the OS clocks
+TIME_READS = frozenset({"monotonic", "monotonic_ns", "time", "time_ns", "perf_counter", "perf_counter_ns",
+                        "process_time", "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime",
+                        "clock_gettime_ns"})
+DATETIME_READS = frozenset({"now", "utcnow", "today"})
+LOOP_GETTERS = frozenset({"get_running_loop", "get_event_loop"})
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`a.b.c` for a chain of attributes on a name; a call in the chain reads as `f()` (`x.f().g`)."""
+    parts: list[str] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Call):
+            parts.append("()")
+            node = node.func
+        elif isinstance(node, ast.Name):
+            parts.append(node.id)
+            return ".".join(reversed(parts)).replace(".()", "()")
+        else:
+            return None
+
+
+def clock_reads(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, what) for every direct read of an OS clock in `tree`: a call of, or a reference to (a
+    callable handed on reads later), `time.monotonic` and its kin (through any name `time` is imported
+    as, or imported from `time`), `datetime.now` / `utcnow` / `today`, and an event loop's `time()`.
+    Comments and strings are no code, so never count; f-strings' expressions do."""
+    time_names = {"time"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
+                             for alias in node.names if alias.name == "time" and alias.asname}
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.ImportFrom) and node.module == "time" and node.level == 0:
+            found += [(line, f"from time import {a.name}") for a in node.names if a.name in TIME_READS]
+        elif isinstance(node, ast.Attribute):
+            owner = _dotted(node.value)
+            if owner in time_names and node.attr in TIME_READS:
+                found.append((line, f"{owner}.{node.attr}"))
+            elif (owner is not None and node.attr in DATETIME_READS
+                  and owner.split(".")[-1] in ("datetime", "date")):
+                found.append((line, f"{owner}.{node.attr}"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "time"
+              and not node.args and not node.keywords):
+            owner = _dotted(node.func.value) or ""
+            if owner.split(".")[-1] == "loop" or owner.endswith("_loop") or any(
+                    owner.endswith(f"{getter}()") for getter in LOOP_GETTERS):
+                found.append((line, f"{owner}.time()"))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("code", [
+    "time.monotonic()", "time.time()", "time.perf_counter()", "time.time_ns()", "time.monotonic_ns()",
+    "import time as t\nt.monotonic()", "from time import monotonic", "Snapshots(store, time.monotonic)",
+    "f'{time.monotonic() - started:.1f}'", "datetime.datetime.now(datetime.UTC)", "datetime.now()",
+    "datetime.datetime.utcnow()", "datetime.date.today()", "loop.time()", "self._loop.time()",
+    "asyncio.get_running_loop().time()", "asyncio.get_event_loop().time()",
+])
+def test_the_clock_read_check_sees_each_kind(code: str) -> None:
+    assert clock_reads(ast.parse(code)), f"{code!r} reads a clock, unseen"
+
+
+@pytest.mark.parametrize("code", [
+    '"""Like `time.monotonic()`."""', "# time.time()", "time.sleep(0.1)", "asyncio.sleep(1)", "value.time()",
+    "datetime.datetime.fromtimestamp(0, datetime.UTC)", "clock.monotonic()", "node.now()", "self.clock.wall()",
+])
+def test_the_clock_read_check_passes_what_reads_no_clock(code: str) -> None:
+    assert not clock_reads(ast.parse(textwrap.dedent(code)))
+
+
+def test_only_the_clock_module_reads_the_os_clocks() -> None:
+    assert clock_reads(MODULES[CLOCK_MODULE]), "base.clock no longer reads the OS clocks: is the check blind?"
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {what}"
+                 for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+                 if _module_name(path) != CLOCK_MODULE
+                 for line, what in clock_reads(MODULES[_module_name(path)])]
+    assert not offenders, ("these read an OS clock directly; take the time from a `base.clock.Clock` passed "
+                           "in (the member's `node.clock`):\n" + "\n".join(offenders))

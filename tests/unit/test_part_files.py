@@ -211,4 +211,5 @@ def test_a_damaged_page_fails_the_read_and_the_part_check(tmp_path: pathlib.Path
     pf.write_checksums(part_dir, forged)
     assert pf.verify_part(part_dir) is None
     assert "other bytes" in str(pf.verify_part(part_dir, written.checksums))
-    assert pf.set_aside(directory, "all_1_1_0", pf.BROKEN_PREFIX).split(os.sep)[-1].startswith("broken_all_1_1_0_")
+    assert pf.set_aside(directory, "all_1_1_0", pf.BROKEN_PREFIX, wall_s=1_700_000_000).split(os.sep)[-1] == (
+        "broken_all_1_1_0_1700000000")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
+from base.clock import ManualClock
 from oplog.parts import part_files as pf
 from oplog.parts.part_info import PartInfo
 from oplog.parts.table import parse_table_def
@@ -18,6 +19,7 @@ from replset.parts.manager import PartsManager
 TABLE = parse_table_def("db", "t", {"columns": [{"name": "ts", "type": "timestamp[ms]"},
                                                 {"name": "n", "type": "int64"}], "orderBy": ["n"]})
 PART = PartInfo.parse("all_1_2_1")
+CLOCK = ManualClock()
 
 
 def _part(directory: pathlib.Path, name: str, values: list[int]) -> pf.PartFiles:
@@ -29,10 +31,10 @@ def _part(directory: pathlib.Path, name: str, values: list[int]) -> pf.PartFiles
 def test_a_directory_with_the_bytes_wanted_is_kept_and_other_bytes_set_aside(tmp_path: pathlib.Path) -> None:
     rt = SimpleNamespace(directory=str(tmp_path), table=TABLE, queue=SimpleNamespace(current=set()))
     same = _part(tmp_path, PART.name, [1, 2])
-    assert PartsManager._claim_name(rt, PART, same.checksums) == same.checksums   # type: ignore[arg-type]
+    assert PartsManager._claim_name(rt, PART, same.checksums, clock=CLOCK) == same.checksums   # type: ignore[arg-type]
     assert os.listdir(tmp_path) == [PART.name]
     os.rename(tmp_path / PART.name, tmp_path / "tmp_keep")
     _part(tmp_path, PART.name, [1, 2, 3])
-    assert PartsManager._claim_name(rt, PART, same.checksums) is None   # type: ignore[arg-type]
+    assert PartsManager._claim_name(rt, PART, same.checksums, clock=CLOCK) is None   # type: ignore[arg-type]
     assert sorted(n.split("_1_2_1_")[0] for n in os.listdir(tmp_path)) == ["tmp_keep", "unexpected_all"]
-    assert PartsManager._claim_name(rt, PartInfo.parse("all_5_5_0"), same.checksums) is None  # type: ignore[arg-type]
+    assert PartsManager._claim_name(rt, PartInfo.parse("all_5_5_0"), same.checksums, clock=CLOCK) is None  # type: ignore[arg-type]

@@ -4,10 +4,9 @@ known."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from base.clock import ManualClock
 from base.config import parse_config
 from base.errors import MongoError
 from replset.parts.commit import (
@@ -21,6 +20,7 @@ from replset.parts.commit import (
 from replset.write_concern import WriteConcern, parse_write_concern, timeout_error, write_concern_error_field
 from sync.peer import PeerError
 
+CLOCK = ManualClock(100.0)
 CONFIG = parse_config({"_id": "rs0", "members": [
     {"_id": 0, "host": "a:1"}, {"_id": 1, "host": "b:1"}, {"_id": 2, "host": "c:1"},
     {"_id": 3, "host": "arb:1", "arbiterOnly": True, "priority": 0}]})
@@ -35,22 +35,22 @@ def test_live_replicas_are_this_member_and_the_data_bearing_members_it_sees_up()
 
 def test_a_commit_without_a_deadline_keeps_its_write_concern() -> None:
     wc = WriteConcern()
-    assert bounded_write_concern(wc, None) is wc
+    assert bounded_write_concern(wc, None, clock=CLOCK) is wc
 
 
 @pytest.mark.parametrize(("asked_ms", "expected_ms"), [(0, 2000), (500, 500), (60_000, 2000)])
 def test_a_quorum_commit_waits_for_its_write_concern_no_longer_than_its_deadline(asked_ms: int,
                                                                                   expected_ms: int) -> None:
     wc = parse_write_concern({"w": "majority", "wtimeout": asked_ms})
-    bounded = bounded_write_concern(wc, time.monotonic() + 2.0)
+    bounded = bounded_write_concern(wc, CLOCK.monotonic() + 2.0, clock=CLOCK)
     assert bounded.w == "majority" and expected_ms - 100 <= bounded.wtimeout_ms <= expected_ms
-    sent = bounded_write_concern(wc, time.monotonic() + 2.0, margin_s=0.25)   # what a member sends on
+    sent = bounded_write_concern(wc, CLOCK.monotonic() + 2.0, margin_s=0.25, clock=CLOCK)   # what a member sends on
     assert sent.wtimeout_ms <= min(asked_ms or 2000, 1750)
     assert parse_write_concern(sent.to_document()).wtimeout_ms == sent.wtimeout_ms
 
 
 def test_a_spent_deadline_is_the_shortest_wait_never_no_limit() -> None:
-    assert bounded_write_concern(WriteConcern(), time.monotonic() - 5).wtimeout_ms == 1   # 0 means "forever"
+    assert bounded_write_concern(WriteConcern(), CLOCK.monotonic() - 5, clock=CLOCK).wtimeout_ms == 1   # 0 means "forever"
 
 
 def test_a_write_concern_timeout_is_an_unconfirmed_commit_tried_no_more() -> None:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from base.clock import SYSTEM_CLOCK
 from base.errors import MongoError
 from oplog.parts import mutations
 from oplog.parts import part_files as pf
@@ -44,7 +45,9 @@ def node_with(rt: TableReplica) -> Any:
     async def run(fn: Any) -> Any:   # the query pool, inline
         return fn()
 
-    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}), queries=SimpleNamespace(run=run))
+    offset_ms = SYSTEM_CLOCK.wall_ms() - SYSTEM_CLOCK.monotonic_ms()   # as `PartsManager` keeps it
+    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}, wall_minus_monotonic_ms=offset_ms),
+                           queries=SimpleNamespace(run=run))
 
 
 def status(node: Any) -> list[dict[str, Any]]:
