@@ -28,7 +28,10 @@ Liveness (after the faults heal):
   secondary's chain of sources reaches the primary, and no eligible member is
   closer (true round trip) than its source by more than the change threshold
   plus the ping noise. Eligible on an idle set: the primary, and a secondary
-  of a lower id syncing from the primary (a voter, if we vote).
+  of a lower id syncing from the primary (a voter, if we vote). Members react
+  to each other a heartbeat late, so a member whose source changed in the last
+  few heartbeat intervals is not judged yet, and a secondary counts as syncing
+  from the primary only if it did a few heartbeat intervals before too.
 
 `problems` recorded by the runner (broken invariants, illegal transitions,
 refused rollbacks) are failures too.
@@ -189,9 +192,14 @@ def sync_sources_follow_ping(h: History) -> list[str]:
 
 
 def _judge_sync_view(view: SyncView) -> list[str]:
+    """Members react to each other a heartbeat late: a member whose source changed since the earlier note
+    is still deciding, and a secondary counts as syncing from the primary only if it did at both looks."""
     out = []
     where = f"at {view.time_ms} ms ({view.after})"
+    earlier = view.earlier if view.earlier is not None else view.sources
     for member, source in sorted(view.sources.items()):
+        if earlier.get(member, source) != source:
+            continue
         if source is None:
             out.append(f"m{member} has no sync source {where}")
             continue
@@ -205,7 +213,8 @@ def _judge_sync_view(view: SyncView) -> list[str]:
             continue
         eligible = [view.primary] + [
             other for other, its_source in view.sources.items()
-            if other < member and its_source == view.primary and (other in view.voters or member not in view.voters)]
+            if other < member and its_source == view.primary and earlier.get(other) == view.primary
+            and (other in view.voters or member not in view.voters)]
         best = min(eligible, key=lambda m: (view.rtt_ms[(member, m)], m))
         slack = view.rtt_ms[(member, source)] - view.rtt_ms[(member, best)]
         if slack > DEFAULT_CHANGE_THRESHOLD_MS + view.margin_ms:

@@ -18,7 +18,8 @@ The runner records, in global simulated milliseconds:
 * `cut_offs`: every stretch a primary could reach no majority of voters (its
   links cut either way, the others down or paused) and how it ended;
 * `sync_views`: after convergence, who syncs from whom and the true round
-  trips between members, taken once a link's delay drifted and once it healed.
+  trips between members, taken once a link's delay drifted and once it healed
+  (with who synced from whom a few heartbeat intervals before).
 
 Checkers (`tests.sim.checkers`) only read this; unit tests build bad histories
 by hand to prove each checker fails when it should.
@@ -91,6 +92,7 @@ class SyncView:
     voters: frozenset[int]
     rtt_ms: dict[tuple[int, int], int]      # true round trip (both base delays and any drift)
     margin_ms: float                        # ping noise allowed on top of the change threshold
+    earlier: dict[int, int | None] | None = None   # the sources a few heartbeat intervals before
 
 
 @dataclass(slots=True)

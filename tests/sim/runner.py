@@ -70,6 +70,7 @@ FIRST_CLIENT_ID = 100
 INITIATE_SECS = 1_700_000_000
 WATCH_MS = 50
 PING_SETTLE_HEARTBEATS = 18     # the smoothed ping keeps 0.8 ** 18 < 2 % of an old round trip
+PING_SECOND_LOOK_HEARTBEATS = 3  # who syncs from whom is noted this long before each look
 CLOCK_SLACK = 1.1               # members' clocks run up to 8 % slow
 
 # Event kinds, in the queue as (time, seq, kind, member_or_client, incarnation, payload).
@@ -127,6 +128,7 @@ class Simulation:
         self.majority_votes = config.majority_vote_count
         self.cut_since: dict[int, tuple[int, int]] = {}   # primary -> (term, since) while it reaches no majority
         self.drift = (0, 0, 0)                              # the ping phase: (slowed member, primary, added ms)
+        self.noted_sources: dict[int, int | None] = {}
         self.stats = {"events": 0, "elections": 0, "rollbacks": 0, "crashes": 0, "acks": 0, "writes_failed": 0}
         self.finished = False
 
@@ -523,12 +525,16 @@ class Simulation:
     # -- the ping phase ---------------------------------------------------------------------------------
 
     def _ping_phase(self, step: int) -> None:
-        """0: slow down one secondary's link to the primary; 1: look, and heal it; 2: look, and end the run."""
+        """0: slow down one secondary's link to the primary; 1 and 3: note who syncs from whom; 2: look
+        (a member that changed its source since the note is still deciding), and heal the link; 4: look,
+        and end the run."""
         primary = self._primary()
         sources = self._sources()
         if primary is None or not sources:
             self.finished = True
             return
+        settle = int(PING_SETTLE_HEARTBEATS * self.heartbeat_ms * CLOCK_SLACK)
+        second_look = int(PING_SECOND_LOOK_HEARTBEATS * self.heartbeat_ms * CLOCK_SLACK)
         if step == 0:
             direct = [m for m, s in sources.items() if s == primary]
             slowed = max(direct[1:] or sources)
@@ -537,20 +543,24 @@ class Simulation:
             self.network.extra[(slowed, primary)] = self.drift[2]
             if self.verbose:
                 self._trace(f"PING: m{slowed} -> m{primary} {self.drift[2]} ms slower")
+            self._push(self.now + settle - second_look, PING, payload=1)
+        elif step in (1, 3):
+            self.noted_sources = sources
+            self._push(self.now + second_look, PING, payload=step + 1)
         else:
             slowed, _, drift_ms = self.drift
             p = self.scenario.network
             after = (f"m{slowed}'s link to the primary m{primary} {drift_ms} ms slower for "
-                     f"{PING_SETTLE_HEARTBEATS} heartbeat intervals" + (", then healed as long" if step == 2 else ""))
+                     f"{PING_SETTLE_HEARTBEATS} heartbeat intervals" + (", then healed as long" if step == 4 else ""))
             rtt = {(a, b): self.network.true_rtt(a, b) or 0 for a in sources for b in self.ids if a != b}
             self.history.sync_views.append(SyncView(self.now, after, primary, sources, self.voters, rtt,
-                                                    margin_ms=p.jitter_ms + 0.05 * drift_ms + 2))
+                                                    margin_ms=p.jitter_ms + 0.05 * drift_ms + 2,
+                                                    earlier=self.noted_sources))
             self.network.extra.clear()
-            if step == 2:
+            if step == 4:
                 self.finished = True
                 return
-        wait = int(PING_SETTLE_HEARTBEATS * self.heartbeat_ms * CLOCK_SLACK)
-        self._push(self.now + wait, PING, payload=step + 1)
+            self._push(self.now + settle - second_look, PING, payload=3)
 
     def _sources(self) -> dict[int, int | None]:
         out: dict[int, int | None] = {}

@@ -198,3 +198,14 @@ def test_a_cycle_or_a_missing_source_fails() -> None:
         "m1's chain of sync sources m1 -> m2 -> m1", "m2's chain of sync sources m2 -> m1 -> m2"]
     h.sync_views = [view({1: 0, 2: None})]
     assert sync_sources_follow_ping(h) == ["m2 has no sync source at 2000 ms (a drift)"]
+
+
+def test_a_member_still_deciding_is_not_judged_yet() -> None:
+    h = good()
+    late = view({1: 0, 2: 0})
+    h.sync_views = [SyncView(late.time_ms, late.after, 0, late.sources, late.voters, late.rtt_ms, late.margin_ms,
+                             earlier={1: 2, 2: 0})]   # m1 moved to the primary only lately: m2 has not seen it
+    assert sync_sources_follow_ping(h) == []
+    h.sync_views = [SyncView(late.time_ms, late.after, 0, {1: 0, 2: 1}, late.voters, late.rtt_ms, late.margin_ms,
+                             earlier={1: 0, 2: 0})]   # m2 changed its source lately: still deciding
+    assert sync_sources_follow_ping(h) == []
