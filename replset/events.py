@@ -29,15 +29,32 @@ from base.config import ReplSetConfig
 from base.member import MemberState
 from base.messages import ReplMetadata
 from base.optime import OpTime
+from base.votes import LastVote
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What the member read back from disk at startup, before `Started`: its term and last vote, its
+    rollback's minValid, and how far its oplog is committed and fsynced."""
+
+    term: int
+    last_vote: LastVote | None
+    min_valid: OpTime | None
+    applied: OpTime
+    durable: OpTime
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """Replication begins under the installed config (`initiator`: this member ran replSetInitiate), in
-    `state` when given (the state the member's data allows: SECONDARY, ARBITER, STARTUP2, ...)."""
+    """Replication begins (`initiator`: this member ran replSetInitiate), under `config` when given (else
+    the one the core holds), in `state` when given (the state the member's data allows: SECONDARY,
+    ARBITER, STARTUP2, ...), from `applied`/`durable` when given (what the oplog holds by then)."""
 
     initiator: bool = False
     state: MemberState | None = None
+    config: ReplSetConfig | None = None
+    applied: OpTime | None = None
+    durable: OpTime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +169,22 @@ class SourceMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class MinValidSet:
+    """A rollback's transaction recorded `optime` as minValid (RECOVERING until applied up to it), or an
+    initial sync dropped the data (None)."""
+
+    optime: OpTime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCarriesReports:
+    """The fetcher is between a batch and its next getMore, which will carry our positions (`riding`):
+    no replSetUpdatePosition of their own is needed meanwhile."""
+
+    riding: bool
+
+
+@dataclass(frozen=True, slots=True)
 class FetcherMoved:
     """The fetcher's source or its last fetched entry changed."""
 
@@ -159,6 +192,6 @@ class FetcherMoved:
     last_fetched: OpTime
 
 
-Event = (Started | Tick | ShutDown | ConfigInstalled | Replied | CallFailed | HeartbeatIn | VoteRequestIn
-         | PositionsIn | Persisted | NoopWritten | SyncDrained | LocalCommit | LocalDurable | MinValidChecked
-         | SourceMetadata | FetcherMoved)
+Event = (Recovered | Started | Tick | ShutDown | ConfigInstalled | Replied | CallFailed | HeartbeatIn
+         | VoteRequestIn | PositionsIn | Persisted | NoopWritten | SyncDrained | LocalCommit | LocalDurable
+         | MinValidChecked | SourceMetadata | MinValidSet | FetchCarriesReports | FetcherMoved)

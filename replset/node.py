@@ -270,7 +270,7 @@ class Node:
 
     @min_valid.setter
     def min_valid(self, value: OpTime | None) -> None:
-        self.repl.core.min_valid = value
+        self.repl.set_min_valid(value)
 
     @property
     def is_primary(self) -> bool:

@@ -108,14 +108,17 @@ from replset.events import (
     CallFailed,
     ConfigInstalled,
     Event,
+    FetchCarriesReports,
     FetcherMoved,
     HeartbeatIn,
     LocalCommit,
     LocalDurable,
     MinValidChecked,
+    MinValidSet,
     NoopWritten,
     Persisted,
     PositionsIn,
+    Recovered,
     Replied,
     ShutDown,
     SourceMetadata,
@@ -280,10 +283,21 @@ class Replica:
                 self.sync_source_metadata(now, meta)
             case FetcherMoved(source=source, last_fetched=last_fetched):
                 self.fetcher_moved(now, source=source, last_fetched=last_fetched)
-            case Started(initiator=initiator, state=state):
+            case Started(initiator=initiator, state=state, config=config, applied=applied, durable=durable):
+                if config is not None:
+                    self.config = config
+                if applied is not None and durable is not None:
+                    self.applied, self.durable = applied, durable
                 if state is not None:
-                    self.set_state(state)
+                    self.enter_state(now, state)
                 self.start(now, initiator=initiator)
+            case Recovered(term=term, last_vote=last_vote, min_valid=min_valid, applied=applied, durable=durable):
+                self.term, self.last_vote, self.min_valid = term, last_vote, min_valid
+                self.applied, self.durable = applied, durable
+            case MinValidSet(optime=optime):
+                self.min_valid = optime
+            case FetchCarriesReports(riding=riding):
+                self.reports_ride_on_fetch = riding
             case ConfigInstalled(config=config, data_state=data_state):
                 self.install_config(now, config, data_state=data_state)
             case ShutDown():

@@ -40,6 +40,7 @@ from base.messages import (
 from base.optime import OpTime
 from oplog.sqlite_store import StoreTxn
 from replset import actions as act
+from replset import events as ev
 from replset.election import config_is_older
 from replset.member_http import HTTP_PORT_FIELD
 from replset.parts.registry import HELD_FIELD
@@ -127,14 +128,20 @@ class Replication:
 
     # -- pumping the core -----------------------------------------------------------------------------
 
-    def _carry_out(self) -> None:
+    def _step(self, event: ev.Event) -> None:
+        """Hands `event` to the core at the clock's current reading and carries out what it asks for."""
+        self._carry_out(self.core.step(self.clock.monotonic_ms(), event))
+
+    def _carry_out(self, first: list[act.Action] | None = None) -> None:
         core = self.core
-        while actions := core.take_actions():
+        actions = first or core.take_actions()
+        while actions:
             for action in actions:
                 try:
                     self._do(action)
                 except Exception:  # one failed action must not drop the ones after it
                     log.exception("carrying out %r failed", action)
+            actions = core.take_actions()
         self._stepped.fire()
         if core.next_deadline() < self._sleeping_until:
             self._wake.fire()
@@ -175,7 +182,7 @@ class Replication:
                 held = self.oplog_holds(optime)
                 if held:
                     log.info("reached minValid %s: data consistent again", optime)
-                self.core.min_valid_checked(self.clock.monotonic_ms(), optime, held)
+                self._step(ev.MinValidChecked(optime, held))
             case act.ForgetMinValid(optime=optime):
                 self._spawn(self._forget_min_valid(optime))
             case act.Resync(reason=reason):
@@ -202,8 +209,7 @@ class Replication:
                 self._sleeping_until = 0
                 continue
             try:
-                self.core.tick(self.clock.monotonic_ms())
-                self._carry_out()
+                self._step(ev.Tick())
             except Exception:  # a bug here must not stop every timer of the member
                 log.exception("replication tick failed")
                 await asyncio.sleep(0.1)
@@ -225,8 +231,7 @@ class Replication:
     async def _send(self, send: act.Send) -> None:
         member = self.config.member_by_id(send.to) if self.node.config is not None else None
         if member is None:
-            self.core.call_failed(self.clock.monotonic_ms(), send.call, why="not in the config")
-            self._carry_out()
+            self._step(ev.CallFailed(send.call, why="not in the config"))
             return
         # A vote request gets a connection of its own: an abandoned round's request must not hold up the next.
         own = send.kind is act.CallKind.VOTE
@@ -238,15 +243,15 @@ class Replication:
             refused = isinstance(exc, PeerError) and exc.refused
             if send.kind is act.CallKind.HEARTBEAT:
                 log.debug("heartbeat to %s failed: %s", member.host, exc)
-            self.core.call_failed(self.clock.monotonic_ms(), send.call, refused=refused, why=str(exc))
+            self._step(ev.CallFailed(send.call, refused=refused, why=str(exc)))
         else:
             if send.kind is act.CallKind.HEARTBEAT:
                 self.node.member_http.learn(member.host, raw.get(HTTP_PORT_FIELD))
             try:
-                self.core.reply(self.clock.monotonic_ms(), send.call, raw)
+                self._step(ev.Replied(send.call, raw))
             except Exception as exc:  # a malformed reply must not leave the call open for good
                 log.exception("%s reply from %s could not be used", send.kind.value, member.host)
-                self.core.call_failed(self.clock.monotonic_ms(), send.call, why=f"malformed reply: {exc}")
+                self._step(ev.CallFailed(send.call, why=f"malformed reply: {exc}"))
         finally:
             if own:
                 client.close()
@@ -270,8 +275,7 @@ class Replication:
                 elif failures & (failures - 1) == 0:
                     log.error("persisting term %d failed %d times, still retrying: %s", term, failures, exc)
                 await asyncio.sleep(min(0.1 * 2 ** min(failures - 1, 6), PERSIST_RETRY_MAX_S))
-        self.core.persisted(self.clock.monotonic_ms(), token)
-        self._carry_out()
+        self._step(ev.Persisted(token))
 
     async def _start_worker(self) -> None:
         async with self._worker_lock:
@@ -289,8 +293,7 @@ class Replication:
     async def _stop_worker_for_core(self, drain: bool) -> None:
         drained = await self._stop_worker(drain=drain)
         if drain:
-            self.core.sync_drained(self.clock.monotonic_ms(), drained)
-            self._carry_out()
+            self._step(ev.SyncDrained(drained))
 
     async def _write_noop(self, term: int) -> None:
         try:
@@ -302,7 +305,7 @@ class Replication:
         except Exception:  # the candidacy must hear back whatever happened
             log.exception("writing the new primary entry of term %d failed", term)
             ok = False
-        self.core.noop_written(self.clock.monotonic_ms(), term, ok=ok, wall=self.node.now())
+        self._step(ev.NoopWritten(term, ok, self.node.now()))
         if self.node.is_primary:
             log.info("became primary in term %d", term)
             self.node.metrics.elections.inc()
@@ -336,9 +339,8 @@ class Replication:
 
     def recover(self, *, term: int, last_vote: Any, min_valid: OpTime | None) -> None:
         """What `Node.start` read back from disk."""
-        core = self.core
-        core.term, core.last_vote, core.min_valid = term, last_vote, min_valid
-        core.applied, core.durable = self.node.last_committed_optime, self.node.last_durable_optime
+        self._step(ev.Recovered(term, last_vote, min_valid, self.node.last_committed_optime,
+                                self.node.last_durable_optime))
 
     def enter_state(self, state: MemberState) -> None:
         self.core.enter_state(self.clock.monotonic_ms(), state)
@@ -346,13 +348,12 @@ class Replication:
 
     def start(self, *, initiator: bool = False) -> None:
         """Begins replication under `node.config`, which must name this member."""
-        core = self.core
-        core.config = self.node.config
-        core.applied, core.durable = self.node.last_committed_optime, self.node.last_durable_optime
-        core.start(self.clock.monotonic_ms(), initiator=initiator)
+        node = self.node
+        actions = self.core.step(self.clock.monotonic_ms(), ev.Started(
+            initiator, config=node.config, applied=node.last_committed_optime, durable=node.last_durable_optime))
         if self._ticker_task is None:
             self._ticker_task = asyncio.get_running_loop().create_task(self._ticker(), name="replication-timer")
-        self._carry_out()
+        self._carry_out(actions)
         self._maybe_start_initial_sync()
 
     def _maybe_start_initial_sync(self) -> None:
@@ -393,7 +394,6 @@ class Replication:
                 # Not replicating yet (STARTUP or REMOVED): take a state, then start.
                 me = config.member_by_host(node.options.me)
                 assert me is not None
-                self.core.config = config
                 self.enter_state(MemberState.ARBITER if me.arbiter_only else node.data_state())
                 self.start()
             else:
@@ -497,10 +497,14 @@ class Replication:
         self.core.local_durable(self.clock.monotonic_ms(), self.node.last_durable_optime)
         self._carry_out()
 
+    def set_min_valid(self, optime: OpTime | None) -> None:
+        """A rollback recorded its minValid (or an initial sync dropped the data: None)."""
+        self._step(ev.MinValidSet(optime))
+
     def reports_ride_on_fetch(self, riding: bool) -> None:
         """The fetcher's next getMore will carry our new positions (it is between a batch and its next
         getMore): then no separate replSetUpdatePosition is needed for them."""
-        self.core.reports_ride_on_fetch = riding
+        self._step(ev.FetchCarriesReports(riding))
 
     def fetch_position_report(self) -> dict[str, Any] | None:
         """Our positions and those reported to us, for the fetcher's next getMore (`POSITIONS_FIELD`)."""
