@@ -29,7 +29,6 @@ from base.member import MemberState
 from base.messages import parse_vote_reply, vote_request
 from base.optime import OpTime
 from base.votes import LastVote, VoteRequest
-from replset.actions import CallKind, WriteNoop
 from replset.election import ElectionTally
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ class Candidacy:
     @classmethod
     def start(cls, replica: Replica, reason: str, *, skip_dry_run: bool = False) -> Candidacy:
         run = cls(replica, reason, replica.term)
-        replica.candidacy = run
+        replica.candidacy_began(run)
         if skip_dry_run:
             run._stand()
         else:
@@ -85,7 +84,7 @@ class Candidacy:
         body = vote_request(req)
         for m in config.voters:
             if m.id != r.self_id:
-                self.pending.add(r._call(m.id, CallKind.VOTE, body, r.heartbeat_timeout_ms))
+                self.pending.add(r.ask_for_vote(m.id, body))
         if not self.pending:
             self._round_over()
 
@@ -122,7 +121,7 @@ class Candidacy:
 
     def _round_over(self) -> None:
         for call in self.pending:  # the outstanding asks are abandoned
-            self.replica._calls.pop(call, None)
+            self.replica.forget_call(call)
         self.pending = set()
         assert self.tally is not None
         won, higher = self.tally.won, self.higher
@@ -208,10 +207,10 @@ class Candidacy:
         r = self.replica
         if not drained or r.term != self.term or r.state is not MemberState.SECONDARY or r.fetching:
             self._end("could not drain the applier" if not drained else "the term moved while draining")
-            r._start_fetching()
+            r.resume_fetching()
             return
         self.phase, self.deadline_ms = "new primary no-op", r.now + NOOP_BACKSTOP_MS
-        r._emit(WriteNoop(self.term))
+        r.ask_for_noop(self.term)
 
     def on_noop_written(self, term: int, ok: bool, wall: datetime.datetime | None) -> None:
         r = self.replica
@@ -219,11 +218,9 @@ class Candidacy:
             return
         if not ok or r.term != term or r.state is not MemberState.SECONDARY:
             self._end(f"could not become primary in term {term}")
-            r._start_fetching()
+            r.resume_fetching()
             return
-        r.candidacy = None
-        r.last_election_reason = self.reason
-        r.became_primary(term, wall)
+        r.candidacy_won(self, term, wall)
 
     def abandon(self, why: str) -> None:
         self._end(why)
@@ -231,10 +228,9 @@ class Candidacy:
     def _end(self, why: str) -> None:
         self.outcome = why
         r = self.replica
-        if r.candidacy is self:
-            r.candidacy = None
+        r.candidacy_over(self)
         for call in self.pending:
-            r._calls.pop(call, None)
+            r.forget_call(call)
         self.pending = set()
 
     # -- events while a phase waits -----------------------------------------------------------------
@@ -255,4 +251,4 @@ class Candidacy:
             self.on_drained(False)
         elif self.phase in ("persisting our vote", "new primary no-op"):
             self._end(f"no answer from the shell in phase {self.phase}")  # a lost no-op loses nothing committed
-            r._start_fetching()
+            r.resume_fetching()

@@ -94,6 +94,7 @@ from replset.actions import (
     TermRefused,
     TopologyChanged,
     Wake,
+    WriteNoop,
 )
 from replset.candidacy import Candidacy
 from replset.election import (
@@ -745,6 +746,35 @@ class Replica:
         if self.topology.majority_has_config():
             self.initiator = False
             self.call_election_now()
+
+    # -- what a candidacy may ask of the core (its only way in) -----------------------------------------
+
+    def candidacy_began(self, run: Candidacy) -> None:
+        self.candidacy = run
+
+    def candidacy_over(self, run: Candidacy) -> None:
+        if self.candidacy is run:
+            self.candidacy = None
+
+    def candidacy_won(self, run: Candidacy, term: int, wall: datetime.datetime | None) -> None:
+        self.candidacy_over(run)
+        self.last_election_reason = run.reason
+        self.became_primary(term, wall)
+
+    def ask_for_vote(self, peer: int, body: dict[str, Any]) -> int:
+        """Sends a vote request; returns its call number."""
+        return self._call(peer, CallKind.VOTE, body, self.heartbeat_timeout_ms)
+
+    def forget_call(self, call: int) -> None:
+        """An outstanding call whose answer no longer matters (an abandoned voting round)."""
+        self._calls.pop(call, None)
+
+    def resume_fetching(self) -> None:
+        """A candidacy that ended without winning: the sync pipeline runs again."""
+        self._start_fetching()
+
+    def ask_for_noop(self, term: int) -> None:
+        self._emit(WriteNoop(term))
 
     def may_write_noop(self, term: int) -> bool:
         """Asked inside the "new primary" no-op's transaction: is this member still about to lead `term`?"""

@@ -90,10 +90,9 @@ def _noop_written_without_term_check(self: Candidacy, term: int, ok: bool, wall:
         return
     if not ok or r.state is not MemberState.SECONDARY:
         self._end(f"could not become primary in term {term}")
-        r._start_fetching()
+        r.resume_fetching()
         return
-    r.candidacy = None
-    r.became_primary(term, wall)
+    r.candidacy_won(self, term, wall)
 
 
 def _candidacy_not_abandoned(self: Candidacy, why: str) -> None:
