@@ -29,11 +29,13 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# The pure tests (unit, property, simulator) on both cores; then the real-process ones, one at a time
-# (their timing checks want the machine to themselves).
+# The pure tests (unit, property, simulator) on both cores; then the real-process ones, two modules at a
+# time (a module's set is shared by its tests); last, alone, the ones whose timing is judged (`alone`).
+REAL_TESTS := --ignore=tests/unit --ignore=tests/property --ignore=tests/sim
 test: $(STAMP) $(NODE_STAMP) lint
 	$(BIN)/pytest -n 2 tests/unit tests/property tests/sim
-	$(BIN)/pytest --ignore=tests/unit --ignore=tests/property --ignore=tests/sim
+	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not alone" $(REAL_TESTS)
+	$(BIN)/pytest -m "alone and not soak" $(REAL_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.member

@@ -38,10 +38,12 @@ def _check(result: dict[str, Any]) -> None:
     assert result["kept_primary"]
 
 
+@pytest.mark.alone
 def test_expensive_queries_leave_heartbeats_and_pings_fast(tmp_path: Any) -> None:
     _check(run(str(tmp_path), int(os.environ.get("REPLSET_LOOP_DOCS", "50000"))))
 
 
 @pytest.mark.soak
+@pytest.mark.alone
 def test_a_million_document_sort_leaves_heartbeats_and_pings_fast(tmp_path: Any) -> None:
     _check(run(str(tmp_path), 1_000_000))

@@ -169,20 +169,20 @@ def _killed_then_reordered(marker: str, after_rows: int) -> Any:
 
 def test_a_job_of_many_blocks_with_a_killed_task_retried_in_another_order_loads_exactly_its_rows(
         spark: SparkSession, rs: ReplicaSet, tmp_path: Any) -> None:
-    """200 blocks of twelve months each: 2,400 block-partitions, past the dedup window of 1,000, so only
+    """104 blocks of twelve months each: 1,248 block-partitions, past the dedup window of 1,000, so only
     the job's commit can make it exactly-once."""
     rs.client().sp.command({"createPartsTable": "many", **TABLE})
-    df = _events(spark, 20_000, 2, months=12)
+    df = _events(spark, 10_400, 2, months=12)
     marker = str(tmp_path / "killed")
-    flaky = df.mapInArrow(_killed_then_reordered(marker, 6_000), df.schema)
+    flaky = df.mapInArrow(_killed_then_reordered(marker, 3_000), df.schema)
     _writer(flaky, rs, "sp.many", blockRows=100, writeId="many-1").mode("append").save()
     assert os.path.exists(marker)   # the first attempt was killed after staging blocks
     assert sorted(r["n"] for r in rs.direct(rs.wait_primary()).sp.cursor_command(
-        "selectParts", "many", columns=["n"])) == list(range(20_000))
+        "selectParts", "many", columns=["n"])) == list(range(10_400))
     assert rs.client().sp.get_collection("system.parts.many.staged").count_documents({}) == 0
     # The same job again, its rows in another order and cut otherwise: nothing new.
     _writer(df.repartition(3), rs, "sp.many", blockRows=700, writeId="many-1").mode("append").save()
-    assert _read(spark, rs, "sp.many").count() == 20_000
+    assert _read(spark, rs, "sp.many").count() == 10_400
 
 
 def test_a_committed_write_id_with_other_rows_fails_the_job(spark: SparkSession, rs: ReplicaSet) -> None:

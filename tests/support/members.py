@@ -57,6 +57,11 @@ class Member:
         return f"mongodb://{self.host}/?replicaSet={self.repl_set}"
 
     def start(self) -> None:
+        self.launch()
+        self.wait_listening()
+
+    def launch(self) -> None:
+        """Starts the process without waiting for it (`wait_listening` waits): a set's members start at once."""
         os.makedirs(self.dbpath, exist_ok=True)
         self.log_path = os.path.join(self.dbpath, "member.log")
         log = open(self.log_path, "ab")
@@ -64,6 +69,8 @@ class Member:
                "--dbpath", self.dbpath, "--httpPort", str(self.http_port), *self.extra_args]
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
         log.close()
+
+    def wait_listening(self) -> None:
         wait_for(self._ping, 30, f"member {self.host} to accept connections")
 
     def direct_client(self, **kwargs: Any) -> MongoClient[dict[str, Any]]:

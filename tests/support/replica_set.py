@@ -27,8 +27,11 @@ class ReplicaSet:
         return f"mongodb://{','.join(m.host for m in self.members)}/?replicaSet={self.name}"
 
     def start(self) -> None:
+        """Starts every member at once, then waits until each accepts connections."""
         for m in self.members:
-            m.start()
+            m.launch()
+        for m in self.members:
+            m.wait_listening()
 
     def initiate(self, settings: dict[str, Any] | None = None, **member_options: dict[str, Any]) -> Member:
         """Initiates on the first member (which then wins the first election) and waits for the set."""
@@ -134,9 +137,11 @@ class ReplicaSet:
     def stop(self) -> None:
         for c in self.clients:
             c.close()
-        for m in self.members:
+        for m in self.members:  # every member is asked to stop at once, then each is waited for
             if m.process is not None and m.process.poll() is None:
                 os.kill(m.process.pid, signal.SIGCONT)
+                m.process.terminate()
+        for m in self.members:
             m.stop()
 
 
