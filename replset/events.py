@@ -11,8 +11,14 @@ actions (`replset.actions`) to carry out, in order. A transcript of events in an
 actions out (`tests/transcripts`) is the whole protocol of one member.
 
 Events that arrive with a request someone waits on (`HeartbeatIn`, `PositionsIn`,
-`VoteRequestIn`) carry the shell's `reply_to` handle; the core answers them with an
-`Answer(reply_to, body)` action (a vote only after the `Persist` of the vote is done).
+`VoteRequestIn`, the admin commands, `PositionsWanted`) carry the shell's `reply_to`
+handle; the core answers them with an `Answer(reply_to, body)` action (a vote only
+after the `Persist` of the vote is done). A request the core refuses raises its
+`MongoError` out of `step` (the shell answers the client with it); actions decided
+before the refusal stay queued for the next `step`/`take_actions`. What the shells
+only read (the state, term, commit point, topology, `choose_sync_source`,
+`write_concern_problem`, `metadata`) they read from the core's attributes and
+queries, never by writing them.
 
 Pure data: no I/O, clocks or randomness.
 """
@@ -30,6 +36,8 @@ from base.member import MemberState
 from base.messages import ReplMetadata
 from base.optime import OpTime
 from base.votes import LastVote
+from replset.write_concern import WriteConcern
+from sync.rollback_flow import RollbackRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +200,108 @@ class FetcherMoved:
     last_fetched: OpTime
 
 
+@dataclass(frozen=True, slots=True)
+class EnterState:
+    """The sync pipeline drives a transition: ROLLBACK, RECOVERING after a rollback, STARTUP2 for a resync,
+    the data state after an initial sync, or the state a member new to the set takes."""
+
+    state: MemberState
+
+
+@dataclass(frozen=True, slots=True)
+class HoldingsChanged:
+    """The part log has "has part" acknowledgements to send upstream."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitWriteConcern:
+    """A write at `target` waits for `wc`; `Wake(waiter, error)` ends the wait."""
+
+    waiter: object
+    wc: WriteConcern
+    target: OpTime
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUpWaiting:
+    """The client of `waiter` went away: forget the wait."""
+
+    waiter: object
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackStarted:
+    """The fetcher found our oplog diverged from its source's and starts a rollback."""
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackEnded:
+    """A rollback ended (`run` says how: committed, refused, failed, abandoned)."""
+
+    run: RollbackRun
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Do not choose `host` as a sync source for `for_ms`."""
+
+    host: str
+    for_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InitialSyncEnded:
+    """An initial sync ended (or a resync was abandoned): fetch and apply from our last entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncBegan:
+    """A resync is about to drop the data: stop fetching and applying."""
+
+
+@dataclass(frozen=True, slots=True)
+class PositionsWanted:
+    """The fetcher's next getMore carries our positions: `Answer(reply_to, report)` (empty: none yet)."""
+
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class StepDownAsked:
+    """`replSetStepDown` decided to go (the shell waited for a caught-up secondary): no election for
+    `freeze_ms`. Refused with 10107 when we are not primary."""
+
+    freeze_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepUpAsked:
+    """`replSetStepUp`: stand now; `Answer(reply_to, {"started": bool})`."""
+
+    skip_dry_run: bool
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class FreezeAsked:
+    """`replSetFreeze`: no election for `secs` (0 unfreezes); `Answer(reply_to, {"info": text})`."""
+
+    secs: float
+    reply_to: object
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFromAsked:
+    """`replSetSyncFrom`: sync from `host`; `Answer(reply_to, {"prevSyncTarget": host})`."""
+
+    host: str
+    reply_to: object
+
+
 Event = (Recovered | Started | Tick | ShutDown | ConfigInstalled | Replied | CallFailed | HeartbeatIn
          | VoteRequestIn | PositionsIn | Persisted | NoopWritten | SyncDrained | LocalCommit | LocalDurable
-         | MinValidChecked | SourceMetadata | MinValidSet | FetchCarriesReports | FetcherMoved)
+         | MinValidChecked | SourceMetadata | MinValidSet | FetchCarriesReports | FetcherMoved | EnterState
+         | HoldingsChanged | AwaitWriteConcern | GiveUpWaiting | RollbackStarted | RollbackEnded | Deny
+         | InitialSyncEnded | ResyncBegan | PositionsWanted | StepDownAsked | StepUpAsked | FreezeAsked
+         | SyncFromAsked)

@@ -106,12 +106,19 @@ from replset.election import (
     wants_priority_takeover,
 )
 from replset.events import (
+    AwaitWriteConcern,
     CallFailed,
     ConfigInstalled,
+    Deny,
+    EnterState,
     Event,
     FetchCarriesReports,
     FetcherMoved,
+    FreezeAsked,
+    GiveUpWaiting,
     HeartbeatIn,
+    HoldingsChanged,
+    InitialSyncEnded,
     LocalCommit,
     LocalDurable,
     MinValidChecked,
@@ -119,12 +126,19 @@ from replset.events import (
     NoopWritten,
     Persisted,
     PositionsIn,
+    PositionsWanted,
     Recovered,
     Replied,
+    ResyncBegan,
+    RollbackEnded,
+    RollbackStarted,
     ShutDown,
     SourceMetadata,
     Started,
+    StepDownAsked,
+    StepUpAsked,
     SyncDrained,
+    SyncFromAsked,
     Tick,
     VoteRequestIn,
 )
@@ -299,6 +313,36 @@ class Replica:
                 self.min_valid = optime
             case FetchCarriesReports(riding=riding):
                 self.reports_ride_on_fetch = riding
+            case EnterState(state=state):
+                self.enter_state(now, state)
+            case HoldingsChanged():
+                self.holdings_changed(now)
+            case AwaitWriteConcern(waiter=waiter, wc=wc, target=target):
+                self.await_write_concern(now, waiter, wc, target)
+            case GiveUpWaiting(waiter=waiter):
+                self.give_up_waiting(waiter)
+            case RollbackStarted():
+                self.rollback_started(now)
+            case RollbackEnded(run=run):
+                self.rollback_ended(now, run)
+            case Deny(host=host, for_ms=for_ms):
+                self.deny(now, host, for_ms)
+            case InitialSyncEnded():
+                self.start_fetching(now)
+            case ResyncBegan():
+                self._enter(now)
+                self.stop_fetching(drain=False)
+            case PositionsWanted(reply_to=reply_to):
+                self._enter(now)
+                self._emit(Answer(reply_to, self.positions_report() or {}))
+            case StepDownAsked(freeze_ms=freeze_ms, reason=reason):
+                self.step_down(now, freeze_ms=freeze_ms, reason=reason)
+            case StepUpAsked(skip_dry_run=skip_dry_run, reply_to=reply_to):
+                self._emit(Answer(reply_to, {"started": self.step_up(now, skip_dry_run=skip_dry_run)}))
+            case FreezeAsked(secs=secs, reply_to=reply_to):
+                self._emit(Answer(reply_to, {"info": self.freeze(now, secs)}))
+            case SyncFromAsked(host=host, reply_to=reply_to):
+                self._emit(Answer(reply_to, {"prevSyncTarget": self.sync_from(now, host)}))
             case ConfigInstalled(config=config, data_state=data_state):
                 self.install_config(now, config, data_state=data_state)
             case ShutDown():

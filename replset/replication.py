@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import bson
@@ -129,8 +129,20 @@ class Replication:
     # -- pumping the core -----------------------------------------------------------------------------
 
     def _step(self, event: ev.Event) -> None:
-        """Hands `event` to the core at the clock's current reading and carries out what it asks for."""
-        self._carry_out(self.core.step(self.clock.monotonic_ms(), event))
+        """Hands `event` to the core at the clock's current reading and carries out what it asks for (also
+        when the core refuses it: what it decided before the refusal is carried out, then the error goes on)."""
+        try:
+            actions = self.core.step(self.clock.monotonic_ms(), event)
+        except Exception:
+            self._carry_out()
+            raise
+        self._carry_out(actions)
+
+    def _ask(self, event: Callable[[asyncio.Future[Any]], ev.Event]) -> Any:
+        """Steps a request the core answers at once (`Answer` to the future it is given); returns the answer."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._step(event(answer))
+        return answer.result()
 
     def _carry_out(self, first: list[act.Action] | None = None) -> None:
         core = self.core
@@ -343,8 +355,7 @@ class Replication:
                                 self.node.last_durable_optime))
 
     def enter_state(self, state: MemberState) -> None:
-        self.core.enter_state(self.clock.monotonic_ms(), state)
-        self._carry_out()
+        self._step(ev.EnterState(state))
 
     def start(self, *, initiator: bool = False) -> None:
         """Begins replication under `node.config`, which must name this member."""
@@ -371,8 +382,7 @@ class Replication:
         self._tasks, self._ticker_task = set(), None
         await self.resync.stop()
         await self._stop_worker(drain=False)
-        self.core.shutdown(self.clock.monotonic_ms())
-        self._carry_out()
+        self._step(ev.ShutDown())
         for client in self._clients.values():
             client.close()
         self._clients = {}
@@ -397,7 +407,7 @@ class Replication:
                 self.enter_state(MemberState.ARBITER if me.arbiter_only else node.data_state())
                 self.start()
             else:
-                self.core.install_config(self.clock.monotonic_ms(), config, data_state=node.data_state())
+                self._step(ev.ConfigInstalled(config, node.data_state()))
                 self._carry_out()
                 self._maybe_start_initial_sync()
             node.notify_state_change()
@@ -436,46 +446,36 @@ class Replication:
 
     def on_heartbeat_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
         try:
-            reply = self.core.heartbeat_request(self.clock.monotonic_ms(), cmd)
+            reply = dict(self._ask(lambda answer: ev.HeartbeatIn(cmd, answer)))
         except NoConfig:
             req = parse_heartbeat_request(cmd)
             if req.set_name == self.node.options.repl_set:
                 self.schedule_config_fetch(req.sender_host)
             raise
-        finally:
-            self._carry_out()
         reply[HTTP_PORT_FIELD] = self.node.options.effective_http_port  # where our part files are served
         return reply
 
     async def on_vote_request(self, cmd: dict[str, Any]) -> dict[str, Any]:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        try:
-            self.core.vote_request(self.clock.monotonic_ms(), cmd, answer)
-        finally:
-            self._carry_out()
+        self._step(ev.VoteRequestIn(cmd, answer))
         return await answer
 
     def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        try:
-            reply = self.core.update_position(self.clock.monotonic_ms(), cmd)
-            if HELD_FIELD in cmd:
-                self.node.parts.on_held_report(cmd[HELD_FIELD])
-            return reply
-        finally:
-            self._carry_out()
+        reply: dict[str, Any] = self._ask(lambda answer: ev.PositionsIn(cmd, answer))
+        if HELD_FIELD in cmd:
+            self.node.parts.on_held_report(cmd[HELD_FIELD])
+        return reply
 
     def holdings_changed(self) -> None:
         """The part log has "has part" acknowledgements to send upstream (`replset.parts.registry`)."""
-        self.core.holdings_changed(self.clock.monotonic_ms())
-        self._carry_out()
+        self._step(ev.HoldingsChanged())
 
     def _with_holdings(self, report: dict[str, Any]) -> dict[str, Any]:
         held = self.node.parts.held_report()
         return report | {HELD_FIELD: held} if held else report
 
     def on_sync_source_metadata(self, meta: ReplMetadata) -> None:
-        self.core.sync_source_metadata(self.clock.monotonic_ms(), meta)
-        self._carry_out()
+        self._step(ev.SourceMetadata(meta))
 
     def metadata_document(self) -> dict[str, Any]:
         config = self.node.config
@@ -486,16 +486,15 @@ class Replication:
     def on_local_commit(self) -> None:
         """Our applied optime moved (a primary write or an applied batch, committed, maybe not fsynced)."""
         node = self.node
-        self.core.local_commit(self.clock.monotonic_ms(), node.last_committed_optime)
+        actions = self.core.step(self.clock.monotonic_ms(), ev.LocalCommit(node.last_committed_optime))
         if not node.is_primary and self.core.configured:
             self.resync.on_applied()
-        self._carry_out()
+        self._carry_out(actions)
 
     def on_local_durable(self) -> None:
         """The journal flusher made our entries durable up to `node.last_durable_optime`."""
         self._durable_moved.fire()
-        self.core.local_durable(self.clock.monotonic_ms(), self.node.last_durable_optime)
-        self._carry_out()
+        self._step(ev.LocalDurable(self.node.last_durable_optime))
 
     def set_min_valid(self, optime: OpTime | None) -> None:
         """A rollback recorded its minValid (or an initial sync dropped the data: None)."""
@@ -508,8 +507,8 @@ class Replication:
 
     def fetch_position_report(self) -> dict[str, Any] | None:
         """Our positions and those reported to us, for the fetcher's next getMore (`POSITIONS_FIELD`)."""
-        report = self.core.positions_report()
-        return None if report is None else self._with_holdings(report)
+        report: dict[str, Any] = self._ask(ev.PositionsWanted)
+        return self._with_holdings(report) if report else None
 
     async def settle_durable(self) -> None:
         """Waits (at most `REPORT_LINGER_S`) for a journal flush under way, so one report carries both
@@ -531,13 +530,12 @@ class Replication:
         if isinstance(decided, MongoError):
             return decided
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
-        self.core.await_write_concern(self.clock.monotonic_ms(), waiter, wc, target)
-        self._carry_out()
+        self._step(ev.AwaitWriteConcern(waiter, wc, target))
         try:
             return await waiter
         finally:
             if not waiter.done():
-                self.core.give_up_waiting(waiter)
+                self._step(ev.GiveUpWaiting(waiter))
 
     async def wait_for_positions(self, timeout_s: float) -> None:
         """Returns when a member's position moved or a heartbeat updated the view, or at the timeout."""
@@ -562,50 +560,35 @@ class Replication:
         worker = self.worker
         source = self.sync_source_host or None
         last = worker.last_fetched if worker is not None else self.core.last_fetched
-        self.core.fetcher_moved(self.clock.monotonic_ms(), source=source, last_fetched=last)
-        self._carry_out()
+        self._step(ev.FetcherMoved(source, last))
 
     def source_applied(self, host: str) -> OpTime | None:
         return self.core.member_applied(host)
 
     def rollback_started(self) -> None:
-        self.core.rollback_started(self.clock.monotonic_ms())
-        self._carry_out()
+        self._step(ev.RollbackStarted())
 
     def rollback_ended(self, run: RollbackRun) -> None:
-        self.core.rollback_ended(self.clock.monotonic_ms(), run)
-        self._carry_out()
+        self._step(ev.RollbackEnded(run))
 
     def deny(self, host: str, for_ms: int) -> None:
-        self.core.deny(self.clock.monotonic_ms(), host, for_ms)
+        self._step(ev.Deny(host, for_ms))
 
     def sync_from(self, host: str) -> str:
         """`replSetSyncFrom`: returns the previous sync source."""
-        try:
-            return self.core.sync_from(self.clock.monotonic_ms(), host)
-        finally:
-            self._carry_out()
+        return str(self._ask(lambda answer: ev.SyncFromAsked(host, answer))["prevSyncTarget"])
 
     def start_steady_state(self) -> None:
         """An initial sync ended (or a resync was abandoned): fetch and apply from our last entry."""
-        self.core.start_fetching(self.clock.monotonic_ms())
-        self._carry_out()
+        self._step(ev.InitialSyncEnded())
         self.node.notify_state_change()
 
     async def stop_steady_state(self) -> None:
         """A resync is about to drop the data: stop fetching and applying."""
-        self.core.stop_fetching(drain=False)
-        self._carry_out()
+        self._step(ev.ResyncBegan())
         await self._stop_worker(drain=False)  # done here, before the data goes
 
     # -- admin ------------------------------------------------------------------------------------------
-
-    def step_down_now(self, reason: str) -> None:
-        """PRIMARY -> SECONDARY at once (waiters fail with PrimarySteppedDown)."""
-        if self.node.is_primary:
-            log.info("stepping down: %s", reason)
-        self.core.step_down_now(reason)
-        self._carry_out()
 
     async def step_down(self, step_down_secs: float, catch_up_secs: float, force: bool) -> None:
         node, topology = self.node, self.core.topology
@@ -620,11 +603,7 @@ class Replication:
             raise MongoError(262, "No electable secondaries caught up as of now. Please use the "
                                   "{force: true} option if you really want to step down.")
         log.info("stepping down: replSetStepDown")
-        try:
-            self.core.step_down(self.clock.monotonic_ms(), freeze_ms=int(step_down_secs * 1000),
-                                reason="replSetStepDown")
-        finally:
-            self._carry_out()
+        self._step(ev.StepDownAsked(int(step_down_secs * 1000), "replSetStepDown"))
         if target is not None:
             self._spawn(self._hand_off(target))
 
@@ -642,8 +621,7 @@ class Replication:
     async def run_election(self, reason: str, *, skip_dry_run: bool = False) -> bool:
         """`replSetStepUp`: stand now; True when this member became primary."""
         core = self.core
-        started = core.step_up(self.clock.monotonic_ms(), skip_dry_run=skip_dry_run)
-        self._carry_out()
+        started = self._ask(lambda answer: ev.StepUpAsked(skip_dry_run, answer))["started"]
         if not started:
             return False
         candidacy = core.candidacy
@@ -657,7 +635,7 @@ class Replication:
         return self.node.is_primary
 
     def freeze(self, secs: float) -> str:
-        return self.core.freeze(self.clock.monotonic_ms(), secs)
+        return str(self._ask(lambda answer: ev.FreezeAsked(secs, answer))["info"])
 
     # -- status -----------------------------------------------------------------------------------------
 

@@ -28,6 +28,11 @@ call, as its `send #N` line shows):
     heartbeat-in from=mK [term=N]
     vote-request-in from=mK term=N [applied=..] [dry-run]
     positions-in from=mK applied=.. [durable=..] [term=N]
+    await w=N|majority target=.. [wtimeout=MS]   a write waits for its write concern
+    step-down [freeze=MS]          replSetStepDown (after the shell found a caught-up secondary)
+    step-up [skip-dry-run]         replSetStepUp
+    freeze secs=N                  replSetFreeze
+    sync-from to=mK                replSetSyncFrom
     show                           term, vote, state, commit point, sync source, pings
 """
 
@@ -59,6 +64,7 @@ from base.optime import NULL_OPTIME, OpTime
 from replset import actions as act
 from replset import events as ev
 from replset.replica import Replica
+from replset.write_concern import WriteConcern
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "transcripts"
 SET_NAME = "rs0"
@@ -186,6 +192,20 @@ class Driver:
                 position = MemberPosition(sender, applied, optime(args.get("durable", args["applied"])), 1)
                 doc = update_position_command([position], int(args.get("term", r.term)))
                 out += step(self.now, ev.PositionsIn(doc, f"positions from m{sender}"))
+            case "await":
+                w: int | str = args["w"] if args["w"] == "majority" else int(args["w"])
+                target = optime(args["target"])
+                wc = WriteConcern(w=w, wtimeout_ms=int(args.get("wtimeout", 0)))
+                waiter = f"w:{args['w']} of the write at {show_optime(target)}"
+                out += step(self.now, ev.AwaitWriteConcern(waiter, wc, target))
+            case "step-down":
+                out += step(self.now, ev.StepDownAsked(int(args.get("freeze", 60_000)), "replSetStepDown"))
+            case "step-up":
+                out += step(self.now, ev.StepUpAsked("skip-dry-run" in flags, "replSetStepUp"))
+            case "freeze":
+                out += step(self.now, ev.FreezeAsked(float(args["secs"]), "replSetFreeze"))
+            case "sync-from":
+                out += step(self.now, ev.SyncFromAsked(host(member_id(args["to"])), "replSetSyncFrom"))
             case _:
                 raise ValueError(f"unknown command {command!r}")
         for action in out:
@@ -246,6 +266,8 @@ class Driver:
                 return f"change sync source: {reason}"
             case act.TermRefused(term=term, source=source):
                 return f"refuse term {term} from {source}"
+            case act.Wake(waiter=waiter, error=error):
+                return f"wake {waiter}: " + ("satisfied" if error is None else f"error {error.code}: {error}")
             case _:
                 return type(action).__name__
 
@@ -269,6 +291,12 @@ class Driver:
             hb = parse_heartbeat_reply(body)
             return (f"{hb.state.name}, term {hb.term}, applied {show_optime(hb.applied)}, commit point "
                     f"{show_optime(hb.commit_point)}, sync source {self._name(hb.sync_source) or 'none'}")
+        if "prevSyncTarget" in body:
+            return f"ok, the previous sync source was {self._name(body['prevSyncTarget']) or 'none'}"
+        if "started" in body:
+            return "standing" if body["started"] else "not electable"
+        if "info" in body:
+            return f"ok{', ' + body['info'] if body['info'] else ''}"
         return "ok" if body.get("ok") else f"error {body}"
 
 
