@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 
 from base.member import MemberState
-from base.messages import HeartbeatReply, vote_request
+from base.messages import HeartbeatReply, MemberPosition, update_position_command, vote_request
 from base.optime import OpTime
 from base.votes import LastVote, VoteRequest
 from replset import actions as act
+from replset import events as ev
 from replset.candidacy import Candidacy
 from replset.replica import Replica
 from replset.write_concern import WriteConcern
 from sync.fetching import Problem
+from sync.rollback_flow import Outcome, RollbackRun
 from tests.sim import mutations, rpc
 from tests.sim.clock import SimClock
 from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError, fold
@@ -31,7 +33,8 @@ from tests.sim.scenario import SHAPES, host_of, make_config
 from tests.sim.source import FetchReply
 
 STORY_BUGS = frozenset({"drain-cancels-rollback", "term-adopted-while-becoming-primary", "wn-counts-other-branches",
-                        "recovering-ignores-min-valid-branch"})
+                        "recovering-ignores-min-valid-branch", "positions-counted-before-term",
+                        "rollback-ignores-late-commits"})
 
 
 def member_with_a_diverged_tail() -> SimNode:
@@ -210,3 +213,56 @@ def test_with_the_bug_the_lost_branch_write_lives_on() -> None:
         assert node.state is MemberState.SECONDARY and node.min_valid is None
         # key 7 holds B1's write, which no entry of m1's oplog produces
         assert node.disk.data.get(7) == B1_VALUE and fold(node.disk.oplog).get(7) is None
+
+
+def old_primary_hearing_a_report_of_term_3() -> Replica:
+    """m0 is primary of term 2 with a write only it holds; m1, which already voted in term 3 (whose primary
+    lacks the write), reports a position of term 3 - it sorts above the write without holding it."""
+    config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
+    start = OpTime(100, 1, 2)
+    core = Replica(me=host_of(0), config=config, state=MemberState.SECONDARY, term=2, last_vote=None,
+                   applied=start, durable=start, min_valid=None, rng=random.Random(1), now=0)
+    core.start(0)
+    core.became_primary(2, None)
+    core.step(1, ev.LocalCommit(WRITE_OF_TERM_2))
+    core.step(1, ev.LocalDurable(WRITE_OF_TERM_2))
+    newer = OpTime(102, 1, 3)
+    report = update_position_command([MemberPosition(1, newer, newer, 1)], 3)
+    core.step(2, ev.PositionsIn(report, "m1's report"))
+    return core
+
+
+WRITE_OF_TERM_2 = OpTime(101, 1, 2)
+
+
+def test_a_report_of_a_newer_term_steps_the_primary_down_and_commits_nothing() -> None:
+    core = old_primary_hearing_a_report_of_term_3()
+    assert core.state is MemberState.SECONDARY and core.commit_point < WRITE_OF_TERM_2
+
+
+def test_with_the_bug_the_old_primary_commits_a_write_only_it_holds() -> None:
+    with mutations.applied(["positions-counted-before-term"]):
+        core = old_primary_hearing_a_report_of_term_3()
+    assert core.commit_point == WRITE_OF_TERM_2   # majority-committed, and term 3's primary will roll it back
+
+
+def rollback_whose_oplog_moved_while_it_was_planned() -> Any:
+    """A rollback planned from our oplog ending at (2, 105); a batch of client writes committed at (2, 106)
+    before the rollback's own transaction ran (a write in flight when the primary stepped down)."""
+    run = RollbackRun(host_of(0), 0)
+    run.drained(OpTime(105, 1, 2), recovering=False)
+    ours = [OpTime(105, 1, 2), OpTime(104, 1, 2), OpTime(103, 1, 1)]
+    theirs = [OpTime(107, 1, 3), OpTime(103, 1, 1)]
+    assert run.scanned(ours, theirs, ours_done=True, theirs_done=True, commit_point=OpTime(102, 1, 1)).name == "FOUND"
+    run.refetched(OpTime(107, 1, 3))
+    return run.commit_verdict(OpTime(106, 1, 2), OpTime(102, 1, 1))
+
+
+def test_a_rollback_whose_oplog_moved_fails_and_is_tried_again() -> None:
+    ending = rollback_whose_oplog_moved_while_it_was_planned()
+    assert ending is not None and ending.outcome is Outcome.FAILED and "moved" in ending.why
+
+
+def test_with_the_bug_the_late_batch_is_truncated_unsaved() -> None:
+    with mutations.applied(["rollback-ignores-late-commits"]):
+        assert rollback_whose_oplog_moved_while_it_was_planned() is None   # it commits, truncating (2, 106)
