@@ -28,7 +28,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from base.errors import MongoError
 from oplog.entry import delete_entry, insert_entry, update_entry
@@ -154,6 +153,8 @@ def rewrite_part(table_dir: str, source: str, tmp_name: str, table: TableDef, mu
         updates = update_expressions(mutation.set, table)
         columns = {c.name: (pc.if_else(hit, updates[c.name], pc.field(c.name)) if c.name in updates
                             else pc.field(c.name)) for c in table.columns}
+        import pyarrow.dataset as ds  # here: it imports pandas, a quarter second of every member's start
+
         data = ds.dataset(data).to_table(columns=columns)
         data = pa.Table.from_arrays([data.column(c.name) for c in table.columns],
                                     schema=part_files.arrow_schema(table))
