@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from base.errors import MongoError
 from base.member import MemberState
 from base.optime import OpTime
+from replset import events as ev
 from replset.write_concern import WriteConcern
 from tests.sim import rpc
 from tests.sim.disk import Entry, EntryKind
@@ -69,7 +70,7 @@ class ClientService:
                 return
             target = op.entries[0].optime
             self.waiting[req] = target
-            core.await_write_concern(node.now, req, wc, target)
+            node.tell(ev.AwaitWriteConcern(req, wc, target))
 
         op = WriteOp("client", run, done)
         if not node.submit(op):

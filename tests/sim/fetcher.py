@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from base.member import MemberState
 from base.optime import OpTime
+from replset import events as ev
 from sync import fetching
 from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
 from sync.rollback_flow import SCAN_WINDOW, Outcome, RollbackRun, ScanStep, Stage
@@ -133,7 +134,7 @@ class Fetcher:
             source = node.choose_sync_source(self.last_fetched)
             if source is None:
                 self.sync_source = None
-                node.core.fetcher_moved(node.now, source=None, last_fetched=self.last_fetched)
+                node.tell(ev.FetcherMoved(None, self.last_fetched))
                 self.waiting_for_topology = True
                 self.wake_at = node.now + NO_SOURCE_RETRY_MS
                 return
@@ -141,7 +142,7 @@ class Fetcher:
             if source != self.sync_source:
                 node.trace(f"choosing sync source {source}")
             self.sync_source = self.cursor_source = source
-            node.core.fetcher_moved(node.now, source=source, last_fetched=self.last_fetched)
+            node.tell(ev.FetcherMoved(source, self.last_fetched))
         source_id = node.member_id_of(self.cursor_source)
         assert source_id is not None
         first = self.cursor is None
@@ -194,7 +195,7 @@ class Fetcher:
                        f"{entries[-1].describe()}")
             self.last_fetched = entries[-1].optime
             self.buffer.append(entries)
-            node.core.fetcher_moved(node.now, source=self.sync_source, last_fetched=self.last_fetched)
+            node.tell(ev.FetcherMoved(self.sync_source, self.last_fetched))
 
     def _react(self, problem: Problem) -> None:
         """Carries out `sync.fetching.react` for the current source."""
@@ -254,7 +255,7 @@ class Fetcher:
                 self._rollback_ended(job)
             return
         run.drained(node.last_applied, recovering=node.min_valid is not None)
-        node.core.rollback_started(node.now)
+        node.tell(ev.RollbackStarted())
         self.message = run.message
         assert run.our_last is not None
         self._scan(job, run.our_last.ts_key)
@@ -339,4 +340,4 @@ class Fetcher:
             case _:
                 node.trace(f"rollback against {run.source} {ending.outcome.value}, nothing changed: {ending.why}")
         self.rollback = None
-        node.core.rollback_ended(node.now, run)
+        node.tell(ev.RollbackEnded(run))

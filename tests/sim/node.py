@@ -31,6 +31,7 @@ from base.member import MemberState
 from base.messages import parse_repl_metadata, repl_metadata
 from base.optime import OpTime, next_optime
 from replset import actions as act
+from replset import events as ev
 from replset.election import RandomSource
 from replset.replica import NEVER, Replica
 from replset.topology import Topology
@@ -91,8 +92,8 @@ class SimNode:
         self.calls: dict[int, Call] = {}          # the fetcher's calls
         self.core_calls: dict[int, int] = {}      # rpc id -> the core's call id
         self.drain_deadline: int | None = None
-        self.core.set_state(MemberState.ARBITER if me.arbiter_only else self.core.data_state())
-        self.core.start(self.now, initiator=initiator)
+        self.pending: list[act.Action] = []       # what `Replica.step` returned and is not carried out yet
+        self.tell(ev.Started(initiator, MemberState.ARBITER if me.arbiter_only else self.core.data_state()))
         self._carry_out()
 
     # -- what the core knows ------------------------------------------------------------------------
@@ -170,7 +171,7 @@ class SimNode:
             if call.deadline_ms <= now and self.calls.pop(rpc_id, None) is not None:
                 if self.fetcher is not None:
                     self.fetcher.on_failed(rpc_id, call, "timed out")
-        self.core.tick(now)
+        self.tell(ev.Tick())
         self.source.expire_parked()
         self._settle()
 
@@ -181,8 +182,8 @@ class SimNode:
             self.trace(f"fsynced {len(synced)}: {synced[0].describe()} .. {synced[-1].describe()}")
         self.log_last = self.disk.last
         self.source.answer_parked()
-        self.core.local_commit(self.now, self.disk.last)
-        self.core.local_durable(self.now, self.disk.last)  # every commit is fsynced here
+        self.tell(ev.LocalCommit(self.disk.last))
+        self.tell(ev.LocalDurable(self.disk.last))  # every commit is fsynced here
         self._carry_out()
         for op in batch:
             op.done(op.error)
@@ -207,17 +208,32 @@ class SimNode:
                 self.fetcher.pump()
             self._maybe_drained()
             self._carry_out()
-            if not self.core.actions:
+            if not self.core.actions and not self.pending:
                 break
         if self.writer.maybe_start_batch():
             self.fsync_started = True
 
     # -- carrying out the core's actions --------------------------------------------------------------
 
+    def tell(self, event: ev.Event) -> None:
+        """Hands `event` to the core; its actions are carried out in order with the next `_carry_out`."""
+        self.pending += self.core.step(self.now, event)
+
     def _carry_out(self) -> None:
-        while actions := self.core.take_actions():
+        while actions := self._take_actions():
             for action in actions:
                 self._do(action)
+
+    def _take_actions(self) -> list[act.Action]:
+        actions, self.pending = self.pending + self.core.take_actions(), []
+        return actions
+
+    def _answer_at_once(self, req: rpc.Request, event: ev.Event) -> None:
+        """A heartbeat or a position report is answered as it is handled, before the actions it caused."""
+        actions = self.core.step(self.now, event)
+        answer = next(a for a in actions if isinstance(a, act.Answer) and a.reply_to is req)
+        self.reply(req, answer.body)
+        self.pending += [a for a in actions if a is not answer]
 
     def _do(self, action: act.Action) -> None:
         core = self.core
@@ -238,7 +254,7 @@ class SimNode:
                 def persisted(error: BaseException | None, token: int = token,
                               written: list[tuple[int, Any]] = written) -> None:
                     self.disk.persist_term(*written[0])
-                    core.persisted(self.now, token)
+                    self.tell(ev.Persisted(token))
 
                 if not self.writer.submit(WriteOp("term", write, persisted)):
                     raise SimInvariantError(f"m{self.id}: the writer queue is full; the term cannot be persisted")
@@ -269,7 +285,7 @@ class SimNode:
             case act.Wake(waiter=request, error=error):
                 self.clients.wake(request, error)
             case act.CheckMinValid(optime=optime):
-                core.min_valid_checked(self.now, optime, self.disk.index_of(optime) is not None)
+                self.tell(ev.MinValidChecked(optime, self.disk.index_of(optime) is not None))
             case act.ForgetMinValid(optime=optime):
                 if self.disk.min_valid == optime:
                     self.disk.min_valid, self.disk.refetched_keys = None, frozenset()
@@ -296,7 +312,7 @@ class SimNode:
             return
         self.drain_deadline = None
         self.fetcher = None  # the applier is cancelled; anything still buffered is dropped
-        self.core.sync_drained(self.now, drained)
+        self.tell(ev.SyncDrained(drained))
 
     def _write_new_primary_entry(self, term: int) -> None:
         core = self.core
@@ -307,10 +323,10 @@ class SimNode:
             return [Entry(self.new_optime(term), EntryKind.NEW_PRIMARY)]
 
         def done(error: BaseException | None) -> None:
-            core.noop_written(self.now, term, ok=error is None)
+            self.tell(ev.NoopWritten(term, error is None))
 
         if not self.submit(WriteOp("noop", run, done)):
-            core.noop_written(self.now, term, ok=False)
+            self.tell(ev.NoopWritten(term, False))
 
     def submit(self, op: WriteOp) -> bool:
         return self.writer.submit(op)
@@ -339,15 +355,14 @@ class SimNode:
         self.outbox.append((request.src, rpc.Reply(request.rpc_id, self.id, request.kind, body, error)))
 
     def _on_request(self, req: rpc.Request) -> None:
-        core = self.core
         try:
             match req.kind:
                 case rpc.HEARTBEAT:
-                    self.reply(req, core.heartbeat_request(self.now, req.body))
+                    self._answer_at_once(req, ev.HeartbeatIn(req.body, req))
                 case rpc.VOTE:
-                    core.vote_request(self.now, req.body, req)
+                    self.tell(ev.VoteRequestIn(req.body, req))
                 case rpc.UPDATE_POSITION:
-                    self.reply(req, core.update_position(self.now, req.body))
+                    self._answer_at_once(req, ev.PositionsIn(req.body, req))
                 case rpc.FETCH:
                     self.source.on_fetch_request(req)
                 case rpc.SCAN | rpc.REFETCH:
@@ -368,9 +383,9 @@ class SimNode:
         core_call = self.core_calls.pop(reply.rpc_id, None)
         if core_call is not None:
             if reply.error is not None:
-                self.core.call_failed(self.now, core_call, refused=reply.error == rpc.REFUSED, why=reply.error)
+                self.tell(ev.CallFailed(core_call, refused=reply.error == rpc.REFUSED, why=reply.error))
             else:
-                self.core.reply(self.now, core_call, reply.body)
+                self.tell(ev.Replied(core_call, reply.body))
             return
         call = self.calls.pop(reply.rpc_id, None)
         if call is None or self.fetcher is None:
@@ -383,7 +398,7 @@ class SimNode:
     # -- what the fetcher asks of the member ----------------------------------------------------------
 
     def deny(self, host: str, for_ms: int) -> None:
-        self.core.deny(self.now, host, for_ms)
+        self.tell(ev.Deny(host, for_ms))
 
     def choose_sync_source(self, last_fetched: OpTime) -> str | None:
         return self.core.choose_sync_source(self.now, last_fetched)
@@ -391,13 +406,13 @@ class SimNode:
     def on_sync_source_metadata(self, metadata: dict[str, Any]) -> None:
         meta = parse_repl_metadata(metadata)
         if meta is not None:
-            self.core.sync_source_metadata(self.now, meta)
+            self.tell(ev.SourceMetadata(meta))
 
     def metadata_document(self) -> dict[str, Any]:
         return {"$replData": repl_metadata(self.core.metadata(), self.config.version, self.config.term)}
 
     def set_state(self, new: MemberState) -> None:
-        self.core.enter_state(self.now, new)
+        self.tell(ev.EnterState(new))
 
     def check_invariants(self) -> None:
         """Raised after every step by the runner: what must hold whatever the faults."""
