@@ -105,13 +105,16 @@ def test_an_idle_secondary_follows_the_ping_to_the_closer_member_and_back(rs_fac
     primary = rs.initiate()
     s1, s2 = [m for m in rs.members if m is not primary]
     rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})   # S1 stays on the primary
+    # On loopback S1 may look a little closer than the primary and S2 may have chosen it: S2's traffic to
+    # S1 is slowed first, so that S2 starts on the primary too.
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": s1.host, "delayMs": 30})
     wait_for(lambda: rs.sync_source(s1) == primary.host and rs.sync_source(s2) == primary.host, 30,
              "both secondaries on the primary", interval_s=0.2)
 
     def pings() -> dict[str, int]:
         return {x["name"]: x.get("pingMs") for x in rs.status(s2)["members"]}
 
-    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": 30})
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": 30})   # the delay moves
     wait_for(lambda: pings()[primary.host] > pings()[s1.host] + 5, 30, "S2 to measure the primary as farther")
     wait_for(lambda: rs.sync_source(s2) == s1.host, 3 * 0.25 + 2, "S2 to move to S1", interval_s=0.05)
     rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": s1.host, "delayMs": 30})
