@@ -130,19 +130,27 @@ def test_with_the_bug_the_member_leads_a_term_it_did_not_win() -> None:
             node.check_invariants()
 
 
-def old_primary_answering_w2_after_a_newer_primary_was_heard_of() -> Any:
-    """m0 was primary of term 2; its write's fsync ran while a heartbeat told it of term 3, whose primary
-    m1 has entries of term 3 (which sort above the write without holding it); then the write concern."""
+WRITE_OF_TERM_2 = OpTime(101, 1, 2)
+
+
+def primary_of_term_2_holding_a_write() -> Replica:
+    """m0 (the core alone), primary of term 2, with `WRITE_OF_TERM_2` committed and fsynced on its oplog."""
     config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
     start = OpTime(100, 1, 2)
     core = Replica(me=host_of(0), config=config, state=MemberState.SECONDARY, term=2, last_vote=None,
                    applied=start, durable=start, min_valid=None, rng=random.Random(1), now=0)
     core.start(0)
     core.became_primary(2, None)
-    write = OpTime(101, 1, 2)
-    core.local_commit(1, write)
-    core.local_durable(1, write)
-    core.take_actions()
+    core.step(1, ev.LocalCommit(WRITE_OF_TERM_2))
+    core.step(1, ev.LocalDurable(WRITE_OF_TERM_2))
+    return core
+
+
+def old_primary_answering_w2_after_a_newer_primary_was_heard_of() -> Any:
+    """m0 was primary of term 2; its write's fsync ran while a heartbeat told it of term 3, whose primary
+    m1 has entries of term 3 (which sort above the write without holding it); then the write concern."""
+    core = primary_of_term_2_holding_a_write()
+    write = WRITE_OF_TERM_2
     newer = OpTime(102, 1, 3)
     assert core.topology is not None
     core.topology.on_heartbeat_reply(1, HeartbeatReply("rs0", MemberState.PRIMARY, 3, newer, newer, 1, 1, "",
@@ -218,21 +226,11 @@ def test_with_the_bug_the_lost_branch_write_lives_on() -> None:
 def old_primary_hearing_a_report_of_term_3() -> Replica:
     """m0 is primary of term 2 with a write only it holds; m1, which already voted in term 3 (whose primary
     lacks the write), reports a position of term 3 - it sorts above the write without holding it."""
-    config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
-    start = OpTime(100, 1, 2)
-    core = Replica(me=host_of(0), config=config, state=MemberState.SECONDARY, term=2, last_vote=None,
-                   applied=start, durable=start, min_valid=None, rng=random.Random(1), now=0)
-    core.start(0)
-    core.became_primary(2, None)
-    core.step(1, ev.LocalCommit(WRITE_OF_TERM_2))
-    core.step(1, ev.LocalDurable(WRITE_OF_TERM_2))
+    core = primary_of_term_2_holding_a_write()
     newer = OpTime(102, 1, 3)
     report = update_position_command([MemberPosition(1, newer, newer, 1)], 3)
     core.step(2, ev.PositionsIn(report, "m1's report"))
     return core
-
-
-WRITE_OF_TERM_2 = OpTime(101, 1, 2)
 
 
 def test_a_report_of_a_newer_term_steps_the_primary_down_and_commits_nothing() -> None:
