@@ -454,6 +454,21 @@ def set_aside(table_dir: str, name: str, prefix: str = UNEXPECTED_PREFIX, *, wal
     return path
 
 
+def set_aside_names(table_dir: str, prefix: str) -> list[str]:
+    """The part names of the directories `set_aside` moved out of the way with `prefix` (`<prefix><name>_<wall_s>`,
+    maybe with `_<6 hex>` after it)."""
+    names = []
+    for entry in sorted(os.listdir(table_dir)) if os.path.isdir(table_dir) else []:
+        if not entry.startswith(prefix):
+            continue
+        tokens = entry[len(prefix):].split("_")
+        if len(tokens) > 2 and len(tokens[-1]) == 6 and tokens[-2].isdigit() and len(tokens[-2]) >= 10:
+            tokens = tokens[:-1]
+        if len(tokens) > 1 and tokens[-1].isdigit():
+            names.append("_".join(tokens[:-1]))
+    return names
+
+
 def remove_named(table_dir: str, tmp_names: list[str]) -> None:
     """Removes these temporary directories (gone already: nothing to do)."""
     for name in tmp_names:

@@ -238,6 +238,7 @@ class TableReplica:
     checked_at: dict[str, int] = field(default_factory=dict)        # part -> when wholly verified (ms)
     broken: set[str] = field(default_factory=set)                   # damaged parts being set aside now
     refetch: dict[str, Checksums] = field(default_factory=dict)     # ... to fetch again once aside: their bytes
+    damage_holes: set[str] = field(default_factory=set)             # damaged parts whose rows are not here again
     check_period_ms: int = PART_CHECK_PERIOD_MS
     check_queue: deque[str] = field(default_factory=deque)          # parts due for the check schedule, oldest first
     next_check_walk_ms: int = 0                                     # when the schedule looks for due parts again
@@ -562,6 +563,7 @@ class TableReplica:
         self.broken.add(name)
         if part in self.queue.current:
             self.queue.part_removed(part)
+            self.damage_holes.add(name)
             if name not in self.lost:
                 self.refetch[name] = self.recorded_checksums(name, me)
         self.outdated.pop(name, None)
@@ -587,6 +589,19 @@ class TableReplica:
             self.docs[node_name] = {"_id": node_name, "type": "GET_PART", "part": name,
                                     "checksums": checksum_docs(recorded)}
         self.actions.append(MOVED)
+
+    def read_holes(self) -> list[str]:
+        """The parts a read here would miss: this member held them, found them damaged and set them aside
+        (now, or before a restart: the `broken_` directories), and neither they nor a part containing them
+        are here again while the log still produces them (no drop, loss or rollback took them). The rest
+        of the table is no answer then - rows would be missing without an error - so reads refuse until
+        the hole is filled (ClickHouse answers without a detached broken part's rows)."""
+        for name in list(self.damage_holes):
+            part = PartInfo.parse(name)
+            if self.queue.current.containing(part) is not None \
+                    or not any(PartInfo.parse(n).contains(part) for n in self.logged):
+                self.damage_holes.discard(name)
+        return sorted(self.damage_holes)
 
     def verified(self, name: str, signature: Any, now_ms: int, *, whole: bool) -> None:
         """The shell checked `name` (hashed whole, or found its files unchanged since): it may be used."""

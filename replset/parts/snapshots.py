@@ -33,6 +33,7 @@ from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.insert import load_table
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import checksum_docs
+from replset.parts.views import readable_parts
 from replset.write_concern import MAJORITY, WriteConcern
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ async def visible_parts(node: Node, db: str, name: str) -> list[dict[str, Any]]:
         return []
     me = node.options.me
     out = []
-    for part in rt.visible_parts():
+    for part in readable_parts(rt):
         logged = rt.logged.get(part.name)
         copies = {m: (h.http, h.checksums) for m, h in rt.holders.get(part.name, {}).items() if h.checksums}
         if me not in copies:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 NOT_IN_QUORUM = 134   # ReadConcernMajorityNotAvailableYet: this member cannot yet serve what was promised
 READ_BATCH_ROWS = 4096
+OPERATION_FAILED = 96   # a part here is damaged: read another member, or retry
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)   # ClickHouse's DateTime "never"
 # Row counts of part copies, by path, with the identity of the data file they were read from (a part
 # never changes; another copy under the same name - after a rollback - is another file).
@@ -170,13 +171,24 @@ def check_sequential_consistency(node: Node, table: TableDef) -> None:
                                         "quorum insert wrote: read from another member or retry")
 
 
+def readable_parts(rt: TableReplica) -> list[PartInfo]:
+    """The parts a read of the table uses here (`visible_parts`), or OperationFailed while a damaged part
+    set aside is not here again: the others alone would be an answer with rows missing."""
+    holes = rt.read_holes()
+    if holes:
+        raise MongoError(OPERATION_FAILED, f"{rt.table.ns} on this member lacks the rows of {', '.join(holes)}: "
+                                           "damaged here, set aside and being fetched again from a replica; "
+                                           "read from another member or retry")
+    return rt.visible_parts()
+
+
 def read_rows(node: Node, table: TableDef, expression: pc.Expression | None,
               columns: Sequence[str] | None) -> Iterator[dict[str, Any]]:
     """The matching rows of this member's active parts, part by part (in part order)."""
     rt = node.parts.tables.get(table.ns)
     if rt is None:
         return iter(())
-    paths = [os.path.join(rt.directory, part.name) for part in rt.visible_parts()]
+    paths = [os.path.join(rt.directory, part.name) for part in readable_parts(rt)]
     return _rows(node, paths, table, expression, list(columns) if columns else None)
 
 

@@ -73,6 +73,7 @@ from oplog.parts.queue import ReplicationQueue
 from oplog.parts.replica_rules import Copy
 from oplog.parts.table import parse_table_def
 from oplog.parts.table_replica import (
+    BROKEN,
     Check,
     Checksums,
     Gone,
@@ -173,6 +174,8 @@ class Member:
     unreported: dict[str, Checksums] = field(default_factory=dict)  # held, the registry does not say so yet
     gone: set[str] = field(default_factory=set)                    # set aside as damaged, maybe still registered
     rolled_back: bool = False      # its log had documents a change of primary undid: it rolls back on return
+    served: set[str] = field(default_factory=set)   # the inserts its last answered read held
+    broken_dirs: set[str] = field(default_factory=set)   # parts set aside as damaged (`broken_<name>_<time>`)
 
     def serves(self, part: PartInfo) -> bool:
         return (part in self.replica.queue.current or part.name in self.replica.outdated) and part.name in self.disk
@@ -212,6 +215,7 @@ class PartSim:
         self.events: list[str] = []
         self.violations: list[str] = []                      # what a checker saw: the seed fails
         self.refetched = 0                                   # damaged parts set aside and queued to fetch again
+        self.holes_refused = 0                               # reads refused while such a part was not here again
         self.rolled_back = 0                                 # log documents undone by changes of primary
         self.restarts: list[tuple[int, Member]] = []        # crashed members coming back before the heal
         self.elections: list[int] = []                       # when the members cut off from the primary elect
@@ -598,6 +602,8 @@ class PartSim:
                     self.start(member, action)
                 elif isinstance(action, SetAside):
                     member.disk.pop(action.part, None)
+                    if action.prefix == BROKEN:
+                        member.broken_dirs.add(action.part)
                     replica.set_aside_done(action.part, self.now)
                     self.refetched += f"refetch_{action.part}" in replica.docs
                 elif isinstance(action, Held):
@@ -747,24 +753,41 @@ class PartSim:
         return "", sent
 
     def read(self, member: Member) -> None:
-        """A client reads the whole table on `member`, as `selectParts` does: each active part is hashed
-        first if its files changed since it was verified, and its pages' CRCs fail a read of flipped bytes
-        (the part is then reported damaged, not served). Checker: what is served is what the log says."""
+        """A client reads the whole table on `member`, as `selectParts` does: refused while a damaged part set
+        aside is not here again (`read_holes`); each visible part is hashed first if its files changed since
+        it was verified, and its pages' CRCs fail a read of flipped bytes (the part is then reported damaged
+        and the read refused). Checkers: what is served is what the log says; and rows a member served stay
+        in its later answers until the log drops them or finds them lost (a read never misses a part it
+        had: no answer with rows missing and no error)."""
         replica = member.replica
-        for part in list(replica.queue.current):
+        served: list[str] = []
+        refused = bool(replica.read_holes())
+        self.holes_refused += refused
+        for part in [] if refused else replica.visible_parts():
             d = member.disk.get(part.name)
             if d is None:
                 self.violations.append(f"{self.now} {member.name} reads {part.name}, which it does not have")
                 continue
             if replica.needs_hashing(part.name, d.sig) and not self.hash_whole(member, part.name):
-                continue
+                refused = True
+                break
             if not d.intact:
                 replica.damaged(part.name, member.name)
-                continue
+                refused = True
+                break
             if d.actual != self.truth(part.name):
                 self.violations.append(f"{self.now} {member.name} serves {part.name} as {d.actual}; the log says "
                                        f"{self.truth(part.name)}")
+            served += tokens(d.actual)
         self.carry_out(member)
+        if refused:
+            return
+        still = {t for rows in self.expected().values() for t in tokens(rows)}
+        vanished = sorted(t for t in member.served if t not in served and t in still)
+        if vanished:
+            self.violations.append(f"{self.now} {member.name} answers a read without the rows of {vanished}, "
+                                   "which it served before and the log still holds")
+        member.served = set(served)
 
     # -- faults -----------------------------------------------------------------------------------
 
@@ -833,6 +856,7 @@ class PartSim:
                 replica.held(part.name, sums(d.stored), member.name)
         member.unreported.clear()
         member.gone.clear()
+        replica.damage_holes.update(member.broken_dirs)   # the product reads them from its directory
         replica.registrations_not_here(member.name)
         self.carry_out(member)
 
@@ -859,6 +883,8 @@ class PartSim:
         member.disk.clear()
         member.temps.clear()
         member.inserting.clear()
+        member.broken_dirs.clear()
+        member.served.clear()   # a new member: it catches up from nothing, as an initial sync does
         self.events.append(f"{self.now} lose the disk of {member.name}")
         # (An insert's temporary part in doubt is not counted: it is published only for its own commit's entry.)
         alive = {t for m in self.members for d in m.disk.values() if d.intact for t in tokens(d.actual)}

@@ -9,8 +9,6 @@ and to the core's behaviour: after changing either, re-hunt them with
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.sim.__main__ import main
@@ -31,12 +29,13 @@ CATCHING_SEEDS: dict[str, int] = {
     "cut-off-primary-stays": 13,
 }
 REGRESSION_SEEDS = sorted(seed for seed in CATCHING_SEEDS.values() if seed not in CI_SEEDS)
-JOBS = min(2, os.cpu_count() or 1)
+ALL_SEEDS = sorted(set(CI_SEEDS) | set(REGRESSION_SEEDS))
+CHUNKS = 12   # the seeds in slices pytest-xdist spreads over the cores like any other tests
 
 
-def test_every_ci_and_regression_seed_passes() -> None:
-    seeds = sorted(set(CI_SEEDS) | set(REGRESSION_SEEDS))
-    failed = [r for r in run_seeds(seeds, jobs=JOBS) if r.failures]
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_ci_and_regression_seed_passes(chunk: int) -> None:
+    failed = [r for r in run_seeds(ALL_SEEDS[chunk::CHUNKS]) if r.failures]
     assert not failed, "\n".join(f"seed {r.seed}: {r.failures[0]} -- replay: python -m tests.sim --seed {r.seed}"
                                  for r in failed)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,19 +20,40 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 
 _HANDED_OUT: set[int] = set()
+# Ports for members come from below the kernel's ephemeral range (32768-60999 on Linux): a port picked
+# there may be taken as the local port of some outgoing connection before the member binds it. Each
+# pytest-xdist worker takes its own slice, so two workers never hand out the same port.
+PORTS_FROM, PORTS_TO = 12000, 32000
+
+
+def _port_slice() -> range:
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit():
+        return range(PORTS_FROM, PORTS_TO)
+    width = (PORTS_TO - PORTS_FROM) // int(count)
+    start = PORTS_FROM + int(worker[2:]) * width
+    return range(start, start + width)
 
 
 def free_port() -> int:
-    """A port nothing listens on now, and never one this process handed out before: the kernel may
-    offer a just-released port again, and two members (a wire port and another's HTTP port) given the
-    same one would answer each other's clients."""
-    while True:
+    """A port nothing listens on now, in this worker's slice, and never one this process handed out
+    before (two members, a wire port and another's HTTP port, given the same one would answer each
+    other's clients)."""
+    ports = _port_slice()
+    offset = random.randrange(len(ports))
+    for i in range(len(ports)):
+        port = ports[(offset + i) % len(ports)]
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the member will bind it
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {ports}")
 
 
 wait_for = wait_until

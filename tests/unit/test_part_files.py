@@ -213,3 +213,17 @@ def test_a_damaged_page_fails_the_read_and_the_part_check(tmp_path: pathlib.Path
     assert "other bytes" in str(pf.verify_part(part_dir, written.checksums))
     assert pf.set_aside(directory, "all_1_1_0", pf.BROKEN_PREFIX, wall_s=1_700_000_000).split(os.sep)[-1] == (
         "broken_all_1_1_0_1700000000")
+
+
+def test_the_names_of_parts_set_aside_are_read_back_from_their_directories(tmp_path: pathlib.Path) -> None:
+    for name in ("202405_1_1_0", "202405_2_4_1_7", "all_3_3_0"):
+        (tmp_path / name).mkdir()
+    assert pf.set_aside(str(tmp_path), "202405_1_1_0", pf.BROKEN_PREFIX, wall_s=1764320000)
+    assert pf.set_aside(str(tmp_path), "202405_2_4_1_7", pf.BROKEN_PREFIX, wall_s=1764320000)
+    (tmp_path / "all_3_3_0_x").mkdir()
+    assert pf.set_aside(str(tmp_path), "all_3_3_0", pf.BROKEN_PREFIX, wall_s=1764320000)
+    os.rename(tmp_path / "all_3_3_0_x", tmp_path / "all_3_3_0")
+    assert pf.set_aside(str(tmp_path), "all_3_3_0", pf.BROKEN_PREFIX, wall_s=1764320000)   # twice in a second
+    (tmp_path / "unexpected_all_9_9_0_1764320000").mkdir()
+    assert sorted(pf.set_aside_names(str(tmp_path), pf.BROKEN_PREFIX)) == [
+        "202405_1_1_0", "202405_2_4_1_7", "all_3_3_0", "all_3_3_0"]
