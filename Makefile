@@ -33,8 +33,8 @@ lint: $(STAMP)
 # time (a module's set is shared by its tests); last, alone, the ones whose timing is judged (`alone`).
 REAL_TESTS := --ignore=tests/unit --ignore=tests/property --ignore=tests/sim
 test: $(STAMP) $(NODE_STAMP) lint
-	$(BIN)/pytest -n 2 tests/unit tests/property tests/sim
-	$(BIN)/pytest -n 2 --dist loadfile -m "not soak and not alone" $(REAL_TESTS)
+	$(BIN)/pytest -n 2 --durations=15 tests/unit tests/property tests/sim
+	$(BIN)/pytest -n 2 --dist loadfile --durations=25 -m "not soak and not alone" $(REAL_TESTS)
 	$(BIN)/pytest -m "alone and not soak" $(REAL_TESTS)
 
 bench: $(STAMP)
