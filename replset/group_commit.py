@@ -1,21 +1,22 @@
 """Group commit and the journal flusher: many writes share one SQLite transaction; durability is a
 separate, explicit barrier, as in MongoDB.
 
-Theory of operation: callers `submit(fn)`; a single writer task takes every queued
-request at once, runs each `fn(txn)` in its own savepoint inside one open
+Theory of operation: callers `submit(fn)`; a single writer task takes the queued requests
+(`oplog.journal.batch_cut`), runs each `fn(txn)` in its own savepoint inside one open
 transaction (a failing request rolls back alone), then commits. SQLite runs in WAL
 mode with `synchronous=NORMAL`, so a commit writes the WAL (it survives a crash of
 this process: the bytes are in the operating system's page cache) but does not fsync
 it. That is MongoDB's `{w: 1}`: acknowledged once applied, not yet journaled.
 
 The **flusher** makes commits durable: it fsyncs the WAL in a worker thread and then
-reports the position that was committed when the fsync began (`on_durable`). It runs
-at once when someone waits for durability (`request_flush`: a `j: true` or
-`w: "majority"` write, a secondary's applied batch, a request submitted with
-`durable=True` such as a vote) and otherwise at most `JOURNAL_COMMIT_INTERVAL_S` after
-a commit (MongoDB's `journalCommitInterval`, 100 ms). A request submitted with
-`durable=True` is answered only after the flush that covers its commit. Flushes
-coalesce: commits made while one fsync runs are covered by the next.
+reports the position that was committed when the fsync began (`on_durable`). When it
+runs, and whom a flush answers, is `oplog.journal.Journal`'s decision: at once when
+someone waits for durability (`request_flush`: a `j: true` or `w: "majority"` write, a
+secondary's applied batch, a request submitted with `durable=True` such as a vote) and
+otherwise at most `JOURNAL_COMMIT_INTERVAL_MS` after a commit (MongoDB's
+`journalCommitInterval`, 100 ms). A request submitted with `durable=True` is answered only
+after the flush that covers its commit. Flushes coalesce: commits made while one fsync
+runs are covered by the next. The simulator runs the same decisions.
 
 Checkpoints (copying the WAL into the database file) run in a thread and connection
 of their own (`SQLiteStore.checkpoint`), never inside a commit, so a commit costs a
@@ -41,14 +42,13 @@ from typing import Any, TypeVar
 
 from base.clock import SYSTEM_CLOCK, Clock
 from base.errors import MongoError
+from oplog.journal import JOURNAL_COMMIT_INTERVAL_MS, MAX_BATCH, Journal, batch_cut
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MAX_QUEUED = 10_000
-MAX_BATCH = 2_000
-JOURNAL_COMMIT_INTERVAL_S = 0.1
 CHECKPOINT_INTERVAL_S = 0.5
 BATCH_SLICE_S = 0.02
 FINISH_CHECKPOINT_MAX_FRAMES = 2_000
@@ -84,15 +84,12 @@ class GroupCommitWriter:
         self._flush_wanted = asyncio.Event()
         self._flush_timer: asyncio.TimerHandle | None = None
         self._checkpoint_running = False
-        self._flushing = False
         self._threaded_until = 0.0
         # Set by the runtime: a secondary fsyncs on the event loop (see `_sync_wal`), a primary never.
         self.inline_fsync = False
         self._last_checkpoint = 0.0
         # Commits are numbered; a durable request waits until the flushed number reaches its commit's.
-        self.committed_seq = 0
-        self.durable_seq = 0
-        self._durable_waiters: list[tuple[int, asyncio.Future[Any], Any]] = []
+        self.journal: Journal[tuple[asyncio.Future[Any], Any]] = Journal()
         self.batches = 0
         self.requests = 0
         self.flushes = 0
@@ -112,10 +109,9 @@ class GroupCommitWriter:
                 await writer
             except asyncio.CancelledError:
                 pass
-        if self.committed_seq > self.durable_seq:
-            self.request_flush()
+        if self.journal.committed_seq > self.journal.durable_seq:
             try:
-                await asyncio.wait_for(self._wait_durable(self.committed_seq), 10.0)
+                await asyncio.wait_for(self._wait_durable(self.journal.committed_seq), 10.0)
             except (TimeoutError, MongoError):
                 log.warning("could not flush the journal before shutting down")
         for task in rest:
@@ -151,24 +147,26 @@ class GroupCommitWriter:
     @property
     def flush_pending(self) -> bool:
         """A flush was asked for and has not ended yet (not merely scheduled by the interval)."""
-        return self._flushing or self._flush_wanted.is_set()
+        return self.journal.pending
 
     def request_flush(self) -> None:
         """Someone waits for durability: flush now (coalesced with a flush already under way)."""
+        self.journal.want_flush()
         self._flush_wanted.set()
 
     def _schedule_flush(self) -> None:
-        """A commit happened: make it durable within the journal commit interval at the latest."""
-        if self._flush_timer is None and not self._flush_wanted.is_set():
+        """A commit happened: flush at once if someone waits, else within the journal commit interval."""
+        if self.journal.flush_wanted:
+            self._flush_wanted.set()
+        elif self._flush_timer is None and self.journal.next_deadline() is not None:
             self._flush_timer = asyncio.get_running_loop().call_later(
-                JOURNAL_COMMIT_INTERVAL_S, self._flush_wanted.set)
+                JOURNAL_COMMIT_INTERVAL_MS / 1000, self.request_flush)
 
     async def _wait_durable(self, seq: int) -> None:
-        if self.durable_seq >= seq:
-            return
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._durable_waiters.append((seq, fut, None))
-        self.request_flush()
+        if self.journal.wait_durable((fut, None), seq):
+            return
+        self._flush_wanted.set()
         await fut
 
     async def _flush_loop(self) -> None:
@@ -179,9 +177,8 @@ class GroupCommitWriter:
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
                 self._flush_timer = None
-            seq, position = self.committed_seq, self._position()
-            if seq > self.durable_seq:
-                self._flushing = True
+            position = self._position()
+            if self.journal.start_flush(self._clock.monotonic_ms()) is not None:
                 started = self._clock.monotonic()
                 try:
                     await self._sync_wal(loop)
@@ -190,12 +187,15 @@ class GroupCommitWriter:
                     # report data durable that is not. Stop; a restart recovers from what is on disk.
                     log.critical("fsync of the journal failed, shutting down: %s", exc)
                     os._exit(70)
-                self._flushing = False
                 self._observe_fsync(self._clock.monotonic() - started)
                 self.flushes += 1
-                self.durable_seq = seq
+                released = self.journal.flushed()
                 self._on_durable(position)
-            self._release_durable_waiters()
+                for fut, value in released:
+                    if not fut.done():
+                        fut.set_result(value)
+                if self.journal.flush_wanted:
+                    self._flush_wanted.set()
             self._maybe_checkpoint()
 
     async def _sync_wal(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -213,24 +213,10 @@ class GroupCommitWriter:
         if self._clock.monotonic() - started > INLINE_FSYNC_LIMIT_S:
             self._threaded_until = self._clock.monotonic() + THREADED_FSYNC_HOLD_S
 
-    def _release_durable_waiters(self) -> None:
-        if not self._durable_waiters:
-            return
-        waiting = []
-        for seq, fut, value in self._durable_waiters:
-            if seq > self.durable_seq:
-                waiting.append((seq, fut, value))
-            elif not fut.done():
-                fut.set_result(value)
-        self._durable_waiters = waiting
-        if waiting:
-            self.request_flush()
-
     def _fail_durable_waiters(self, error: MongoError) -> None:
-        for _seq, fut, _value in self._durable_waiters:
+        for fut, _value in self.journal.abandon():
             if not fut.done():
                 fut.set_exception(error)
-        self._durable_waiters = []
 
     def _maybe_checkpoint(self) -> None:
         now = self._clock.monotonic()
@@ -266,11 +252,11 @@ class GroupCommitWriter:
                 pending = [await self._queue.get()]
             while len(pending) < MAX_BATCH and not self._queue.empty():
                 pending.append(self._queue.get_nowait())
-            if pending[0][3]:
+            taken, alone = batch_cut([request[3] for request in pending])
+            if alone:
                 done = await self._commit_off_loop(pending[0])
             else:
-                inline = next((i for i, request in enumerate(pending) if request[3]), len(pending))
-                done = self._finish(*self._run_batch(pending[:inline]))
+                done = self._finish(*self._run_batch(pending[:taken]))
             pending = pending[done:]
             if pending:
                 await asyncio.sleep(0)  # the batch ran out of its time slice: let the loop serve others
@@ -319,19 +305,19 @@ class GroupCommitWriter:
         self.batches += 1
         self.requests += len(batch)
         self._observe_batch(len(batch))
-        self.committed_seq += 1
         # The writers' continuations are queued before whatever `on_commit` wakes (tailing getMores,
         # position reports): a w:1 reply does not wait behind the replication traffic it causes.
+        waiting = []
         for (_fn, fut, durable, _off_loop), (ok, value) in zip(batch, outcomes):
             if fut.done():
                 continue
             if not ok:
                 fut.set_exception(value)
             elif durable:
-                self._durable_waiters.append((self.committed_seq, fut, value))
-                self.request_flush()
+                waiting.append((fut, value))
             else:
                 fut.set_result(value)
+        self.journal.committed(self._clock.monotonic_ms(), waiting)
         self._on_commit()
         self._schedule_flush()
         return len(batch)

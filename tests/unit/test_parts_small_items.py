@@ -41,12 +41,14 @@ TABLE = parse_table_def("db", "events", {"columns": [{"name": "user", "type": "s
 DELETE = Mutation("mutation_0000000001", "delete", {"n": 1}, versions={"all": 5})
 
 
+OFFSET_MS = SYSTEM_CLOCK.wall_ms() - SYSTEM_CLOCK.monotonic_ms()   # taken once, as `PartsManager` keeps it
+
+
 def node_with(rt: TableReplica) -> Any:
     async def run(fn: Any) -> Any:   # the query pool, inline
         return fn()
 
-    offset_ms = SYSTEM_CLOCK.wall_ms() - SYSTEM_CLOCK.monotonic_ms()   # as `PartsManager` keeps it
-    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}, wall_minus_monotonic_ms=offset_ms),
+    return SimpleNamespace(parts=SimpleNamespace(tables={rt.table.ns: rt}, wall_minus_monotonic_ms=OFFSET_MS),
                            queries=SimpleNamespace(run=run))
 
 
