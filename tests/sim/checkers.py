@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 from base.optime import OpTime
 from sync.sync_source import DEFAULT_CHANGE_THRESHOLD_MS
-from tests.sim.history import History, SyncView
+from tests.sim.history import History, Stored, SyncView
 
 
 def one_primary_per_term(h: History) -> list[str]:
@@ -56,17 +56,19 @@ def one_primary_per_term(h: History) -> list[str]:
     return out
 
 
-def _holders_by(h: History) -> dict[int, list[tuple[int, int]]]:
+def _holders_by(records: list[Stored]) -> dict[int, list[tuple[int, int]]]:
     holders: dict[int, list[tuple[int, int]]] = {}
-    for s in h.stored:
+    for s in records:
         holders.setdefault(s.entry_hash, []).append((s.time_ms, s.member))
     return holders
 
 
 def w_n_acks_had_holders(h: History) -> list[str]:
-    holders = _holders_by(h)
+    """A w:N ack: N members had applied the entry; a w:"majority" one: a majority had it durable."""
+    applied, durable = _holders_by(h.applied), _holders_by(h.stored)
     out = []
     for ack in h.acks:
+        holders = durable if ack.w == "majority" else applied
         had = {m for t, m in holders.get(ack.entry_hash, []) if t <= ack.time_ms}
         if ack.w == "majority":
             voting = had & h.voting_data_members
@@ -136,9 +138,9 @@ def acknowledged_writes_kept(h: History) -> list[str]:
     for ack in h.acks:
         if ack.w == "majority" and ack.entry_hash not in reference:
             out.append(f"w:majority write {ack.write_id} (acked by m{ack.member} at {ack.time_ms} ms) is lost")
-        elif ack.entry_hash not in reference and ack.write_id not in h.saved_writes:
+        elif ack.entry_hash not in reference and ack.write_id not in h.saved_writes | h.lost_in_crash:
             out.append(f"w:{ack.w} write {ack.write_id} (acked by m{ack.member} at {ack.time_ms} ms) vanished: "
-                       f"neither in the final oplog nor in a rollback file")
+                       f"neither in the final oplog nor in a rollback file, and no crash took it")
     present = set(final_writes) | h.saved_writes | {rb.write_id for rb in h.rolled_back}
     for write_id in sorted(h.failed_writes & present)[:5]:
         out.append(f"write {write_id} was answered with an error before it ran, yet it is in an oplog")

@@ -1,6 +1,7 @@
 """A member answering clients (`replset/wire/crud.py`): writes with a write concern, and reads.
 
-A write on the primary goes through the group commit; once it is durable, the
+A write on the primary goes through the group commit; once it is committed
+(applied, not yet journaled: as the product's `submit_write(durable=False)`), the
 member hands it to the replica core (`Replica.await_write_concern`), which
 answers at once or keeps a waiter and wakes it (`Wake`) when positions, the
 commit point, a step-down (189) or `wtimeout` (64) decide. `written=True` in an

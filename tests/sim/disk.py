@@ -6,14 +6,16 @@ and its effect commit in one transaction, design rule 3), the rollback id,
 `minValid`, and the rollback file (`<dbpath>/rollback/`). The config is fixed
 for a run and lives with the runner.
 
-The product commits through one group-commit writer and every commit fsyncs,
-so the model is: a batch is *written* (`write_unsynced`) when the writer
-starts its transaction and becomes *durable* when the fsync completes
-(`sync`), a random disk latency later. Until then it is the unsynced tail: a
-crash (`crash`) drops it. Nothing is acknowledged, reported upstream or served
-to other members before `sync`, which is what the product promises. The term
-and vote are written synchronously (fsynced before the member answers), which
-collapses the product's "await the writer, then reply" into one step.
+The product commits through one group-commit writer and flushes its journal
+apart from the commits (`oplog.journal`), so the model is MongoDB's applied /
+durable split: a transaction *commits* (`commit`) at once - its entries are in
+the oplog, served to other members, applied, enough for `w:1` - and becomes
+*durable* when a journal flush that began after it ends (`sync`), a random disk
+latency later. Until then it is the unsynced tail: a crash (`crash`, the
+machine's: power lost) drops it, and the data goes back to what was durable.
+A rollback's transaction is the exception: it commits when its flush ends
+(it is answered only then in the product too, and nothing else is written
+meanwhile), so a crash finds the member before or after it.
 
 Entries are tiny and carry only ints, so a prefix of the oplog is identified
 by a hash chain: `chain[i]` covers entries `0..i`. Two members whose oplogs
@@ -103,9 +105,9 @@ def fold(entries: list[Entry]) -> dict[int, tuple[int, int]]:
 
 @dataclass(frozen=True, slots=True)
 class DiskEvent:
-    """What the observer records: entries made durable, saved to the rollback file, or truncated."""
+    """What the observer records: entries committed, made durable, saved to the rollback file, or truncated."""
 
-    kind: str                      # "synced" | "saved" | "rolled_back"
+    kind: str                      # "committed" | "synced" | "saved" | "rolled_back" | "lost" (not durable)
     entries: tuple[Entry, ...]
     hashes: tuple[int, ...]
 
@@ -122,7 +124,8 @@ class Disk:
     ts_keys: list[int] = field(default_factory=list)
     store: SQLiteStore = field(default_factory=lambda: SQLiteStore(None))
     rollback_saved: list[Entry] = field(default_factory=list)
-    unsynced: list[Entry] | None = None
+    durable_len: int = 0                                   # the oplog's durable prefix
+    durable_data: dict[int, tuple[int, int]] = field(default_factory=dict)   # the data as of that prefix
     journal: list[DiskEvent] = field(default_factory=list)
 
     @property
@@ -155,8 +158,12 @@ class Disk:
         self.store.commit()
 
     def put(self, key: int, doc: tuple[int, int] | None) -> None:
-        """Sets one document directly (a story's starting state)."""
+        """Sets one document directly, durably (a story's starting state)."""
         self._transaction(lambda txn: _put(txn, key, doc))
+        if doc is None:
+            self.durable_data.pop(key, None)
+        else:
+            self.durable_data[key] = doc
 
     # -- writes -------------------------------------------------------------------------------------
 
@@ -164,27 +171,35 @@ class Disk:
         self.term = max(self.term, term)
         self.last_vote = last_vote
 
-    def write_unsynced(self, entries: list[Entry]) -> None:
-        if self.unsynced is not None:
-            raise SimInvariantError("a second batch was written before the first one was fsynced")
-        self.unsynced = list(entries)
+    @property
+    def all_durable(self) -> bool:
+        return self.durable_len == len(self.oplog)
 
-    def sync(self) -> list[Entry]:
-        """The fsync completed: the unsynced batch is durable (and visible)."""
-        entries, self.unsynced = self.unsynced or [], None
+    def commit(self, entries: list[Entry]) -> None:
+        """A transaction committed: its entries are in the oplog and their effect in the data (visible,
+        not durable yet)."""
         if len(self.oplog) + len(entries) > MAX_OPLOG_ENTRIES:
             raise SimInvariantError(f"oplog grew past {MAX_OPLOG_ENTRIES} entries")
-        hashes = []
         for e in entries:
             self._check_order(e)
-            h = chain_hash(self.last_hash, e)
+            self.chain.append(chain_hash(self.last_hash, e))
             self.oplog.append(e)
-            self.chain.append(h)
             self.ts_keys.append(e.optime.ts_key)
-            hashes.append(h)
-        self._transaction(lambda txn: self._apply(txn, entries))
         if entries:
-            self.journal.append(DiskEvent("synced", tuple(entries), tuple(hashes)))
+            self._transaction(lambda txn: self._apply(txn, entries))
+            self.journal.append(DiskEvent("committed", tuple(entries), tuple(self.chain[-len(entries):])))
+
+    def sync(self, upto: int | None = None) -> list[Entry]:
+        """A journal flush ended: the oplog's first `upto` entries (all: None) and their data are durable.
+        Returns the entries that became durable."""
+        upto = len(self.oplog) if upto is None else min(upto, len(self.oplog))
+        if upto <= self.durable_len:
+            return []
+        entries = self.oplog[self.durable_len:upto]
+        hashes = self.chain[self.durable_len:upto]
+        self.durable_len = upto
+        apply_entries(self.durable_data, entries)
+        self.journal.append(DiskEvent("synced", tuple(entries), tuple(hashes)))
         return entries
 
     @staticmethod
@@ -199,8 +214,22 @@ class Disk:
         if self.oplog and (entry.optime.ts_key <= last.ts_key or entry.optime.term < last.term):
             raise SimInvariantError(f"oplog order broken: {entry.describe()} after {self.oplog[-1].describe()}")
 
-    def crash(self) -> None:
-        self.unsynced = None
+    def crash(self) -> list[Entry]:
+        """The machine lost power: what was not durable is gone. Returns the entries lost."""
+        lost = self.oplog[self.durable_len:]
+        if not lost:
+            return []
+        hashes = self.chain[self.durable_len:]
+        del self.oplog[self.durable_len:], self.chain[self.durable_len:], self.ts_keys[self.durable_len:]
+        durable = dict(self.durable_data)
+
+        def restore(txn: StoreTxn) -> None:
+            for key in {e.key for e in lost if e.kind is EntryKind.WRITE}:
+                _put(txn, key, durable.get(key))
+
+        self._transaction(restore)
+        self.journal.append(DiskEvent("lost", tuple(lost), tuple(hashes)))
+        return lost
 
     def save_rollback_file(self, planned: list[Entry]) -> None:
         """The rollback file (fsynced before the rollback transaction): what the plan said is undone."""
@@ -214,14 +243,23 @@ class Disk:
         index = self.index_of(common)
         if index is None:
             raise SimInvariantError(f"rollback to {common}, which is not in the oplog")
+        if not self.all_durable:
+            raise SimInvariantError("a rollback committed over entries not yet durable")
         undone = self.oplog[index + 1:]
         hashes = self.chain[index + 1:]
         del self.oplog[index + 1:], self.chain[index + 1:], self.ts_keys[index + 1:]
+        self.durable_len = len(self.oplog)
+
         def restore(txn: StoreTxn) -> None:
             for key, doc in refetched.items():
                 _put(txn, key, doc)
 
         self._transaction(restore)
+        for key, doc in refetched.items():
+            if doc is None:
+                self.durable_data.pop(key, None)
+            else:
+                self.durable_data[key] = doc
         self.min_valid = min_valid
         self.refetched_keys = frozenset(refetched) | keep_refetched
         self.rbid += 1

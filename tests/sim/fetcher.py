@@ -9,7 +9,12 @@ It moves messages and entries; every decision is the product's:
   ends badly gets `sync.fetching.react`'s answer. Then `getMore` on the same
   cursor, which the source answers as soon as it commits or after
   `await_data_ms`. As in the product, a `getMore` is *not* checked: the source
-  serves the entries after the cursor's last key. A full buffer stops the fetcher.
+  serves the entries after the cursor's last key. As in the product, the next
+  `getMore` waits until the last batch is applied (and, for `REPORT_LINGER_MS`,
+  for a journal flush under way) and carries our positions (the core's
+  `PositionsWanted`); between a batch and its `getMore` the core knows the
+  reports ride on the fetch (`FetchCarriesReports`) and sends no
+  replSetUpdatePosition of its own.
 * **Applier.** Takes everything buffered (bounded), skips entries at or below
   our last optime and writes the rest through the group-commit writer.
 * **Rollback**: one `sync.rollback_flow.RollbackRun`, as `sync/rollback_runner.py`
@@ -47,6 +52,7 @@ FETCH_BATCH = 200
 PROBLEM_SLEEP_MS = 100
 NO_SOURCE_RETRY_MS = 1000
 ROLLBACK_COMMAND_TIMEOUT_MS = 30_000
+REPORT_LINGER_MS = 2   # replset.replication.REPORT_LINGER_S
 MAX_ROLLBACK_SCAN = 100_000
 
 
@@ -76,6 +82,9 @@ class Fetcher:
         self.applying = False
         self.rollback: RollbackJob | None = None
         self.message = ""
+        self.carrying_reports = False      # tailing: each getMore carries our positions
+        self.awaiting_source = False       # a getMore is out
+        self.linger_until: int | None = None
 
     # -- the step interface -------------------------------------------------------------------------
 
@@ -127,6 +136,34 @@ class Fetcher:
     def _close_cursor(self) -> None:
         self.cursor = None
         self.cursor_source = None
+        self._riding(carrying=False, awaiting=False)
+
+    def _riding(self, *, carrying: bool | None = None, awaiting: bool | None = None) -> None:
+        before = self.carrying_reports and not self.awaiting_source
+        if carrying is not None:
+            self.carrying_reports = carrying
+        if awaiting is not None:
+            self.awaiting_source = awaiting
+        riding = self.carrying_reports and not self.awaiting_source
+        if riding != before:
+            self.node.tell(ev.FetchCarriesReports(riding))
+
+    def _report_ready(self) -> bool:
+        """SyncWorker._positions_after_apply: the last batch applied, and a journal flush under way waited
+        for (at most `REPORT_LINGER_MS`), so one report carries the batch's applied and durable positions."""
+        node = self.node
+        if not self.drained():
+            return False
+        if node.disk.all_durable or not node.writer.journal.pending:
+            self.linger_until = None
+            return True
+        if self.linger_until is None:
+            self.linger_until = node.now + REPORT_LINGER_MS
+        if node.now >= self.linger_until:
+            self.linger_until = None
+            return True
+        self.wake_at = self.linger_until
+        return False
 
     def _fetch_next(self) -> None:
         node = self.node
@@ -146,16 +183,22 @@ class Fetcher:
         source_id = node.member_id_of(self.cursor_source)
         assert source_id is not None
         first = self.cursor is None
+        if not first and not self._report_ready():
+            return
         required = node.min_valid if node.state is MemberState.RECOVERING else None
+        positions = None if first else node.ask(ev.PositionsWanted) or None
         body = rpc.FetchBody(self.last_fetched, FETCH_BATCH, 0 if first else node.await_data_ms, self.cursor,
-                             required)
+                             required, positions)
         self.call = node.call(source_id, rpc.FETCH, body, node.await_data_ms + node.heartbeat_timeout_ms)
         if self.call is None:
             self.wake_at = node.now + PROBLEM_SLEEP_MS
+        elif not first:
+            self._riding(awaiting=True)
 
     def on_reply(self, rpc_id: int, call: Call, body: Any) -> None:
         if rpc_id == self.call:
             self.call = None
+            self._riding(awaiting=False)
             self._on_fetch_reply(body)
         elif self.rollback is not None and rpc_id == self.rollback.call:
             self.rollback.call = None
@@ -189,6 +232,7 @@ class Fetcher:
                 self._react(Problem[verdict.name])
                 return
             entries = entries[1:]
+            self._riding(carrying=True)
         self.message = ""
         if entries:
             node.trace(f"fetched {len(entries)} from {self.cursor_source}: {entries[0].describe()} .. "
@@ -239,6 +283,7 @@ class Fetcher:
 
         def done(error: BaseException | None) -> None:
             self.applying = False
+            node.writer.want_flush()   # as the product's applier: the batch's journal flush starts now
 
         self.applying = node.submit(WriteOp("apply", run, done))
 

@@ -3,13 +3,18 @@
 The runner records, in global simulated milliseconds:
 
 * `primaries`: every time a member became PRIMARY, with its term;
-* `stored`: every time an entry became durable on a member (entries are named
-  by their hash-chain value, which stands for the whole prefix up to them);
+* `applied` and `stored`: every time an entry was committed (applied: enough
+  for `w:N`) and became durable (journaled: what `w:"majority"` counts) on a
+  member (entries are named by their hash-chain value, which stands for the
+  whole prefix up to them);
 * `committed`: every entry a member's commit point passed over (the member
   told the world it is majority-committed: hello's `majorityOpTime`, majority
   reads);
 * `rolled_back`: every entry a rollback truncated from a member's oplog, and
   `saved_writes`: the writes a rollback saved to its rollback file first;
+* `lost_in_crash`: the writes a crash took from a member before they were
+  durable there (a machine that lost power: MongoDB keeps a write that was
+  acknowledged without `j` only if it was durable somewhere);
 * `acks` and `failed_writes`: what members answered clients (an ack names the
   entry it acknowledges), and `majority_reads`;
 * at the end, every member's final oplog and data, and when (if) the set
@@ -111,10 +116,12 @@ class History:
     write_majority: int                     # config.write_majority_count
     voting_data_members: frozenset[int]
     primaries: list[tuple[int, int, int]] = field(default_factory=list)   # (time, member, term)
+    applied: list[Stored] = field(default_factory=list)
     stored: list[Stored] = field(default_factory=list)
     committed: list[Committed] = field(default_factory=list)
     rolled_back: list[RolledBack] = field(default_factory=list)
     saved_writes: set[int] = field(default_factory=set)
+    lost_in_crash: set[int] = field(default_factory=set)
     acks: list[Ack] = field(default_factory=list)
     failed_writes: set[int] = field(default_factory=set)
     majority_reads: list[MajorityRead] = field(default_factory=list)

@@ -29,7 +29,7 @@ from base.optime import NULL_OPTIME, OpTime
 from replset import election, quorum
 from replset.actions import CloseOplogCursors
 from replset.candidacy import DRAIN_TIMEOUT_MS, Candidacy
-from replset.replica import STEPPED_DOWN, Replica
+from replset.replica import STEPPED_DOWN, Replica, majority_commit_point
 from replset.write_concern import WriteConcern, check_satisfiable
 from sync import fetching, rollback_flow, sync_source
 from sync import rollback as rollback_rules
@@ -163,6 +163,14 @@ def _commit_without_term_rule(config: ReplSetConfig, durable: Mapping[int, OpTim
     return max(prior, newest_first[config.write_majority_count - 1])
 
 
+def _commit_point_from_applied(self: Replica) -> None:
+    if self.topology is None or self.config is None:
+        return
+    applied, _durable = self.topology.positions(self.applied, self.durable)
+    self.commit_point = majority_commit_point(self.config, applied, self.term, self.commit_point)
+    self._check_waiters()
+
+
 def _follower_plain_min(learned: OpTime, last_applied: OpTime, prior: OpTime) -> OpTime:
     return max(prior, min(learned, last_applied))
 
@@ -244,6 +252,11 @@ MUTATIONS: dict[str, Mutation] = {
     "commit-point-any-term": Mutation(
         "The commit point ignores Raft's current-term rule.",
         ((replica_module, "majority_commit_point", _commit_without_term_rule),)),
+    "commit-point-from-applied": Mutation(
+        "The commit point counts the members' applied positions, not their durable ones: an entry a "
+        "majority applied but had not journaled is majority-committed, and a crash of those members "
+        "loses an entry a majority read returned (MongoDB's writeConcernMajorityJournalDefault).",
+        ((Replica, "_advance_commit_point", _commit_point_from_applied),)),
     "follower-plain-min": Mutation(
         "A secondary takes min(learned, last applied) as its commit point in any term.",
         ((replica_module, "follower_commit_point", _follower_plain_min),)),

@@ -11,8 +11,8 @@ position reports and write concern is the core's; the simulator holds none.
 Step interface, all in simulated time:
 
     deliver(now, packet)   a request or reply arrives
-    tick(now)              deadlines that passed (the core's, and the fetcher's)
-    on_fsync_done(now)     the group commit's fsync finished
+    tick(now)              deadlines that passed (the core's, the fetcher's, the journal's)
+    on_fsync_done(now)     the journal flush finished
     next_wakeup()          the next local deadline, for the runner's event queue
 
 Each step appends packets to `outbox` and may set `fsync_started`; the runner
@@ -41,7 +41,7 @@ from tests.sim.clock import SimClock
 from tests.sim.disk import Disk, Entry, EntryKind, SimInvariantError
 from tests.sim.fetcher import Fetcher
 from tests.sim.source import OplogSource
-from tests.sim.writer import GroupCommit, WriteOp
+from tests.sim.writer import DURABLE, GroupCommit, WriteOp
 
 INF = NEVER
 MAX_OUTSTANDING_CALLS = 256
@@ -177,23 +177,43 @@ class SimNode:
 
     def on_fsync_done(self, now_g: int) -> None:
         self._enter(now_g)
-        batch, synced = self.writer.finish()
+        rolling_back = self.writer.rollback is not None
+        released, synced = self.writer.flushed()
         if synced and self._trace is not None:
             self.trace(f"fsynced {len(synced)}: {synced[0].describe()} .. {synced[-1].describe()}")
-        self.log_last = self.disk.last
-        self.source.answer_parked()
-        self.tell(ev.LocalCommit(self.disk.last))
-        self.tell(ev.LocalDurable(self.disk.last))  # every commit is fsynced here
+        if rolling_back and self.writer.rollback is None:   # the rollback's transaction committed
+            self.log_last = self.disk.last
+            self.source.answer_parked()
+            self.tell(ev.LocalCommit(self.disk.last))
+        durable = self.disk.oplog[self.disk.durable_len - 1].optime if self.disk.durable_len else None
+        if durable is not None:
+            self.tell(ev.LocalDurable(durable))
         self._carry_out()
-        for op in batch:
+        for op in released:
             op.done(op.error)
             self._carry_out()
         self._settle()
+
+    def _commit(self) -> None:
+        """The group commit's transactions that may run now: each commits at once (its entries applied,
+        served, reported), and its ops not waiting for the journal are answered."""
+        while (batch := self.writer.commit_next(self.now)) is not None:
+            self.log_last = self.disk.last
+            self.source.answer_parked()
+            self.tell(ev.LocalCommit(self.disk.last))
+            self._carry_out()
+            for op in batch:
+                if op.kind not in DURABLE or op.error is not None:
+                    op.done(op.error)
+                    self._carry_out()
 
     def next_wakeup(self) -> int:
         """The earliest local time at which `tick` has something to do."""
         times = [call.deadline_ms for call in self.calls.values()]
         times += [self.core.next_deadline(), self.source.next_wakeup()]
+        journal_due = self.writer.next_deadline()
+        if journal_due is not None:
+            times.append(journal_due)
         if self.fetcher is not None:
             times.append(self.fetcher.next_wakeup())
         if self.drain_deadline is not None:
@@ -208,9 +228,10 @@ class SimNode:
                 self.fetcher.pump()
             self._maybe_drained()
             self._carry_out()
-            if not self.core.actions and not self.pending:
+            self._commit()
+            if not self.core.actions and not self.pending and (not self.writer.queue or self.writer.rollback):
                 break
-        if self.writer.maybe_start_batch():
+        if self.writer.start_flush(self.now):
             self.fsync_started = True
 
     # -- carrying out the core's actions --------------------------------------------------------------
@@ -227,6 +248,14 @@ class SimNode:
     def _take_actions(self) -> list[act.Action]:
         actions, self.pending = self.pending + self.core.take_actions(), []
         return actions
+
+    def ask(self, event: Callable[[object], ev.Event]) -> Any:
+        """Steps a request the core answers at once (`Answer`); returns the answer's body."""
+        token = object()
+        actions = self.core.step(self.now, event(token))
+        answer = next(a for a in actions if isinstance(a, act.Answer) and a.reply_to is token)
+        self.pending += [a for a in actions if a is not answer]
+        return answer.body
 
     def _answer_at_once(self, req: rpc.Request, event: ev.Event) -> None:
         """A heartbeat or a position report is answered as it is handled, before the actions it caused."""
@@ -296,8 +325,10 @@ class SimNode:
                     self.fetcher.on_topology_change()
             case act.CloseOplogCursors():
                 self.source.kill_cursors()
-            case act.Flush() | act.PositionsMoved() | act.AdoptConfig():
-                pass  # every commit is fsynced here; the config is fixed for a run
+            case act.Flush():
+                self.writer.want_flush()
+            case act.PositionsMoved() | act.AdoptConfig():
+                pass  # the config is fixed for a run
             case act.TermRefused(term=term, source=source):
                 self.trace(f"refused term {term} from {source}")
             case _:

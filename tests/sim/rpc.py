@@ -57,6 +57,7 @@ class FetchBody:
     await_ms: int
     cursor: int | None  # None: `find` opens a cursor; else `getMore` on it
     required: Any = None  # OpTime: while RECOVERING, the minValid entry the source must hold
+    positions: Any = None  # a getMore's: our positions and those reported to us (the product's $replPositions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,8 @@ class Simulation:
         self.noted_sources: dict[int, int | None] = {}
         self.stats = {"events": 0, "elections": 0, "rollbacks": 0, "crashes": 0, "acks": 0, "writes_failed": 0}
         self.finished = False
+        self.lost_entries = 0            # committed, not yet durable, when their member crashed
+        self.reports_on_get_more = 0     # of members since crashed
 
     # -- setup ----------------------------------------------------------------------------------------
 
@@ -138,7 +140,7 @@ class Simulation:
         """After replSetInitiate: the config is stored and the oplog holds the "initiating set" entry."""
         disk = Disk()
         if member not in self.arbiters:
-            disk.write_unsynced([Entry(OpTime(INITIATE_SECS, 1, -1), EntryKind.INITIATE)])
+            disk.commit([Entry(OpTime(INITIATE_SECS, 1, -1), EntryKind.INITIATE)])
             disk.sync()
             disk.journal.clear()
         return disk
@@ -186,6 +188,9 @@ class Simulation:
         self._record_final()
         self.stats["events"] = self.events
         self.stats["sim_ms"] = self.now
+        self.stats["entries lost in crashes"] = self.lost_entries
+        self.stats["positions on getMore"] = self.reports_on_get_more + sum(
+            n.source.reports_received for n in self.nodes.values() if n is not None)
         failures = check(self.history)
         logs = {m: [e.describe() for e in d.oplog] for m, d in self.disks.items()} if self.verbose else {}
         return RunResult(self.scenario.seed, failures, dict(self.stats), self.trace, self.scenario.describe(), logs)
@@ -255,7 +260,7 @@ class Simulation:
                 latency += self.rng_disk.randint(50, 500)
             latency = max(latency, self.disk_stalled_until[member] - self.now)
             self._push(self.now + latency, FSYNC, member, self.incarnation[member])
-        self._observe_disk(member, node)
+        self._observe_disk(member, node.disk)
         self._observe_state(member, node)
         node.check_invariants()
         wake = node.next_wakeup()
@@ -334,9 +339,13 @@ class Simulation:
             write_id = result.value[1] if result.value is not None else None
             self.history.majority_reads.append(MajorityRead(self.now, member, op.key, write_id))
 
-    def _observe_disk(self, member: int, node: SimNode) -> None:
-        for event in node.disk.journal:
-            if event.kind == "synced":
+    def _observe_disk(self, member: int, disk: Disk) -> None:
+        for event in disk.journal:
+            if event.kind == "committed":
+                self.history.applied.extend(Stored(self.now, member, h) for h in event.hashes)
+            elif event.kind == "lost":
+                self.history.lost_in_crash.update(e.write_id for e in event.entries if e.write_id >= 0)
+            elif event.kind == "synced":
                 self.history.stored.extend(Stored(self.now, member, h) for h in event.hashes)
             elif event.kind == "saved":
                 self.history.saved_writes.update(e.write_id for e in event.entries if e.write_id >= 0)
@@ -344,7 +353,7 @@ class Simulation:
                 self.stats["rollbacks"] += 1
                 self.history.rolled_back.extend(RolledBack(self.now, member, e.optime, h, e.write_id)
                                                 for e, h in zip(event.entries, event.hashes))
-        node.disk.journal.clear()
+        disk.journal.clear()
 
     def _observe_state(self, member: int, node: SimNode) -> None:
         if node.state is MemberState.PRIMARY and self.last_state.get(member) is not MemberState.PRIMARY:
@@ -437,8 +446,12 @@ class Simulation:
         if self.verbose:
             self._trace(f"m{member} CRASH (unsynced writes lost)")
         self.stats["crashes"] += 1
+        node = self.nodes[member]
+        assert node is not None
+        self.reports_on_get_more += node.source.reports_received
         self.nodes[member] = None
-        self.disks[member].crash()
+        self.lost_entries += len(self.disks[member].crash())
+        self._observe_disk(member, self.disks[member])
         self.incarnation[member] += 1
         self._resume(member, force=True)
 
@@ -485,7 +498,7 @@ class Simulation:
                     return False
                 continue
             disk = node.disk
-            if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY) or disk.unsynced is not None:
+            if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY) or not disk.all_durable:
                 return False
             if (len(disk.oplog), disk.last_hash) != top or node.commit_point != disk.last:
                 return False

@@ -2,8 +2,8 @@
 
 As in the product (`replset/wire/crud.py`): `find` on `local.oplog.rs` needs a
 PRIMARY or SECONDARY (`check_role`), returns the entries from `{ts: {$gte}}`
-and opens a tailable cursor; `getMore` has no role check and serves whatever
-follows the cursor's last key, waiting (awaitData) until the next commit or
+and opens a tailable cursor; `getMore` has no role check, hands the positions it carries to the core, and
+serves whatever follows the cursor's last key, waiting (awaitData) until the next commit or
 `maxTimeMS`. Cursors live in memory (a crash loses them: CursorNotFound, 43).
 The rollback runner's reads (our optimes newest first; the documents to
 refetch with the source's top) need a readable member too. Bounded: at most
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from base.errors import MongoError
 from base.member import MemberState
 from base.optime import OpTime
+from replset import events as ev
 from tests.sim import rpc
 from tests.sim.disk import Entry
 
@@ -45,6 +46,7 @@ class OplogSource:
         self.node = node
         self.cursors: collections.OrderedDict[int, int] = collections.OrderedDict()  # id -> last key served
         self.parked: list[tuple[rpc.Request, int]] = []
+        self.reports_received = 0   # positions that rode on a getMore
 
     def next_wakeup(self) -> int:
         return min((deadline for _req, deadline in self.parked), default=INF)
@@ -68,6 +70,9 @@ class OplogSource:
             return
         if body.cursor not in self.cursors:
             raise MongoError(43, f"cursor id {body.cursor} not found")
+        if body.positions:   # a fetcher's positions, riding on its getMore
+            node.ask(lambda token: ev.PositionsIn(body.positions, token))
+            self.reports_received += 1
         batch = self._next_batch(body.cursor, body.limit)
         if not batch and body.await_ms > 0 and len(self.parked) < MAX_PARKED_FETCHES:
             self.parked.append((req, node.now + body.await_ms))  # wait_for_oplog: the next commit or maxTimeMS

@@ -3,7 +3,8 @@
 Each entry of `tests.sim.mutations.MUTATIONS` patches the replica core (or a
 pure core it calls) back into a bug the simulator once found, or into a
 deliberately broken core (a voter that forgets its vote, a commit point one
-member short or without Raft's current-term rule, `w: N` one short). For each,
+member short, without Raft's current-term rule or counting applied instead of
+journaled positions, `w: N` one short). For each,
 a seed that `make test` runs (`CI_SEEDS` or a regression seed) must fail with
 the bug in; `test_seeds.py` checks that the same seeds pass without it. A
 simulator that could not see these would pass every seed and prove nothing.

@@ -43,9 +43,9 @@ def member_with_a_diverged_tail() -> SimNode:
     primary could have written them, so the fetcher never finds such a source during a candidacy)."""
     config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
     disk = Disk()
-    disk.write_unsynced([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
-                         Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY),
-                         Entry(OpTime(102, 1, 1), EntryKind.WRITE, 7, 0, 7)])
+    disk.commit([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
+                 Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY),
+                 Entry(OpTime(102, 1, 1), EntryKind.WRITE, 7, 0, 7)])
     disk.sync()
     node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__)
     reply = HeartbeatReply("rs0", MemberState.SECONDARY, 3, OpTime(105, 1, 3), OpTime(105, 1, 3), 1, 1, "",
@@ -180,8 +180,8 @@ def member_recovering_from_a_branch_that_lost() -> SimNode:
     m1's oplog after the common point but never had (2, 105) or B1's write to key 7."""
     config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
     disk = Disk()
-    disk.write_unsynced([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
-                         Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY)])
+    disk.commit([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
+                 Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY)])
     disk.sync()
     disk.persist_term(3, None)
     disk.put(7, B1_VALUE)

@@ -45,7 +45,8 @@ def good() -> History:
     """Three members, one primary (m0, term 1), writes 1 (w:majority) and 2 (w:1) replicated everywhere."""
     h = History(write_majority=2, voting_data_members=frozenset({0, 1, 2}), liveness_bound_ms=10_000)
     h.primaries.append((100, 0, 1))
-    for member, t in ((0, 200), (1, 210), (2, 220)):
+    for member, t in ((0, 200), (1, 210), (2, 220)):   # applied, then durable a little later
+        h.applied += [Stored(t - 5, member, A), Stored(t + 95, member, B)]
         h.stored += [Stored(t, member, A), Stored(t + 100, member, B)]
     h.acks.append(Ack(215, 0, 1, "majority", T1, A))
     h.acks.append(Ack(300, 0, 2, 1, T2, B))
@@ -93,7 +94,7 @@ def test_a_majority_write_rolled_back_after_its_ack_fails() -> None:
     assert any("was rolled back at 600 ms" in v for v in acknowledged_writes_kept(h))
 
 
-def test_a_w1_write_may_roll_back_if_saved_but_never_vanish() -> None:
+def test_a_w1_write_may_roll_back_if_saved_or_be_lost_in_a_crash_but_never_vanish() -> None:
     h = good()
     for member in (0, 1, 2):
         h.final[member] = final([A], [1])           # write 2 (w:1) is gone from the final oplog...
@@ -102,17 +103,20 @@ def test_a_w1_write_may_roll_back_if_saved_but_never_vanish() -> None:
     assert any("vanished" in v for v in acknowledged_writes_kept(h))
     h.saved_writes.add(2)                                # ...it must be saved to a rollback file
     assert acknowledged_writes_kept(h) == []
+    h.saved_writes.clear()
+    h.lost_in_crash.add(2)                               # or a crash took it before it was durable
+    assert acknowledged_writes_kept(h) == []
 
 
 def test_a_wn_ack_with_fewer_holders_fails() -> None:
     h = good()
-    h.acks.append(Ack(205, 0, 1, 2, T1, A))          # only m0 had A at 205 ms (m1 stored it at 210)
-    assert w_n_acks_had_holders(h) == ["w:2 ack of write 1 by m0 at 205 ms: only [0] had it"]
+    h.acks.append(Ack(200, 0, 1, 2, T1, A))          # only m0 had applied A at 200 ms (m1 at 205)
+    assert w_n_acks_had_holders(h) == ["w:2 ack of write 1 by m0 at 200 ms: only [0] had it"]
 
 
 def test_a_majority_ack_before_a_majority_stored_it_fails() -> None:
     h = good()
-    h.acks.append(Ack(209, 0, 1, "majority", T1, A))
+    h.acks.append(Ack(209, 0, 1, "majority", T1, A))   # m1 had applied A at 205 ms, but not journaled it
     assert len(w_n_acks_had_holders(h)) == 1
 
 
