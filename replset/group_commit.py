@@ -155,12 +155,19 @@ class GroupCommitWriter:
         self._flush_wanted.set()
 
     def _schedule_flush(self) -> None:
-        """A commit happened: flush at once if someone waits, else within the journal commit interval."""
+        """After a commit or a flush: flush at once if someone waits, else when the journal says one is due
+        (a commit made while a flush ran is due within the interval of its own commit)."""
         if self.journal.flush_wanted:
             self._flush_wanted.set()
-        elif self._flush_timer is None and self.journal.next_deadline() is not None:
-            self._flush_timer = asyncio.get_running_loop().call_later(
-                JOURNAL_COMMIT_INTERVAL_MS / 1000, self.request_flush)
+            return
+        due_ms = self.journal.next_deadline()
+        if self._flush_timer is None and due_ms is not None:
+            delay_ms = min(max(0, due_ms - self._clock.monotonic_ms()), JOURNAL_COMMIT_INTERVAL_MS)
+            self._flush_timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        self.request_flush()
 
     async def _wait_durable(self, seq: int) -> None:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -194,8 +201,7 @@ class GroupCommitWriter:
                 for fut, value in released:
                     if not fut.done():
                         fut.set_result(value)
-                if self.journal.flush_wanted:
-                    self._flush_wanted.set()
+                self._schedule_flush()
             self._maybe_checkpoint()
 
     async def _sync_wal(self, loop: asyncio.AbstractEventLoop) -> None:

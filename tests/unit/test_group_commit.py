@@ -58,3 +58,33 @@ def test_an_off_loop_write_leaves_the_event_loop_free() -> None:
     assert order == ["long", "w0", "w1", "w2"]
     assert threads[0].startswith("long-write") and all(t == threading.main_thread().name for t in threads[1:])
     assert longest_tick < 0.1  # the loop kept running while the 300 ms write went on
+
+
+def test_a_commit_made_while_a_flush_runs_is_flushed_within_the_interval_on_an_idle_writer() -> None:
+    async def scenario() -> tuple[int, int]:
+        store = SQLiteStore(None)
+        sync_wal = store.sync_wal
+
+        def slow_sync() -> None:
+            time.sleep(0.05)
+            sync_wal()
+
+        store.sync_wal = slow_sync   # type: ignore[method-assign]
+        writer = GroupCommitWriter(store, lambda: None)
+        writer.start()
+        try:
+            first = asyncio.get_running_loop().create_task(writer.submit(lambda txn: None, durable=True))
+            deadline = time.monotonic() + 5
+            while not writer.journal.pending or writer.journal.flushing_seq is None:   # its flush is running
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.001)
+            await writer.submit(lambda txn: None, durable=False)   # committed while the fsync runs
+            await first
+            while writer.journal.durable_seq < writer.journal.committed_seq and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)   # nothing else happens: only the interval can flush it
+            return writer.journal.durable_seq, writer.journal.committed_seq
+        finally:
+            await writer.stop()
+
+    durable, committed = asyncio.run(scenario())
+    assert durable == committed == 2

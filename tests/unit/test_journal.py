@@ -87,3 +87,14 @@ def test_no_waiter_is_answered_before_its_commit_is_flushed_and_none_is_forgotte
         durable_upto, flushing_since = flushing_since, None
         for token in journal.flushed():
             assert waiting.pop(token) <= durable_upto
+
+
+def test_a_commit_made_while_a_flush_runs_is_due_once_it_ends() -> None:
+    journal: Journal[str] = Journal()
+    journal.committed(0, ["vote"])
+    assert journal.start_flush(0) == 1
+    journal.committed(10)                               # nobody waits for it
+    assert journal.next_deadline() is None              # not while the flush runs...
+    assert journal.flushed() == ["vote"]
+    assert journal.next_deadline() == 10 + JOURNAL_COMMIT_INTERVAL_MS   # ...but once it ended
+    assert journal.start_flush(10 + JOURNAL_COMMIT_INTERVAL_MS) == 2
