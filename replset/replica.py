@@ -48,6 +48,7 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Callable
@@ -157,6 +158,7 @@ MAX_WAITERS = 100_000
 REPORT_LINGER_MS = 2
 
 STEPPED_DOWN = "Primary stepped down while waiting for replication"
+STALL_LIMIT_MIN_MS = 1000   # a source that gives nothing new for max(this, 2 heartbeats) while others are ahead
 
 
 class NoConfig(MongoError):
@@ -204,6 +206,7 @@ class Replica:
         self.fetching = False  # the sync pipeline runs (we asked for it and did not stop it)
         self.sync_source = ""  # the fetcher's current source, as the shell reports it
         self.last_fetched = applied
+        self.fetched_at_ms = now  # when that source last gave us a new entry (or was chosen)
         self.forced_sync_source: str | None = None
         self.denylist: dict[str, int] = {}
         self.reports_ride_on_fetch = False  # the fetcher's next getMore carries our positions
@@ -1108,10 +1111,14 @@ class Replica:
 
     def sync_inputs(self, last_fetched: OpTime) -> SyncSourceInputs:
         assert self.topology is not None
-        return self.topology.sync_source_inputs(
+        inputs = self.topology.sync_source_inputs(
             last_fetched=last_fetched, my_state=self.state, my_term=self.term,
             forced_host=self.forced_sync_source, denylist=active_denylist(self.denylist, self.now),
             now_ms=self.now)
+        if not self.sync_source:
+            return inputs
+        return dataclasses.replace(inputs, fetched_nothing_for_ms=max(0, self.now - self.fetched_at_ms),
+                                   stall_limit_ms=max(STALL_LIMIT_MIN_MS, 2 * self.heartbeat_interval_ms))
 
     def choose_sync_source(self, now: int, last_fetched: OpTime) -> str | None:
         self._enter(now)
@@ -1124,6 +1131,8 @@ class Replica:
         """The fetcher's source or its last fetched entry changed."""
         self._enter(now)
         changed = (source or "") != self.sync_source
+        if changed or last_fetched != self.last_fetched:
+            self.fetched_at_ms = now   # when the current source last gave us something (or was chosen)
         self.sync_source = source or ""
         self.last_fetched = last_fetched
         if changed:
@@ -1135,6 +1144,8 @@ class Replica:
             return
         decision = should_change_sync_source(self.sync_inputs(self.last_fetched), self.sync_source)
         if decision.change:
+            if decision.deny_ms:
+                self.denylist[self.sync_source] = self.now + decision.deny_ms
             self._emit(ChangeSyncSource(decision.reason))
 
     def member_applied(self, host: str) -> OpTime | None:

@@ -104,6 +104,8 @@ class SyncSourceInputs:
     max_sync_source_lag_secs: int = DEFAULT_MAX_SYNC_SOURCE_LAG_SECS
     now_ms: int = 0
     self_host: str = ""              # our own host, to recognise ourselves upstream of a member
+    fetched_nothing_for_ms: int = 0  # how long our fetcher's current source has given us no new entry
+    stall_limit_ms: int = 0          # past it, a source not ahead of us is left for one that is (0: never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class SyncSourceChoice:
 class ChangeDecision:
     change: bool
     reason: str
+    deny_ms: int = 0   # deny-list the source left for that long (a stalled one: not chosen again at once)
 
 
 def active_denylist(until_by_host: Mapping[str, int], now_ms: int) -> frozenset[str]:
@@ -305,7 +308,8 @@ def should_change_sync_source(inputs: SyncSourceInputs, current_host: str, *,
         return ChangeDecision(True, f"sync source {current.host} syncs from us, directly or through other "
                                     "members: nobody in that cycle would ever fetch a new entry")
     others = tuple(m for m in candidates(inputs) if m.id != current.id)
-    decision = _lag_change(inputs, current, others) or _ping_change(current, others, change_threshold_ms)
+    decision = (_stall_change(inputs, current, others) or _lag_change(inputs, current, others)
+                or _ping_change(current, others, change_threshold_ms))
     if decision is not None:
         return decision
     if _is_too_stale(inputs, current):
@@ -333,6 +337,26 @@ def _structural_change(inputs: SyncSourceInputs, current: MemberSnapshot) -> Cha
     if current.id != inputs.primary_id:
         return ChangeDecision(True, f"chaining is disallowed and sync source {current.host} is not the primary")
     return ChangeDecision(False, f"chaining is disallowed and {current.host} is the primary")
+
+
+def _stall_change(inputs: SyncSourceInputs, current: MemberSnapshot,
+                  others: tuple[MemberSnapshot, ...]) -> ChangeDecision | None:
+    """Leave a source that has given us nothing new for `stall_limit_ms` while another candidate is ahead of
+    us. A member level with us may be a source (the idle-set rule of `_level_ok`), and one whose own
+    fetching stalls stays level while the primary moves on: its followers would wait behind it for good,
+    and with them a w:"majority" write (the lag rule counts wall-clock seconds between entries, and a
+    write that waits makes no more entries). It is deny-listed as long, so the choice does not take it
+    again at once."""
+    if not inputs.stall_limit_ms or current.id == inputs.primary_id \
+            or inputs.fetched_nothing_for_ms < inputs.stall_limit_ms:
+        return None
+    ahead = [m for m in others if m.last_applied > inputs.self_last_fetched]
+    if not ahead or current.last_applied > inputs.self_last_fetched:
+        return None
+    best = min(ahead, key=lambda m: (m.ping_ms if m.ping_ms is not None else float("inf"), m.id))
+    return ChangeDecision(True, f"sync source {current.host} gave us nothing new for "
+                                f"{inputs.fetched_nothing_for_ms} ms while {best.host} is ahead of us",
+                          deny_ms=inputs.stall_limit_ms)
 
 
 def _lag_change(inputs: SyncSourceInputs, current: MemberSnapshot,

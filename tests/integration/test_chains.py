@@ -121,3 +121,23 @@ def test_an_idle_secondary_follows_the_ping_to_the_closer_member_and_back(rs_fac
     wait_for(lambda: pings()[s1.host] > pings()[primary.host] + 5, 30, "S2 to measure S1 as farther")
     wait_for(lambda: rs.sync_source(s2) == primary.host, 3 * 0.25 + 2, "S2 to move back to the primary",
              interval_s=0.05)
+
+
+def test_a_secondary_behind_a_stalled_chained_source_leaves_it_and_majority_writes_go_on(rs_factory: object) -> None:
+    """S2 chains to S1 on an idle set (the primary is slower to reach), then S1's fetching stops while its
+    heartbeats go on: S1 stays level with S2 and says it syncs from the primary. A w:"majority" write needs
+    S2: S2 must leave S1 for the member ahead of it instead of waiting behind S1 for good."""
+    rs = rs_factory(3)  # type: ignore[operator]
+    primary = rs.initiate()
+    s1, s2 = [m for m in rs.members if m is not primary]
+    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})   # S1 stays on the primary
+    rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": 30})
+    wait_for(lambda: rs.sync_source(s2) == s1.host and rs.sync_source(s1) == primary.host, 30,
+             "S2 chained to S1, S1 on the primary", interval_s=0.1)
+    rs.fail_point(s1, "stopReplProducer", "alwaysOn")
+    try:
+        coll = rs.client().app.stall.with_options(write_concern=WriteConcern(w="majority", wtimeout=20_000))
+        coll.insert_one({"_id": "past the stalled member"})
+        assert rs.sync_source(s2) == primary.host
+    finally:
+        rs.fail_point(s1, "stopReplProducer", "off")

@@ -23,7 +23,7 @@ CATCHING_SEEDS: dict[str, int] = {
     "follower-plain-min": 3,
     "voter-forgets-its-vote": 18,
     "w-n-one-short": 7,
-    "cursor-survives-rollback": 1,
+    "cursor-survives-rollback": 31,
     "term-adopted-while-becoming-primary": 409,
     "idle-source-ignores-ping": 1,
     "cut-off-primary-stays": 13,

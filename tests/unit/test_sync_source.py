@@ -525,3 +525,21 @@ def test_change_decisions_agree_with_the_choice(inp: SyncSourceInputs, data: st.
         assert chosen != current
     if chosen == current:
         assert not decision.change
+
+
+def test_a_level_source_that_gives_nothing_new_while_the_primary_moves_on_is_left_and_denied() -> None:
+    """S1 was level with us and synced from the primary (so a candidate); its fetching stalled, the
+    primary moved on: past the limit we leave it for the member ahead, and deny it as long."""
+    stalled = inputs(primary(ping=20.0, applied=60), member(1, S1, 1.0, applied=50, sync_source=P),
+                     self_last_fetched=ot(50), stall_limit_ms=4000)
+    assert not should_change_sync_source(dataclasses.replace(stalled, fetched_nothing_for_ms=3999), S1).change
+    decision = should_change_sync_source(dataclasses.replace(stalled, fetched_nothing_for_ms=4000), S1)
+    assert decision.change and decision.deny_ms == 4000 and P in decision.reason
+    # Nobody ahead of us (an idle set), or the source itself ahead, or no limit: it stays.
+    idle = dataclasses.replace(stalled, members=(primary(ping=20.0, applied=50), stalled.members[1]),
+                   fetched_nothing_for_ms=60_000)
+    assert not should_change_sync_source(idle, S1).change
+    unlimited = dataclasses.replace(stalled, fetched_nothing_for_ms=60_000, stall_limit_ms=0)
+    assert not should_change_sync_source(unlimited, S1).change
+    on_primary = should_change_sync_source(dataclasses.replace(stalled, fetched_nothing_for_ms=60_000), P)
+    assert "nothing new" not in on_primary.reason   # the primary is never left for stalling
