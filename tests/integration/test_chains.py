@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pymongo import ReadPreference, WriteConcern
 
-from tests.support.members import wait_for
+from tests.support.members import Member, wait_for
 from tests.support.replica_set import ReplicaSet, make_replica_set
 
 LATENCY_MS = 40
@@ -97,14 +97,20 @@ def test_four_member_chain_acknowledges_w4(rs_factory: object) -> None:
     rs.check_stalled_tail(s3, coll, all_members=4, wtimeout_ms=800)
 
 
+def _s1_kept_on_the_primary(rs_factory: object) -> tuple[ReplicaSet, Member, Member, Member]:
+    """A 3-member set whose S1 is slower to reach from S2's side than the primary (S1 stays on it)."""
+    rs = rs_factory(3)  # type: ignore[operator]
+    primary = rs.initiate()
+    s1, s2 = [m for m in rs.members if m is not primary]
+    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})
+    return rs, primary, s1, s2
+
+
 def test_an_idle_secondary_follows_the_ping_to_the_closer_member_and_back(rs_factory: object) -> None:
     """No writes: a ping that drifts is all that changes. 30 ms added to S2's traffic to the primary moves
     S2 to S1 within three heartbeat intervals of the pings telling them apart; the delay moved to S2's
     traffic to S1 moves it back."""
-    rs = rs_factory(3)  # type: ignore[operator]
-    primary = rs.initiate()
-    s1, s2 = [m for m in rs.members if m is not primary]
-    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})   # S1 stays on the primary
+    rs, primary, s1, s2 = _s1_kept_on_the_primary(rs_factory)
     # On loopback S1 may look a little closer than the primary and S2 may have chosen it: S2's traffic to
     # S1 is slowed first, so that S2 starts on the primary too.
     rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": s1.host, "delayMs": 30})
@@ -127,10 +133,7 @@ def test_a_secondary_behind_a_stalled_chained_source_leaves_it_and_majority_writ
     """S2 chains to S1 on an idle set (the primary is slower to reach), then S1's fetching stops while its
     heartbeats go on: S1 stays level with S2 and says it syncs from the primary. A w:"majority" write needs
     S2: S2 must leave S1 for the member ahead of it instead of waiting behind S1 for good."""
-    rs = rs_factory(3)  # type: ignore[operator]
-    primary = rs.initiate()
-    s1, s2 = [m for m in rs.members if m is not primary]
-    rs.fail_point(s1, "peerLatency", "alwaysOn", {"host": s2.host, "delayMs": 30})   # S1 stays on the primary
+    rs, primary, s1, s2 = _s1_kept_on_the_primary(rs_factory)
     rs.fail_point(s2, "peerLatency", "alwaysOn", {"host": primary.host, "delayMs": 30})
     wait_for(lambda: rs.sync_source(s2) == s1.host and rs.sync_source(s1) == primary.host, 30,
              "S2 chained to S1, S1 on the primary", interval_s=0.1)
