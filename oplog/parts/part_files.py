@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
+from oplog.parts.part_info import PartInfo
 from oplog.parts.table import TableDef, arrow_type, partition_id
 
 DATA_FILE = "data.parquet"
@@ -456,7 +457,7 @@ def set_aside(table_dir: str, name: str, prefix: str = UNEXPECTED_PREFIX, *, wal
 
 def set_aside_names(table_dir: str, prefix: str) -> list[str]:
     """The part names of the directories `set_aside` moved out of the way with `prefix` (`<prefix><name>_<wall_s>`,
-    maybe with `_<6 hex>` after it)."""
+    maybe with `_<6 hex>` after it); a name that is no part's is left out."""
     names = []
     for entry in sorted(os.listdir(table_dir)) if os.path.isdir(table_dir) else []:
         if not entry.startswith(prefix):
@@ -465,7 +466,10 @@ def set_aside_names(table_dir: str, prefix: str) -> list[str]:
         if len(tokens) > 2 and len(tokens[-1]) == 6 and tokens[-2].isdigit() and len(tokens[-2]) >= 10:
             tokens = tokens[:-1]
         if len(tokens) > 1 and tokens[-1].isdigit():
-            names.append("_".join(tokens[:-1]))
+            try:
+                names.append(PartInfo.parse("_".join(tokens[:-1])).name)
+            except MongoError:
+                continue
     return names
 
 

@@ -107,14 +107,6 @@ _merge_names = itertools.count(1)
 STAGE_SWEEP_S = 60.0   # how often staged blocks no record names are looked for
 
 
-def _is_part_name(name: str) -> bool:
-    try:
-        PartInfo.parse(name)
-    except MongoError:
-        return False
-    return True
-
-
 class PartsManager:
     def __init__(self, node: Node, *, clock: Clock | None = None) -> None:
         self.node = node
@@ -376,7 +368,7 @@ class PartsManager:
         parts = await asyncio.to_thread(local_parts, directory, at_start_up=not self._started_up)
         rt = TableReplica(table, directory, ReplicationQueue(parts))
         broken = await asyncio.to_thread(part_files.set_aside_names, directory, part_files.BROKEN_PREFIX)
-        rt.damage_holes.update(name for name in broken if _is_part_name(name))   # `read_holes` closes the filled
+        rt.damage_holes.update(broken)   # `read_holes` closes those filled since
         now = self.clock.monotonic_ms()
         for part in parts:
             if part not in rt.queue.current:   # replaced by a merged part before a restart: old, still readable

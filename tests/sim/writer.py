@@ -96,7 +96,3 @@ class GroupCommit:
 
     def next_deadline(self) -> int | None:
         return self.journal.next_deadline()
-
-    @property
-    def flushing(self) -> bool:
-        return self.journal.flushing_seq is not None
