@@ -64,7 +64,6 @@ STOP_TIMEOUT_S = 5.0
 PERSIST_RETRY_MAX_S = 5.0  # the longest pause between two tries to persist the term and vote
 # A secondary's report waits this long at most for the journal flush that follows an applied batch, so
 # one report usually carries both positions instead of two reports a batch (fsync here: ~0.5 ms).
-REPORT_LINGER_S = 0.002
 
 
 class Replication:
@@ -510,12 +509,15 @@ class Replication:
         report: dict[str, Any] = self._ask(ev.PositionsWanted)
         return self._with_holdings(report) if report else None
 
-    async def settle_durable(self) -> None:
-        """Waits (at most `REPORT_LINGER_S`) for a journal flush under way, so one report carries both
-        the applied and the durable position of a batch."""
+    def flush_pending(self) -> bool:
+        """A journal flush under way or due will make our applied entries durable soon."""
         node = self.node
-        if node.last_durable_optime < node.last_committed_optime and node.writer.flush_pending:
-            await self._durable_moved.wait(REPORT_LINGER_S)
+        return node.last_durable_optime < node.last_committed_optime and node.writer.flush_pending
+
+    async def durable_moved(self, timeout_s: float) -> None:
+        """Waits (at most `timeout_s`) for our durable position to move."""
+        if self.flush_pending():
+            await self._durable_moved.wait(timeout_s)
 
     # -- write concern ----------------------------------------------------------------------------------
 

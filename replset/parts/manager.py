@@ -340,6 +340,8 @@ class PartsManager:
             if rt is not None:
                 in_use = self._stages_in_use(rt)
                 gone = [s for s in stage_ids if s not in rt.jobs.staged and s not in in_use]
+                for stage_id in in_use.intersection(stage_ids):   # a task still publishes from it: next time
+                    self._stages_gone[(ns, stage_id)] = committed
                 self._spawn(asyncio.to_thread(remove_staged, rt.directory, gone))
         if now >= self._next_stage_sweep:
             self._next_stage_sweep = now + STAGE_SWEEP_S

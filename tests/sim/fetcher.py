@@ -1,27 +1,22 @@
 """The shell around the secondary's pipeline (`sync/worker.py`): fetcher -> bounded buffer -> applier.
 
-It moves messages and entries; every decision is the product's:
+It moves messages, entries and time; every decision is the product's:
 
-* **Fetcher.** Asks the replica core for a sync source (none: wait for a topology
-  change or 1 s). Opens a tailable cursor with `find {ts: {$gte: last_fetched.ts}}`
-  and judges the first batch with `sync.fetching` (`check_first_batch`,
-  `diagnose_missing`, and while RECOVERING `check_min_valid`); every way a fetch
-  ends badly gets `sync.fetching.react`'s answer. Then `getMore` on the same
-  cursor, which the source answers as soon as it commits or after
-  `await_data_ms`. As in the product, a `getMore` is *not* checked: the source
-  serves the entries after the cursor's last key. As in the product, the next
-  `getMore` waits until the last batch is applied (and, for `REPORT_LINGER_MS`,
-  for a journal flush under way) and carries our positions (the core's
-  `PositionsWanted`); between a batch and its `getMore` the core knows the
-  reports ride on the fetch (`FetchCarriesReports`) and sends no
-  replSetUpdatePosition of its own.
+* **Fetcher.** `sync.fetch_loop.FetchLoop`, the same core `SyncWorker` runs,
+  says what comes next: ask the replica core for a source, `find` (a FETCH call
+  without a cursor), read the source's oldest entry or check it holds our
+  minValid (both come back in the `find` answer here), hand a batch to the
+  applier, wait until it is applied and briefly for its journal flush, `getMore`
+  with our positions, deny a source, pause, roll back. This class carries each
+  action out and feeds the answers back.
 * **Applier.** Takes everything buffered (bounded), skips entries at or below
   our last optime and writes the rest through the group-commit writer.
 * **Rollback**: one `sync.rollback_flow.RollbackRun`, as `sync/rollback_runner.py`
   carries it out: wait until the buffer is applied, scan both oplogs newest first
   for the common point, refetch the touched keys (and, while RECOVERING, what the
   last rollback refetched) and the source's top (`minValid`), then one
-  transaction; its ending goes to the core (`Replica.rollback_ended`).
+  transaction; its ending goes to the core (`Replica.rollback_ended`) and to the
+  fetch loop.
 
 The member owns one `Fetcher` while it is SECONDARY or RECOVERING (the
 runtime's `SyncWorker`); `stop_fetching` is the drain before becoming primary.
@@ -36,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from base.member import MemberState
 from base.optime import OpTime
 from replset import events as ev
-from sync import fetching
-from sync.fetching import Problem, Verdict, check_first_batch, diagnose_missing, react
+from sync import fetch_loop as fl
+from sync.fetching import Problem
 from sync.rollback_flow import SCAN_WINDOW, Outcome, RollbackRun, ScanStep, Stage
 from tests.sim import rpc
 from tests.sim.disk import Entry, EntryKind, SimInvariantError
@@ -45,15 +40,13 @@ from tests.sim.writer import WriteOp
 
 if TYPE_CHECKING:
     from tests.sim.node import Call, SimNode
+    from tests.sim.source import FetchReply
 
-BUFFER_BATCHES = 64
 MAX_APPLY_BATCH = 5000
 FETCH_BATCH = 200
-PROBLEM_SLEEP_MS = 100
-NO_SOURCE_RETRY_MS = 1000
 ROLLBACK_COMMAND_TIMEOUT_MS = 30_000
-REPORT_LINGER_MS = 2   # replset.replication.REPORT_LINGER_S
 MAX_ROLLBACK_SCAN = 100_000
+NEVER = 1 << 62
 
 
 @dataclass(slots=True)
@@ -70,30 +63,34 @@ class RollbackJob:
 class Fetcher:
     def __init__(self, node: SimNode) -> None:
         self.node = node
-        self.last_fetched = node.log_last     # SyncWorker: node.log.last
-        self.sync_source: str | None = None
+        self.core = fl.FetchLoop(node.log_last)   # SyncWorker: node.log.last
         self.running = True
-        self.call: int | None = None
-        self.cursor: int | None = None        # the source's cursor id once `find` answered
-        self.cursor_source: str | None = None
-        self.wake_at = 0
-        self.waiting_for_topology = False
+        self.call: int | None = None              # the FETCH call out (find or getMore)
+        self.cursor: int | None = None            # the source's cursor id once `find` answered
+        self.reply: FetchReply | None = None      # the last answer, whose entries `Take` hands on
+        self.waiting: fl.Action | None = None     # the wait under way (a pause, apply, journal)
         self.buffer: collections.deque[list[Entry]] = collections.deque()
         self.applying = False
         self.rollback: RollbackJob | None = None
-        self.message = ""
-        self.carrying_reports = False      # tailing: each getMore carries our positions
-        self.awaiting_source = False       # a getMore is out
-        self.linger_until: int | None = None
+        self._carry_out(self.core.start())
+
+    @property
+    def sync_source(self) -> str | None:
+        return self.core.source if self.running else None
+
+    @property
+    def message(self) -> str:
+        return self.core.message
 
     # -- the step interface -------------------------------------------------------------------------
 
     def next_wakeup(self) -> int:
         if self.rollback is not None and self.rollback.run.stage is Stage.DRAIN:
             return self.rollback.run.drain_deadline_ms
-        if self.running and self.call is None and self.rollback is None:
-            return self.wake_at
-        return 1 << 62
+        match self.waiting:
+            case fl.AwaitTopology(until_ms=until) | fl.Pause(until_ms=until) | fl.AwaitDurable(until_ms=until):
+                return until
+        return NEVER
 
     def drained(self) -> bool:
         return not self.buffer and not self.applying
@@ -104,101 +101,135 @@ class Fetcher:
             return
         if self.rollback is not None:
             self._pump_rollback()
-        elif self.call is None and self.node.now >= self.wake_at and len(self.buffer) < BUFFER_BATCHES:
-            self._fetch_next()
+            return
+        node, core = self.node, self.core
+        match self.waiting:
+            case fl.AwaitTopology(until_ms=until) | fl.Pause(until_ms=until) if node.now >= until:
+                self.waiting = None
+                self._carry_out(core.wake())
+            case fl.AwaitApplied() if self.drained():
+                self.waiting = None
+                self._carry_out(core.applied(flush_pending=self._flush_pending(), now_ms=node.now))
+            case fl.AwaitDurable(until_ms=until) if node.now >= until or not self._flush_pending():
+                self.waiting = None
+                self._carry_out(core.settled())
 
     def on_topology_change(self) -> None:
-        if self.waiting_for_topology:
-            self.wake_at = self.node.now
+        if isinstance(self.waiting, fl.AwaitTopology):
+            self.waiting = None
+            self._carry_out(self.core.wake())
 
     def request_change(self) -> None:
         """The runtime decided another source is better: drop the fetch in progress (not a rollback)."""
-        if self.call is not None:
-            self.node.calls.pop(self.call, None)
-            self.call = None
-            self._close_cursor()
+        self._carry_out(self.core.change())
 
     def stop_fetching(self) -> None:
         """SyncWorker.stop: cancel the fetch loop (and a rollback in progress); the applier drains on."""
+        self._carry_out(self.core.stop())
         self.running = False
-        if self.call is not None:
-            self.node.calls.pop(self.call, None)
-            self.call = None
+        self.waiting = None
+        self._drop_call()
         if self.rollback is not None:
             if self.rollback.call is not None:
                 self.node.calls.pop(self.rollback.call, None)
             self.node.trace(f"rollback cancelled in stage {self.rollback.run.stage.name}")
             self.rollback = None
-        self._close_cursor()
 
-    # -- fetching -----------------------------------------------------------------------------------
+    def fetch_from(self, source: str) -> None:
+        """A new session with `source`, as if the replica core had chosen it (for stories)."""
+        self._carry_out(self.core.change())
+        self._drop_call()
+        self.waiting = None
+        self.core = fl.FetchLoop(self.core.last_fetched)
+        self.core.start()
+        self._carry_out(self.core.chosen(source, self.node.now))
 
-    def _close_cursor(self) -> None:
-        self.cursor = None
-        self.cursor_source = None
-        self._riding(carrying=False, awaiting=False)
+    # -- carrying out the fetch loop's actions ------------------------------------------------------
 
-    def _riding(self, *, carrying: bool | None = None, awaiting: bool | None = None) -> None:
-        before = self.carrying_reports and not self.awaiting_source
-        if carrying is not None:
-            self.carrying_reports = carrying
-        if awaiting is not None:
-            self.awaiting_source = awaiting
-        riding = self.carrying_reports and not self.awaiting_source
-        if riding != before:
-            self.node.tell(ev.FetchCarriesReports(riding))
+    def _carry_out(self, actions: list[fl.Action]) -> None:
+        queue = collections.deque(actions)
+        while queue:
+            queue.extendleft(reversed(self._do(queue.popleft())))
 
-    def _report_ready(self) -> bool:
-        """SyncWorker._positions_after_apply: the last batch applied, and a journal flush under way waited
-        for (at most `REPORT_LINGER_MS`), so one report carries the batch's applied and durable positions."""
+    def _do(self, action: fl.Action) -> list[fl.Action]:
+        """Carries out one action; returns the ones its answer leads to when it comes at once."""
+        node, core = self.node, self.core
+        match action:
+            case fl.ChooseSource(last_fetched=last):
+                return core.chosen(node.choose_sync_source(last), node.now)
+            case fl.Moved(source=source, last_fetched=last, new_source=new_source):
+                if new_source:
+                    node.trace(f"choosing sync source {source}")
+                node.tell(ev.FetcherMoved(source, last))
+            case fl.Riding(riding=riding):
+                node.tell(ev.FetchCarriesReports(riding))
+            case fl.Find(source=source, after=after):
+                self.cursor = None
+                required = node.min_valid if node.state is MemberState.RECOVERING else None
+                return self._fetch(source, rpc.FetchBody(after, FETCH_BATCH, 0, None, required))
+            case fl.GetMore(source=source):
+                positions = node.ask(ev.PositionsWanted) or None
+                return self._fetch(source, rpc.FetchBody(core.last_fetched, FETCH_BATCH, node.await_data_ms,
+                                                         self.cursor, None, positions))
+            case fl.ReadOldest():   # the `find` answer carries the source's oldest entry
+                assert self.reply is not None
+                return core.oldest(self.reply.oldest, **self._judging())
+            case fl.ReadMinValid(min_valid=min_valid):   # and whether it holds the minValid asked about
+                reply = self.reply
+                assert reply is not None
+                held = reply.required == min_valid and reply.has_required
+                return core.min_valid_read(min_valid, held, **self._judging())
+            case fl.Take(start=start):
+                assert self.reply is not None
+                entries = list(self.reply.entries[start:])
+                if entries:
+                    node.trace(f"fetched {len(entries)} from {core.source}: {entries[0].describe()} .. "
+                               f"{entries[-1].describe()}")
+                    self.buffer.append(entries)
+            case fl.AwaitApplied() | fl.AwaitDurable() | fl.AwaitTopology() | fl.Pause():
+                self.waiting = action   # `pump` and `on_topology_change` end it
+            case fl.CloseCursor():
+                self._drop_call()
+                self.cursor = None
+            case fl.Deny(source=source, for_ms=for_ms):
+                node.trace(f"denying {source} for {for_ms} ms: {core.message or 'it failed'}")
+                node.deny(source, for_ms)
+            case fl.ReportTooStale(source=source):
+                raise SimInvariantError(f"m{node.id} is too stale for {source}, but no oplog is capped here")
+            case fl.RollBack(source=source):
+                node.trace(f"sync source {source} does not have our last fetched {core.last_fetched}: rollback")
+                source_id = node.member_id_of(source)
+                assert source_id is not None
+                self.rollback = RollbackJob(RollbackRun(source, node.now), source_id)
+        return []
+
+    def _judging(self) -> dict[str, Any]:
         node = self.node
-        if not self.drained():
-            return False
-        if node.disk.all_durable or not node.writer.journal.pending:
-            self.linger_until = None
-            return True
-        if self.linger_until is None:
-            self.linger_until = node.now + REPORT_LINGER_MS
-        if node.now >= self.linger_until:
-            self.linger_until = None
-            return True
-        self.wake_at = self.linger_until
-        return False
+        return {"source_applied": node.core.member_applied(self.core.source or ""), "my_term": node.term,
+                "now_ms": node.now}
 
-    def _fetch_next(self) -> None:
+    def _flush_pending(self) -> bool:
+        """A journal flush would make the applied batch durable soon (`Replication.flush_pending`)."""
         node = self.node
-        if self.cursor_source is None:
-            source = node.choose_sync_source(self.last_fetched)
-            if source is None:
-                self.sync_source = None
-                node.tell(ev.FetcherMoved(None, self.last_fetched))
-                self.waiting_for_topology = True
-                self.wake_at = node.now + NO_SOURCE_RETRY_MS
-                return
-            self.waiting_for_topology = False
-            if source != self.sync_source:
-                node.trace(f"choosing sync source {source}")
-            self.sync_source = self.cursor_source = source
-            node.tell(ev.FetcherMoved(source, self.last_fetched))
-        source_id = node.member_id_of(self.cursor_source)
+        return not node.disk.all_durable and bool(node.writer.journal.pending)
+
+    def _fetch(self, source: str, body: rpc.FetchBody) -> list[fl.Action]:
+        node = self.node
+        source_id = node.member_id_of(source)
         assert source_id is not None
-        first = self.cursor is None
-        if not first and not self._report_ready():
-            return
-        required = node.min_valid if node.state is MemberState.RECOVERING else None
-        positions = None if first else node.ask(ev.PositionsWanted) or None
-        body = rpc.FetchBody(self.last_fetched, FETCH_BATCH, 0 if first else node.await_data_ms, self.cursor,
-                             required, positions)
         self.call = node.call(source_id, rpc.FETCH, body, node.await_data_ms + node.heartbeat_timeout_ms)
         if self.call is None:
-            self.wake_at = node.now + PROBLEM_SLEEP_MS
-        elif not first:
-            self._riding(awaiting=True)
+            return self.core.failed(Problem.ERROR, **self._judging())
+        return []
+
+    def _drop_call(self) -> None:
+        if self.call is not None:
+            self.node.calls.pop(self.call, None)
+            self.call = None
 
     def on_reply(self, rpc_id: int, call: Call, body: Any) -> None:
         if rpc_id == self.call:
             self.call = None
-            self._riding(awaiting=False)
             self._on_fetch_reply(body)
         elif self.rollback is not None and rpc_id == self.rollback.call:
             self.rollback.call = None
@@ -208,59 +239,26 @@ class Fetcher:
         node = self.node
         if rpc_id == self.call:
             self.call = None
-            node.trace(f"sync source {self.cursor_source} failed: {why}")
-            self._react(Problem.UNREACHABLE if why in ("timed out", rpc.REFUSED) else Problem.ERROR)
+            node.trace(f"sync source {self.core.source} failed: {why}")
+            problem = Problem.UNREACHABLE if why in ("timed out", rpc.REFUSED) else Problem.ERROR
+            self._carry_out(self.core.failed(problem, **self._judging()))
         elif self.rollback is not None and rpc_id == self.rollback.call:
             self.rollback.call = None
             self._rollback_ended(self.rollback, f"the source failed: {why}")
 
-    def _on_fetch_reply(self, reply: Any) -> None:
-        node = self.node
+    def _on_fetch_reply(self, reply: FetchReply) -> None:
+        node, core = self.node, self.core
         node.on_sync_source_metadata(reply.metadata)
-        entries: list[Entry] = list(reply.entries)
-        if self.cursor is None:
+        self.reply = reply
+        entries = reply.entries
+        if core.phase is fl.Phase.FIND:
             self.cursor = reply.cursor
-            verdict = check_first_batch(entries[0].optime if entries else None, self.last_fetched)
-            if verdict is Verdict.MISSING:
-                verdict = diagnose_missing(self.last_fetched, reply.oldest)
-            if verdict is Verdict.CONTINUES and reply.required is not None:
-                verdict = fetching.check_min_valid(reply.required, reply.has_required,
-                                          node.core.member_applied(self.cursor_source or ""))
-            if verdict is not Verdict.CONTINUES:
-                node.trace(f"sync source {self.cursor_source}: {verdict.value} (our last fetched "
-                           f"{self.last_fetched}, its first {entries[0].optime if entries else None})")
-                self._react(Problem[verdict.name])
-                return
-            entries = entries[1:]
-            self._riding(carrying=True)
-        self.message = ""
-        if entries:
-            node.trace(f"fetched {len(entries)} from {self.cursor_source}: {entries[0].describe()} .. "
-                       f"{entries[-1].describe()}")
-            self.last_fetched = entries[-1].optime
-            self.buffer.append(entries)
-            node.tell(ev.FetcherMoved(self.sync_source, self.last_fetched))
-
-    def _react(self, problem: Problem) -> None:
-        """Carries out `sync.fetching.react` for the current source."""
-        node = self.node
-        source = self.cursor_source or ""
-        source_id = node.member_id_of(source)
-        assert source_id is not None
-        self._close_cursor()
-        reaction = react(problem, source_applied=node.core.member_applied(source), my_term=node.term)
-        if reaction.message:
-            self.message = reaction.message
-            node.trace(f"sync source {source}: {reaction.message}")
-        if reaction.too_stale:
-            raise SimInvariantError(f"m{node.id} is too stale for {source}, but no oplog is capped here")
-        if reaction.deny_ms:
-            node.deny(source, reaction.deny_ms)
-        if reaction.pause_ms:
-            self.wake_at = node.now + reaction.pause_ms
-        if reaction.roll_back:
-            node.trace(f"sync source {source} does not have our last fetched {self.last_fetched}: rollback")
-            self.rollback = RollbackJob(RollbackRun(source, node.now), source_id)
+            min_valid = node.min_valid if node.state is MemberState.RECOVERING else None
+            self._carry_out(core.found(entries[0].optime if entries else None,
+                                       entries[-1].optime if entries else None, min_valid=min_valid,
+                                       **self._judging()))
+        else:
+            self._carry_out(core.batch(entries[-1].optime if entries else None, cursor_open=True))
 
     # -- applying -----------------------------------------------------------------------------------
 
@@ -301,7 +299,7 @@ class Fetcher:
             return
         run.drained(node.last_applied, recovering=node.min_valid is not None)
         node.tell(ev.RollbackStarted())
-        self.message = run.message
+        self.core.rollback_started(run.message)
         assert run.our_last is not None
         self._scan(job, run.our_last.ts_key)
 
@@ -364,7 +362,6 @@ class Fetcher:
                 return  # cancelled while the transaction ran: the runtime never gets past the await
             if run.ending is None:
                 run.committed()
-                self.last_fetched = common
                 node.trace(f"rolled back to {common}; recovering until {min_valid}")
             self._rollback_ended(job)
 
@@ -372,17 +369,24 @@ class Fetcher:
             self._rollback_ended(job, "writer queue full")
 
     def _rollback_ended(self, job: RollbackJob, failure: str = "") -> None:
-        """Hands the run's ending (or `failure`: nothing changed) to the replica core."""
+        """Hands the run's ending (or `failure`: nothing changed) to the fetch loop and the replica core, in
+        `SyncWorker._roll_back`'s order: the fetcher moves to the common point, then the core hears of it."""
         node, run = self.node, job.run
         ending = run.failed(failure) if failure or run.ending is None else run.ending
+        message = ""
         match ending.outcome:
             case Outcome.ROLLED_BACK:
-                self.message = ""
+                pass
             case Outcome.REFUSED:
                 node.trace(f"refusing to roll back: {ending.why}")
-                self.message = f"cannot roll back against {run.source}: {ending.why}"
+                message = f"cannot roll back against {run.source}: {ending.why}"
                 node.refused_rollbacks += 1
             case _:
                 node.trace(f"rollback against {run.source} {ending.outcome.value}, nothing changed: {ending.why}")
+                message = f"rollback against {run.source} failed: {ending.why}"
         self.rollback = None
+        common = ending.common_point if ending.outcome is Outcome.ROLLED_BACK else None
+        actions = self.core.rolled_back(common, message)
+        self._carry_out([a for a in actions if isinstance(a, fl.Moved)])
         node.tell(ev.RollbackEnded(run))
+        self._carry_out([a for a in actions if not isinstance(a, fl.Moved)])

@@ -17,14 +17,14 @@ from tests.sim.runner import run_seed, run_seeds
 CI_SEEDS = range(200)   # `make soak` runs 10,000 more
 # bug -> the first seed `make test` runs that fails with it re-introduced
 CATCHING_SEEDS: dict[str, int] = {
-    "heartbeat-positions-ignored": 29,
+    "heartbeat-positions-ignored": 35,
     "commit-point-any-term": 10,
     "commit-point-one-short": 0,
     "follower-plain-min": 3,
     "voter-forgets-its-vote": 18,
     "w-n-one-short": 7,
-    "cursor-survives-rollback": 31,
-    "term-adopted-while-becoming-primary": 409,
+    "cursor-survives-rollback": 15,
+    "term-adopted-while-becoming-primary": 951,
     "idle-source-ignores-ping": 1,
     "cut-off-primary-stays": 13,
     "commit-point-from-applied": 0,

@@ -23,7 +23,6 @@ from replset import events as ev
 from replset.candidacy import Candidacy
 from replset.replica import Replica
 from replset.write_concern import WriteConcern
-from sync.fetching import Problem
 from sync.rollback_flow import Outcome, RollbackRun
 from tests.sim import mutations, rpc
 from tests.sim.clock import SimClock
@@ -64,10 +63,11 @@ def win_term_3_and_diverge_during_catch_up(node: SimNode) -> Candidacy:
     assert run.phase == "catch-up"
     fetcher = node.fetcher
     assert fetcher is not None
-    fetcher.sync_source = fetcher.cursor_source = host_of(0)
-    fetcher._react(Problem.DIVERGED)                # m0 does not have our (1, 102): roll back
-    stray = rpc.Reply(-1, 0, rpc.HEARTBEAT, None)    # an unknown reply: ignored, but the member takes a step
-    node.deliver(1, stray)                           # the rollback starts: ROLLBACK, scan sent
+    fetcher.fetch_from(host_of(0))
+    assert fetcher.call is not None
+    theirs = (Entry(OpTime(102, 1, 3), EntryKind.NEW_PRIMARY),)   # m0 does not have our (1, 102): roll back
+    found = FetchReply(theirs, node.metadata_document(), 1, oldest=OpTime(100, 1, -1))
+    node.deliver(1, rpc.Reply(fetcher.call, 0, rpc.FETCH, found))   # the rollback starts: ROLLBACK, scan sent
     assert node.state is MemberState.ROLLBACK
     node.tick(node.clock.global_ms_at(run.deadline_ms) + 1)   # catch-up would time out here: drain
     return run
@@ -198,11 +198,12 @@ def fetch_b2_from_m0(node: SimNode) -> None:
     """m0 answers m1's `find` with the common point and B2's entry (3, 106); it lacks minValid."""
     fetcher = node.fetcher
     assert fetcher is not None
-    fetcher.sync_source = fetcher.cursor_source = host_of(0)
+    fetcher.fetch_from(host_of(0))
+    assert fetcher.call is not None
     b2 = (Entry(OpTime(101, 1, 1), EntryKind.NEW_PRIMARY), Entry(OpTime(106, 1, 3), EntryKind.NEW_PRIMARY))
-    fetcher._on_fetch_reply(FetchReply(b2, node.metadata_document(), 1, has_required=False,
-                                       required=node.min_valid, oldest=OpTime(100, 1, -1)))
-    node.deliver(1, rpc.Reply(-1, 0, rpc.HEARTBEAT, None))    # a step: the applier takes the batch
+    found = FetchReply(b2, node.metadata_document(), 1, has_required=False, required=node.min_valid,
+                       oldest=OpTime(100, 1, -1))
+    node.deliver(1, rpc.Reply(fetcher.call, 0, rpc.FETCH, found))    # judged; the applier takes the batch
     if node.fsync_started:
         node.on_fsync_done(2)
 
