@@ -63,6 +63,14 @@ async def _hello(request: web.Request) -> web.Response:
                                       with_topology_version=False))
 
 
+async def _hops(request: web.Request) -> web.Response:
+    """The write path's hop marks so far (`replset.hops`), then forgotten; 404 unless tracing is on."""
+    hops = request.app[NODE_KEY].hops
+    if not hops.enabled:
+        return _json_response({"ok": 0, "errmsg": "hop tracing is off (REPLSET_TRACE_HOPS=1 turns it on)"}, 404)
+    return web.Response(text=json.dumps({"marks": hops.take()}), content_type="application/json")
+
+
 async def _health(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body: dict[str, Any] = {"ok": not node.shutting_down, "state": node.state.name}
@@ -140,6 +148,7 @@ def build_app(node: Node, connections: ConnectionStats | None = None) -> web.App
     app.router.add_get("/replSetGetStatus", _status)
     app.router.add_get("/hello", _hello)
     app.router.add_get("/health", _health)
+    app.router.add_get("/hops", _hops)
     app.router.add_get("/", _page)
     app.router.add_get("/page/data", _page_data)
     app.router.add_static("/page/", PAGE_DIR)

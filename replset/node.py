@@ -54,6 +54,7 @@ from replset.committed_snapshots import CommittedSnapshots
 from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
+from replset.hops import Hops
 from replset.local_sessions import LocalSessions
 from replset.member_http import MemberHttp
 from replset.metrics import Metrics
@@ -139,6 +140,7 @@ class Node:
         self._state_changed = Pulse()
         self._oplog_advanced = Pulse()
         self.metrics = Metrics()
+        self.hops = Hops(self.clock)  # `python -m bench.trace`: off unless REPLSET_TRACE_HOPS=1
         self.elections: collections.deque[dict[str, Any]] = collections.deque(maxlen=10)  # won here, newest last
         self.writer = GroupCommitWriter(self.store, self._on_commit, self._on_abort,
                                         position=self._flush_position, on_durable=self._on_durable,
@@ -332,6 +334,7 @@ class Node:
 
     def _on_commit(self) -> None:
         self.last_committed_optime = self.log.last
+        self.hops.mark("commit", self.log.last.ts_key)
         if USERS_NS in self.store.last_changed:
             self.user_grants.clear()
         if self.last_durable_optime > self.last_committed_optime:
@@ -354,6 +357,7 @@ class Node:
             return  # the flush began before a rollback or a resync replaced that history
         if optime > self.last_durable_optime:
             self.last_durable_optime = min(optime, self.last_committed_optime)
+            self.hops.mark("durable", self.last_durable_optime.ts_key)
             self.repl.on_local_durable()
             self._maybe_trim_oplog()  # the commit point may have moved, and trimming waits for it
 

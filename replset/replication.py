@@ -248,7 +248,10 @@ class Replication:
         own = send.kind is act.CallKind.VOTE
         client = self.node.peer(member.host) if own else self._client(member.host, send.kind)
         try:
-            body = self._with_holdings(send.body) if send.kind is act.CallKind.POSITIONS else send.body
+            body = send.body
+            if send.kind is act.CallKind.POSITIONS:
+                body = self._with_holdings(body)
+                self.node.hops.mark("report", self.node.last_durable_optime.ts_key)
             raw = await client.command(body, timeout_s=send.timeout_ms / 1000)
         except (PeerError, MongoError) as exc:
             refused = isinstance(exc, PeerError) and exc.refused
@@ -461,6 +464,7 @@ class Replication:
 
     def on_update_position(self, cmd: dict[str, Any]) -> dict[str, Any]:
         reply: dict[str, Any] = self._ask(lambda answer: ev.PositionsIn(cmd, answer))
+        self.node.hops.mark("commit_pt", self.core.commit_point.ts_key)
         if HELD_FIELD in cmd:
             self.node.parts.on_held_report(cmd[HELD_FIELD])
         return reply
@@ -534,7 +538,9 @@ class Replication:
         waiter: asyncio.Future[MongoError | None] = asyncio.get_running_loop().create_future()
         self._step(ev.AwaitWriteConcern(waiter, wc, target))
         try:
-            return await waiter
+            error = await waiter
+            self.node.hops.mark("acked", target.ts_key)
+            return error
         finally:
             if not waiter.done():
                 self._step(ev.GiveUpWaiting(waiter))

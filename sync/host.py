@@ -116,6 +116,12 @@ class Replication(Protocol):
     def stop_steady_state(self) -> Awaitable[None]: ...
 
 
+class HopMarks(Protocol):
+    """`replset.hops.Hops`: a timestamp per hop of the write path, for `python -m bench.trace`."""
+
+    def mark(self, hop: str, ts_key: int) -> None: ...
+
+
 class SyncHost(Protocol):
     """The member, as the replication shells see it."""
 
@@ -126,10 +132,12 @@ class SyncHost(Protocol):
     writer: Writer
     failpoints: Failpoints
     metrics: SyncMetrics
+    hops: HopMarks
     options: Options
     rbid: int
     shutting_down: bool
     last_committed_optime: OpTime
+    last_durable_optime: OpTime
 
     @property
     def config(self) -> SetConfig | None: ...

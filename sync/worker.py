@@ -279,6 +279,7 @@ class SyncWorker:
                 report = node.repl.fetch_position_report()
                 if report is not None:
                     body[POSITIONS_FIELD] = report
+                    node.hops.mark("report", node.last_durable_optime.ts_key)
                 reply = await self._command(body, raw=True)
                 cursor = reply["cursor"]
                 await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
@@ -286,6 +287,8 @@ class SyncWorker:
                 self._reply = [(bson.decode(doc.raw, DOC_OPTIONS), doc.raw) for doc in cursor.get("nextBatch", [])]
                 self._cursor_id = cursor.get("id", 0)
                 last = OpTime.from_document(self._reply[-1][0]) if self._reply else None
+                if last is not None:
+                    node.hops.mark("received", last.ts_key)
                 return core.batch(last, cursor_open=bool(self._cursor_id))
         raise AssertionError(f"not a read: {action!r}")
 

@@ -527,6 +527,8 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     await _settle_more(ctx, cursor)
     if done:
         registry.kill(cursor.id)
+    if batch and ns == OPLOG_NS:
+        ctx.node.hops.mark("served", cursor.tail_state.get("last", 0))
     return _answered_at(ctx, cursor, _with_repl_data(
         ctx, ns, cursor_reply(0 if done else cursor.id, ns, batch, first=False)))
 

@@ -34,7 +34,8 @@ def member(tmp_path: typing.Any) -> typing.Iterator[Node]:
 
 @pytest.mark.parametrize(("protocol", "path"), [
     (host.SyncHost, ""), (host.Replication, "repl"), (host.Failpoints, "failpoints"), (host.Writer, "writer"),
-    (host.Options, "options"), (host.Signal, "repl.topology_changed"), (host.TooStaleHandler, "repl.resync")])
+    (host.Options, "options"), (host.Signal, "repl.topology_changed"), (host.TooStaleHandler, "repl.resync"),
+    (host.HopMarks, "hops")])
 def test_the_member_provides_what_sync_asks(member: Node, protocol: type, path: str) -> None:
     target: typing.Any = member
     for part in filter(None, path.split(".")):
