@@ -32,7 +32,8 @@ WARM_UP = 300
 
 # (label, from (member, hop), to (member, hop)); "P" is the primary, "S" the secondary counted
 HOPS = [
-    ("client -> primary commit", ("C", "sent"), ("P", "commit")),
+    ("client -> primary has request", ("C", "sent"), ("P", "request")),
+    ("request -> primary commit", ("P", "request"), ("P", "commit")),
     ("commit -> getMore answered", ("P", "commit"), ("P", "served")),
     ("answered -> secondary got it", ("P", "served"), ("S", "received")),
     ("got it -> applied (commit)", ("S", "received"), ("S", "commit")),
@@ -40,8 +41,10 @@ HOPS = [
     ("journaled -> report sent", ("S", "durable"), ("S", "report")),
     ("report -> commit point moved", ("S", "report"), ("P", "commit_pt")),
     ("commit point -> write released", ("P", "commit_pt"), ("P", "acked")),
-    ("released -> client has reply", ("P", "acked"), ("C", "replied")),
+    ("released -> reply sent", ("P", "acked"), ("P", "reply")),
+    ("reply sent -> client has it", ("P", "reply"), ("C", "replied")),
 ]
+UNKEYED = ("request", "reply")   # marked by the wire server before the entry has a key
 PARALLEL = [("primary commit -> journaled", ("P", "commit"), ("P", "durable"))]
 
 
@@ -55,8 +58,14 @@ class Timeline:
 
     def __init__(self, marks: list[tuple[str, int, float]]) -> None:
         by_hop: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.unkeyed: dict[str, list[float]] = defaultdict(list)
         for hop, key, at in marks:
-            by_hop[hop].append((key, at))
+            if hop in UNKEYED:
+                self.unkeyed[hop].append(at)
+            else:
+                by_hop[hop].append((key, at))
+        for times in self.unkeyed.values():
+            times.sort()
         self.hops: dict[str, tuple[list[int], list[float]]] = {}
         for hop, points in by_hop.items():
             points.sort(key=lambda p: p[1])
@@ -69,6 +78,10 @@ class Timeline:
             self.hops[hop] = (keys, times)
 
     def reached(self, hop: str, key: int, after: float) -> float | None:
+        if hop in UNKEYED:   # the first mark at or after `after`
+            times = self.unkeyed.get(hop, [])
+            i = bisect.bisect_left(times, after)
+            return times[i] if i < len(times) else None
         keys, times = self.hops.get(hop, ([], []))
         i = bisect.bisect_left(keys, key)
         return times[i] if i < len(keys) and times[i] >= after - 1e-4 else None

@@ -34,6 +34,7 @@ The queue is bounded: when it is full, `submit` waits (backpressure).
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 from collections.abc import Callable
@@ -55,8 +56,17 @@ FINISH_CHECKPOINT_MAX_FRAMES = 2_000
 INLINE_FSYNC_LIMIT_S = 0.002
 THREADED_FSYNC_HOLD_S = 5.0
 
-# (fn, its future, durable, off_loop)
-Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], bool, bool]
+
+
+class Answer(enum.IntEnum):
+    """When a request's future is answered."""
+    AT_COMMIT = 0
+    AT_COMMIT_FLUSHING = 1   # at commit, and the journal flush starts before anything the commit wakes
+    WHEN_DURABLE = 2         # once the flush that covers its commit ended
+
+
+# (fn, its future, when it is answered, off_loop)
+Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], Answer, bool]
 
 
 class GroupCommitWriter:
@@ -123,7 +133,7 @@ class GroupCommitWriter:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
         while not self._queue.empty():
-            _fn, fut, _durable, _off_loop = self._queue.get_nowait()
+            _fn, fut, _answer, _off_loop = self._queue.get_nowait()
             if not fut.done():
                 fut.set_exception(MongoError(91, "The server is in quiesce mode and will shut down"))
         self._fail_durable_waiters(MongoError(91, "The server is in quiesce mode and will shut down"))
@@ -131,15 +141,20 @@ class GroupCommitWriter:
         self._checkpointer.shutdown(wait=True)
         self._off_loop.shutdown(wait=True)
 
-    async def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True, off_loop: bool = False) -> T:
+    async def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True, flush: bool = False,
+                     off_loop: bool = False) -> T:
         """Runs `fn(txn)` in the next group commit. With `durable` (the default: votes, configs,
         rollbacks, initial sync steps), returns only once the commit is fsynced; without it, once
         committed (client writes and applied batches, whose durability the write concern decides).
         `off_loop`: a write whose cost grows with the data (building a unique index, dropping a
         collection's table) runs alone, in a transaction of its own, on a worker thread; the event loop
-        serves everything else meanwhile, and the writes queued behind it wait, as behind any commit."""
+        serves everything else meanwhile, and the writes queued behind it wait, as behind any commit.
+        `flush` (without `durable`): the caller will wait for the commit to be durable (a `j` or
+        w:"majority" write), so the journal flush starts as soon as it commits, ahead of the getMores and
+        reports the commit wakes: the fsync runs while the secondaries fetch."""
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self._queue.put((fn, fut, durable, off_loop))
+        answer = Answer.WHEN_DURABLE if durable else Answer.AT_COMMIT_FLUSHING if flush else Answer.AT_COMMIT
+        await self._queue.put((fn, fut, answer, off_loop))
         return await fut
 
     # -- durability -----------------------------------------------------------------------------
@@ -211,7 +226,7 @@ class GroupCommitWriter:
         fsync took over `INLINE_FSYNC_LIMIT_S` (a busy disk): then the thread serves for a while, so
         heartbeats never wait long. A primary's loop serves clients and the getMores replication
         waits on: it always uses the thread."""
-        if not self.inline_fsync or self._clock.monotonic() < self._threaded_until:
+        if not self._inline_fsync_now():
             await loop.run_in_executor(self._fsync, self._store.sync_wal)
             return
         started = self._clock.monotonic()
@@ -285,7 +300,7 @@ class GroupCommitWriter:
         batch = pending
         try:
             started = self._clock.monotonic()
-            for i, (fn, _fut, _durable, _off_loop) in enumerate(pending):
+            for i, (fn, _fut, _answer, _off_loop) in enumerate(pending):
                 outcomes.append(self._run_one(txn, fn))
                 if self._clock.monotonic() - started > BATCH_SLICE_S:
                     batch = pending[:i + 1]
@@ -303,7 +318,7 @@ class GroupCommitWriter:
         if error is not None:
             self._on_abort()  # in-memory positions the batch advanced must go back with it
             failure = MongoError(1, f"storage commit failed: {error}")
-            for _fn, fut, _durable, _off_loop in batch:
+            for _fn, fut, _answer, _off_loop in batch:
                 if not fut.done():
                     fut.set_exception(failure)
             self._on_commit()
@@ -314,19 +329,55 @@ class GroupCommitWriter:
         # The writers' continuations are queued before whatever `on_commit` wakes (tailing getMores,
         # position reports): a w:1 reply does not wait behind the replication traffic it causes.
         waiting = []
-        for (_fn, fut, durable, _off_loop), (ok, value) in zip(batch, outcomes):
+        flush = False
+        for (_fn, fut, answer, _off_loop), (ok, value) in zip(batch, outcomes):
             if fut.done():
                 continue
             if not ok:
                 fut.set_exception(value)
-            elif durable:
+            elif answer is Answer.WHEN_DURABLE:
                 waiting.append((fut, value))
             else:
                 fut.set_result(value)
+                flush = flush or answer is Answer.AT_COMMIT_FLUSHING
         self.journal.committed(self._clock.monotonic_ms(), waiting)
-        self._on_commit()
+        if flush and self._inline_fsync_now() and self.journal.flushing_seq is None:
+            # A secondary's applied batch: journaled in the same step, before anything the commit wakes,
+            # so its fetcher finds it durable and reports both positions on its next getMore at once.
+            self._on_commit()
+            self._flush_inline()
+        else:
+            if flush:
+                self.request_flush()
+            self._on_commit()
         self._schedule_flush()
         return len(batch)
+
+    def _inline_fsync_now(self) -> bool:
+        return self.inline_fsync and self._clock.monotonic() >= self._threaded_until
+
+    def _flush_inline(self) -> None:
+        """A flush on the loop, now (`_sync_wal` says when that is acceptable)."""
+        self.journal.want_flush()
+        if self.journal.start_flush(self._clock.monotonic_ms()) is None:
+            return
+        position = self._position()
+        started = self._clock.monotonic()
+        try:
+            self._store.sync_wal()
+        except OSError as exc:
+            log.critical("fsync of the journal failed, shutting down: %s", exc)
+            os._exit(70)
+        took = self._clock.monotonic() - started
+        if took > INLINE_FSYNC_LIMIT_S:
+            self._threaded_until = self._clock.monotonic() + THREADED_FSYNC_HOLD_S
+        self._observe_fsync(took)
+        self.flushes += 1
+        released = self.journal.flushed()
+        self._on_durable(position)
+        for fut, value in released:
+            if not fut.done():
+                fut.set_result(value)
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:

@@ -8,6 +8,8 @@ primary, its secondaries and the client compare directly.
 
 The marks (each with the timestamp key of the newest entry it concerns):
 
+    request     a write command (insert, update, delete) arrived (key 0)
+    reply       its reply was handed to the socket (key 0)
     commit      a transaction committed here (a write on the primary, an applied batch on a secondary)
     durable     a journal flush ended: everything up to the key is journaled here
     served      a getMore on the oplog answered a fetcher, up to the key

@@ -508,7 +508,7 @@ class Node:
 
     # -- writes ---------------------------------------------------------------------
     async def submit_write(self, fn: Callable[[WriteEnv], T], *, require_primary: bool = True,
-                           durable: bool = True, off_loop: bool = False) -> T:
+                           durable: bool = True, flush: bool = False, off_loop: bool = False) -> T:
         """Runs a write through the log writer in the next group commit. Client writes pass
         `durable=False`: their write concern decides whether they wait for the journal."""
         if self.shutting_down:
@@ -524,7 +524,7 @@ class Node:
                 self.log.last = last  # its savepoint is rolled back, so are the optimes it took
                 raise
 
-        return await self.writer.submit(run, durable=durable, off_loop=off_loop)
+        return await self.writer.submit(run, durable=durable, flush=flush, off_loop=off_loop)
 
     def write_concern_error(self, wc: WriteConcern) -> MongoError | None:
         return self.repl.write_concern_error(wc)

@@ -32,6 +32,11 @@ class WriteConcern:
     def unacknowledged(self) -> bool:
         return self.w == 0 and not self.j
 
+    @property
+    def waits_for_journal(self) -> bool:
+        """The write waits on durability: our journal is flushed at once for it (as MongoDB does)."""
+        return bool(self.j) or self.w == MAJORITY
+
     def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"w": self.w}
         if self.j is not None:

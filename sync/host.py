@@ -52,7 +52,7 @@ class SyncMetrics(Protocol):
 class Writer(Protocol):
     """The group-commit writer: `fn` runs inside the next storage transaction."""
 
-    def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True,
+    def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True, flush: bool = False,
                off_loop: bool = False) -> Awaitable[T]: ...
 
 

@@ -430,9 +430,8 @@ class SyncWorker:
                 retry=retry_if_exception(lambda exc: isinstance(exc, MongoError) and not node.shutting_down),
                 wait=wait_fixed(APPLY_RETRY_S), before_sleep=log_retry, reraise=True):
             with attempt:
-                await node.writer.submit(write, durable=False,
+                # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal
+                # flush that makes it durable (for w:"majority" and j) starts now, not in 100 ms (`flush`).
+                await node.writer.submit(write, durable=False, flush=True,
                                          off_loop=any(cost_grows_with_data(entry) for entry, _raw in entries))
-        # As MongoDB's applier: the batch is applied (reported at once, for w:N), and the journal flush
-        # that makes it durable (for w:"majority" and j) starts now, not in 100 ms.
-        node.request_flush()
 

@@ -118,7 +118,8 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
         last = env.last_entry
         return reply, OpTime.from_document(last) if last and "ts" in last else None
 
-    reply, optime = await ctx.node.submit_write(fn, durable=False, off_loop=off_loop)
+    reply, optime = await ctx.node.submit_write(fn, durable=False, flush=wc.waits_for_journal,
+                                                off_loop=off_loop)
     reply = dict(reply)
     wce = await ctx.node.wait_for_write_concern(wc, optime or ctx.node.last_committed_optime)
     if wce is not None:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from replset.wire.commands import Dispatcher
 
 log = logging.getLogger(__name__)
+TRACED_COMMANDS = frozenset({"insert", "update", "delete"})   # `replset.hops`: request and reply marks
 READ_CHUNK = 256 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake in this long is dropped
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -200,6 +201,7 @@ class WireServer:
     async def _serve(self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = MessageDecoder()
         transport = writer.transport
+        hops = self._node.hops
         while True:
             data = await self._read(conn, reader, decoder)
             if not data:
@@ -209,6 +211,9 @@ class WireServer:
                 if conn.role is Role.PENDING and not self.admission.may_serve_pending(command_name(request)):
                     raise _Refused
                 conn.claims_member = conn.claims_member or claims_member(request)
+                traced = hops.enabled and command_name(request) in TRACED_COMMANDS
+                if traced:
+                    hops.mark("request", 0)
                 if isinstance(request, MalformedRequest):
                     reply = self._malformed_reply(conn, request)
                 else:
@@ -218,6 +223,8 @@ class WireServer:
                 if reply is None:
                     continue
                 writer.write(reply)
+                if traced:
+                    hops.mark("reply", 0)
                 # An idle connection must not hold its last request and reply (an insert's rows, a batch).
                 request = reply = None
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER and not await self._drain(conn, writer):

@@ -138,6 +138,7 @@ class _Batch:
     stopped: bool = False
     commits: int = 0
     time_limit: TimeLimit = field(default_factory=TimeLimit)
+    flush: bool = False   # the write concern waits on durability: the journal flush starts at commit
 
     async def candidates(self, spec: dict[str, Any], sort: Any, first_only: bool) -> list[Any]:
         try:
@@ -183,7 +184,7 @@ class _Batch:
             entry = env.last_entry
             return "ran", merged, part, OpTime.from_document(entry) if entry and "ts" in entry else None
 
-        outcome, self.total, part, optime = await self.ctx.node.submit_write(fn, durable=False,
+        outcome, self.total, part, optime = await self.ctx.node.submit_write(fn, durable=False, flush=self.flush,
                                                                              off_loop=self.evaluates)
         self.commits += 1
         self.optime = optime or self.optime
@@ -247,7 +248,7 @@ async def run_batch(ctx: CommandContext, ns: str, statements: list[Any], ordered
     rw = None if ctx.db == "local" else sessions.retryable_write(ctx.cmd)
     batch = _Batch(ctx, ns, statements, ordered, perform, is_update, rw,
                    evaluates=scanning and any(statement_evaluates_expressions(s) for s in statements),
-                   time_limit=TimeLimit.from_max_time_ms(_max_time_ms(ctx.cmd)))
+                   time_limit=TimeLimit.from_max_time_ms(_max_time_ms(ctx.cmd)), flush=wc.waits_for_journal)
     i, n = 0, len(statements)
     while i < n and not batch.stopped:
         if scanning and scans(statements[i]):
