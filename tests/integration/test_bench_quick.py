@@ -2,7 +2,8 @@
 
 No timing is asserted (speed is printed by `make bench`, not judged by `make test`); the test
 checks that every figure was measured at "empty" and at "full" with no failed write, that the
-prefill reached the collection and the capped oplog, and that the targets block is printed.
+prefill reached the collection and the capped oplog, that the Python peer (pysyncobj) was measured
+beside it, and that the targets block is printed.
 """
 
 from __future__ import annotations
@@ -31,5 +32,6 @@ def test_quick_benchmark_measures_empty_and_full_and_prints_targets() -> None:
     assert docs >= 20_000
     used, cap = map(float, re.search(r"-- full: .*oplog [\d,]+ entries, ([\d.]+) of ([\d.]+) MB", out).groups())
     assert used >= 0.8 * cap
+    assert re.search(r"pysyncobj \(3 nodes\): sync commit \d+/s p50 [\d.]+ ms; 1000 outstanding \d+/s", out), out
     targets = out.split("targets (full data):", 1)[1]
     assert len(re.findall(r"\b(met|NOT met)$", targets, re.M)) == 5, targets
