@@ -378,6 +378,7 @@ class GroupCommitWriter:
         for fut, value in released:
             if not fut.done():
                 fut.set_result(value)
+        self._maybe_checkpoint()   # the flusher may not run at all on a secondary that journals this way
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:

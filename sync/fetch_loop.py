@@ -175,6 +175,7 @@ class FetchLoop:
     carrying_reports: bool = False  # tailing: each getMore carries our positions
     awaiting_source: bool = False   # a getMore is out
     _pending_last: OpTime | None = None   # the last entry of a first batch being judged
+    _cursor_open: bool = True             # the source kept the cursor of the first batch
     _source_oldest: OpTime | None = None
 
     @property
@@ -215,12 +216,14 @@ class FetchLoop:
         return [Moved(source, self.last_fetched, new_source), Find(source, self.last_fetched)]
 
     def found(self, first: OpTime | None, last: OpTime | None, *, min_valid: OpTime | None,
-              source_applied: OpTime | None, my_term: int, now_ms: int) -> list[Action]:
+              source_applied: OpTime | None, my_term: int, now_ms: int, cursor_open: bool = True) -> list[Action]:
         """The first batch of a new cursor: its first and last entries (None: it is empty). `min_valid`
-        is the rollback's minValid while RECOVERING, else None."""
+        is the rollback's minValid while RECOVERING, else None. `cursor_open`: the source kept the cursor
+        (if not, the batch is taken and the loop chooses again)."""
         if self.phase is not Phase.FIND:
             return []
         assert self.source is not None
+        self._cursor_open = cursor_open
         verdict = check_first_batch(first, self.last_fetched)
         if verdict is Verdict.MISSING:
             self.phase = Phase.OLDEST
@@ -348,6 +351,8 @@ class FetchLoop:
             actions.append(Moved(self.source, self._pending_last))
             self._pending_last = None
         actions.append(Take(1))
+        if not self._cursor_open:
+            return [*actions, *self._close(), *self.start()]
         self.phase = Phase.APPLY
         return [*actions, *self._reports(carrying=True), AwaitApplied()]
 

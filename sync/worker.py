@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import bson
@@ -79,7 +80,7 @@ class SyncWorker:
         self._client: PeerClient | None = None     # the session's connection to its source
         self._cursor_id = 0
         self._reply: list[FetchedEntry] = []       # the last answer, whose entries `Take` hands on
-        self._read_task: asyncio.Task[list[fl.Action]] | None = None
+        self._read_task: asyncio.Task[Callable[[], list[fl.Action]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._cleanup: set[asyncio.Task[None]] = set()
         self._rollback_task: asyncio.Task[list[fl.Action]] | None = None
@@ -195,11 +196,14 @@ class SyncWorker:
 
     async def _read(self, action: fl.Action) -> list[fl.Action]:
         """One step of a session: the runtime may cancel it to switch sources (`request_change`), and it
-        may end badly (`FetchLoop.failed`)."""
+        may end badly (`FetchLoop.failed`). The read runs in a task of its own; what its answer means is
+        handed to the core only once that task has ended, so a cancellation never drops an answer the core
+        already took in."""
         task = asyncio.get_running_loop().create_task(self._session_step(action))
         self._read_task = task
         try:
-            return await task
+            answer = await task
+            return answer()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -220,16 +224,15 @@ class SyncWorker:
 
     def _failed(self, problem: Problem) -> list[fl.Action]:
         actions = self.core.failed(problem, **self._judging())
-        if self.core.message and problem is not Problem.UNREACHABLE:
-            log.warning("%s", self.core.message)
-        return actions
+        return actions if problem is Problem.UNREACHABLE else self._logged(actions)
 
     def _judging(self) -> dict[str, Any]:
         repl = self.node.repl
         return {"source_applied": repl.source_applied(self.core.source or ""), "my_term": self.node.term,
                 "now_ms": self.clock.monotonic_ms()}
 
-    async def _session_step(self, action: fl.Action) -> list[fl.Action]:
+    async def _session_step(self, action: fl.Action) -> Callable[[], list[fl.Action]]:
+        """Carries out one read of a session; returns what hands its answer to the core (`_read` calls it)."""
         core, node = self.core, self.node
         match action:
             case fl.Find(source=source, after=after):
@@ -246,31 +249,26 @@ class SyncWorker:
                 first = OpTime.from_document(self._reply[0][0]) if self._reply else None
                 last = OpTime.from_document(self._reply[-1][0]) if self._reply else None
                 min_valid = node.min_valid if node.state is MemberState.RECOVERING else None
-                actions = core.found(first, last, min_valid=min_valid, **self._judging())
-                self._log_problem()
-                return actions
+                return lambda: self._logged(core.found(first, last, min_valid=min_valid, **self._judging(),
+                                                       cursor_open=bool(self._cursor_id)))
             case fl.ReadOldest():
                 assert self._client is not None
                 oldest = await oplog_end(self._client, newest=False, timeout_s=node.repl.heartbeat_timeout_s)
-                actions = core.oldest(OpTime.from_document(oldest) if oldest is not None else None,
-                                      **self._judging())
-                self._log_problem()
-                return actions
+                source_oldest = OpTime.from_document(oldest) if oldest is not None else None
+                return lambda: self._logged(core.oldest(source_oldest, **self._judging()))
             case fl.ReadMinValid(min_valid=min_valid):
                 # The first entry at or after it (a keyed seek: `{ts: X}` alone would scan on when X is missing).
                 reply = await self._command({
                     "find": "oplog.rs", "filter": {"ts": {"$gte": min_valid.ts}}, "limit": 1,
                     "singleBatch": True, "$db": "local"})
-                found = [OpTime.from_document(doc) for doc in reply["cursor"].get("firstBatch", [])]
-                actions = core.min_valid_read(min_valid, found[:1] == [min_valid], **self._judging())
-                self._log_problem()
-                return actions
+                held = [OpTime.from_document(doc) for doc in reply["cursor"].get("firstBatch", [])][:1] == [min_valid]
+                return lambda: self._logged(core.min_valid_read(min_valid, held, **self._judging()))
             case fl.AwaitApplied():
                 await self._buffer.join()
-                return core.applied(flush_pending=node.repl.flush_pending(), now_ms=self.clock.monotonic_ms())
+                return lambda: core.applied(flush_pending=node.repl.flush_pending(), now_ms=self.clock.monotonic_ms())
             case fl.AwaitDurable(until_ms=until):
                 await node.repl.durable_moved(self._seconds_until(until))
-                return core.settled()
+                return core.settled
             case fl.GetMore():
                 await self._wait_while_stopped()
                 body: dict[str, Any] = {
@@ -289,13 +287,14 @@ class SyncWorker:
                 last = OpTime.from_document(self._reply[-1][0]) if self._reply else None
                 if last is not None:
                     node.hops.mark("received", last.ts_key)
-                return core.batch(last, cursor_open=bool(self._cursor_id))
+                return lambda: core.batch(last, cursor_open=bool(self._cursor_id))
         raise AssertionError(f"not a read: {action!r}")
 
-    def _log_problem(self) -> None:
+    def _logged(self, actions: list[fl.Action]) -> list[fl.Action]:
         """A first batch or its follow-up ended the session badly: say why (`FetchLoop.failed` did)."""
-        if not self.core.in_session and self.core.message:
-            log.warning("%s", self.core.message)
+        if any(isinstance(a, fl.Deny | fl.RollBack | fl.ReportTooStale) for a in actions):
+            log.warning("sync source %s: %s", self.core.source, self.core.message or "rolling back to it")
+        return actions
 
     def _close_client(self) -> None:
         if self._client is not None:

@@ -191,6 +191,7 @@ class Fetcher:
             case fl.CloseCursor():
                 self._drop_call()
                 self.cursor = None
+                self.waiting = None   # a wait of the session that ended
             case fl.Deny(source=source, for_ms=for_ms):
                 node.trace(f"denying {source} for {for_ms} ms: {core.message or 'it failed'}")
                 node.deny(source, for_ms)

@@ -151,3 +151,11 @@ def test_a_session_that_ends_before_its_find_answered_drops_the_find() -> None:
     assert loop.change() == [fl.CloseCursor("m1"), fl.ChooseSource(OURS)]
     assert loop.chosen(None, 0)[-1] == fl.AwaitTopology(fl.NO_SOURCE_RETRY_MS)
     assert loop.found(OURS, NEXT, min_valid=None, **JUDGING) == []
+
+
+def test_a_first_batch_on_a_cursor_the_source_did_not_keep_is_taken_then_the_loop_chooses_again() -> None:
+    loop = fl.FetchLoop(OURS)
+    loop.start()
+    loop.chosen("m1", 0)
+    assert loop.found(OURS, NEXT, min_valid=None, **JUDGING, cursor_open=False) == [
+        fl.Moved("m1", NEXT), fl.Take(1), fl.CloseCursor("m1"), fl.ChooseSource(NEXT)]

@@ -88,3 +88,23 @@ def test_a_commit_made_while_a_flush_runs_is_flushed_within_the_interval_on_an_i
 
     durable, committed = asyncio.run(scenario())
     assert durable == committed == 2
+
+
+def test_a_writer_that_journals_each_applied_batch_inline_still_checkpoints() -> None:
+    """A secondary journals its applied batches in the step of their commit (`flush=True` with inline fsync),
+    so its flusher may never run; the WAL must still be checkpointed (SQLite's own autocheckpoint is off)."""
+    async def scenario() -> tuple[int, int]:
+        writer = GroupCommitWriter(SQLiteStore(None), lambda: None)
+        writer.inline_fsync = True
+        writer.start()
+        try:
+            deadline = time.monotonic() + 5
+            while writer.checkpoints == 0 and time.monotonic() < deadline:
+                await writer.submit(lambda txn: None, durable=False, flush=True)
+                await asyncio.sleep(0.01)
+            return writer.checkpoints, writer.journal.durable_seq
+        finally:
+            await writer.stop()
+
+    checkpoints, durable = asyncio.run(scenario())
+    assert durable >= 1 and checkpoints >= 1
