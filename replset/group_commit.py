@@ -39,7 +39,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from base.clock import SYSTEM_CLOCK, Clock
 from base.errors import MongoError
@@ -68,6 +68,13 @@ class Answer(enum.IntEnum):
 # (fn, its future, when it is answered, off_loop)
 Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], Answer, bool]
 
+
+
+def _fsync_failed(exc: OSError) -> NoReturn:
+    """After a failed fsync the kernel may have dropped the dirty pages: retrying could report data durable
+    that is not. Stop; a restart recovers from what is on disk."""
+    log.critical("fsync of the journal failed, shutting down: %s", exc)
+    os._exit(70)
 
 class GroupCommitWriter:
     def __init__(self, store: SQLiteStore, on_commit: Callable[[], None],
@@ -205,19 +212,20 @@ class GroupCommitWriter:
                 try:
                     await self._sync_wal(loop)
                 except OSError as exc:
-                    # After a failed fsync the kernel may have dropped the dirty pages: retrying could
-                    # report data durable that is not. Stop; a restart recovers from what is on disk.
-                    log.critical("fsync of the journal failed, shutting down: %s", exc)
-                    os._exit(70)
-                self._observe_fsync(self._clock.monotonic() - started)
-                self.flushes += 1
-                released = self.journal.flushed()
-                self._on_durable(position)
-                for fut, value in released:
-                    if not fut.done():
-                        fut.set_result(value)
+                    _fsync_failed(exc)
+                self._journaled(position, self._clock.monotonic() - started)
                 self._schedule_flush()
             self._maybe_checkpoint()
+
+    def _journaled(self, position: Any, took_s: float) -> None:
+        """A flush that began at `position` ended: whoever waited for it is answered."""
+        self._observe_fsync(took_s)
+        self.flushes += 1
+        released = self.journal.flushed()
+        self._on_durable(position)
+        for fut, value in released:
+            if not fut.done():
+                fut.set_result(value)
 
     async def _sync_wal(self, loop: asyncio.AbstractEventLoop) -> None:
         """The fsync itself. An fsync of the WAL takes ~0.3 ms here, and handing it to a thread and back
@@ -229,6 +237,10 @@ class GroupCommitWriter:
         if not self._inline_fsync_now():
             await loop.run_in_executor(self._fsync, self._store.sync_wal)
             return
+        self._sync_wal_inline()
+
+    def _sync_wal_inline(self) -> None:
+        """The fsync on the loop; one over `INLINE_FSYNC_LIMIT_S` sends the next ones to the thread for a while."""
         started = self._clock.monotonic()
         self._store.sync_wal()
         if self._clock.monotonic() - started > INLINE_FSYNC_LIMIT_S:
@@ -364,20 +376,10 @@ class GroupCommitWriter:
         position = self._position()
         started = self._clock.monotonic()
         try:
-            self._store.sync_wal()
+            self._sync_wal_inline()
         except OSError as exc:
-            log.critical("fsync of the journal failed, shutting down: %s", exc)
-            os._exit(70)
-        took = self._clock.monotonic() - started
-        if took > INLINE_FSYNC_LIMIT_S:
-            self._threaded_until = self._clock.monotonic() + THREADED_FSYNC_HOLD_S
-        self._observe_fsync(took)
-        self.flushes += 1
-        released = self.journal.flushed()
-        self._on_durable(position)
-        for fut, value in released:
-            if not fut.done():
-                fut.set_result(value)
+            _fsync_failed(exc)
+        self._journaled(position, self._clock.monotonic() - started)
         self._maybe_checkpoint()   # the flusher may not run at all on a secondary that journals this way
 
     @staticmethod

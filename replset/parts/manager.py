@@ -445,9 +445,10 @@ class PartsManager:
     def _pull(self) -> None:
         """The part-log entries committed since the last look."""
         reader = self.node.store.reader
-        oldest = reader.oplog_oldest_key()
-        if oldest is not None and self._seen_key and oldest > self._seen_key + 1:
-            self._rescan = True   # trimmed past what we saw: rebuild
+        # Trimmed past what we saw: entries we never read may be gone, rebuild. The store keeps the newest
+        # key a trim deleted (as the oplog cursors check it): no query per commit for it.
+        if self._seen_key and self._seen_key < reader.oplog_trimmed_through:
+            self._rescan = True
             return
         while rows := reader.oplog_after(self._seen_key, PULL_CHUNK):
             for key, blob in rows:
