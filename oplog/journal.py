@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 MAX_BATCH = 2_000
 JOURNAL_COMMIT_INTERVAL_MS = 100
+INLINE_FSYNC_LIMIT_S = 0.002   # a flush may hold the event loop while fsyncs take less than this
+FSYNC_SMOOTHING = 0.2
 
 
 def batch_cut(alone: Sequence[bool]) -> tuple[int, bool]:
@@ -125,3 +127,24 @@ class Journal(Generic[T]):
         self.flushing_seq = None
         self.flush_wanted, self.flush_due_ms = False, None
         return waiting
+
+
+@dataclass(slots=True)
+class FsyncPace:
+    """Whether a journal flush may run on the event loop: while recent fsyncs are short (a smoothed time
+    of each fsync, wherever it ran). One slow fsync (a checkpoint's, a busy neighbour's) moves the smoothed
+    time a fifth of the way: a spike of 10 ms sends the next few flushes to the thread, not the next
+    seconds' worth; a disk that stays slow keeps them there until it is fast again."""
+
+    limit_s: float = INLINE_FSYNC_LIMIT_S
+    smoothed_s: float | None = None
+
+    def observed(self, seconds: float) -> None:
+        if self.smoothed_s is None:
+            self.smoothed_s = seconds
+        else:
+            self.smoothed_s += FSYNC_SMOOTHING * (seconds - self.smoothed_s)
+
+    @property
+    def inline_ok(self) -> bool:
+        return self.smoothed_s is None or self.smoothed_s <= self.limit_s

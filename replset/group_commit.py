@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from typing import Any, NoReturn, TypeVar
 
 from base.clock import SYSTEM_CLOCK, Clock
 from base.errors import MongoError
-from oplog.journal import JOURNAL_COMMIT_INTERVAL_MS, MAX_BATCH, Journal, batch_cut
+from oplog.journal import JOURNAL_COMMIT_INTERVAL_MS, MAX_BATCH, FsyncPace, Journal, batch_cut
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 
 T = TypeVar("T")
@@ -53,8 +54,6 @@ MAX_QUEUED = 10_000
 CHECKPOINT_INTERVAL_S = 0.5
 BATCH_SLICE_S = 0.02
 FINISH_CHECKPOINT_MAX_FRAMES = 2_000
-INLINE_FSYNC_LIMIT_S = 0.002
-THREADED_FSYNC_HOLD_S = 5.0
 
 
 
@@ -97,11 +96,12 @@ class GroupCommitWriter:
         self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._off_loop = ThreadPoolExecutor(max_workers=1, thread_name_prefix="long-write")
         self._off_loop_running = False
+        self._writing = False   # the writer task holds requests it took (a batch, its slices, an off-loop one)
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_wanted = asyncio.Event()
         self._flush_timer: asyncio.TimerHandle | None = None
         self._checkpoint_running = False
-        self._threaded_until = 0.0
+        self.fsync_pace = FsyncPace()
         # Set by the runtime: a secondary fsyncs on the event loop (see `_sync_wal`), a primary never.
         self.inline_fsync = False
         self._last_checkpoint = 0.0
@@ -164,6 +164,18 @@ class GroupCommitWriter:
         await self._queue.put((fn, fut, answer, off_loop))
         return await fut
 
+    def commit_now(self, fn: Callable[[StoreTxn], T], *, flush: bool = False) -> asyncio.Future[T] | None:
+        """`submit(fn, durable=False, flush=flush)` without a trip through the queue and the writer task: when
+        nothing is queued or being written, `fn` runs and commits now, in the caller's step, and the
+        returned future is done (its result, or the error that rolled `fn` back). None: the writer is busy,
+        call `submit`. For a lone writer (a secondary's applier) only: callers that arrive together are
+        batched by `submit`, and each of them committing alone here would give that up."""
+        if self._writing or not self._tasks or not self._queue.empty():
+            return None
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._finish(*self._run_batch([(fn, fut, Answer.AT_COMMIT_FLUSHING if flush else Answer.AT_COMMIT, False)]))
+        return fut
+
     # -- durability -----------------------------------------------------------------------------
 
     @property
@@ -199,23 +211,47 @@ class GroupCommitWriter:
         await fut
 
     async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
-            if self._flush_timer is not None:
-                self._flush_timer.cancel()
-                self._flush_timer = None
-            position = self._position()
-            if self.journal.start_flush(self._clock.monotonic_ms()) is not None:
-                started = self._clock.monotonic()
-                try:
-                    await self._sync_wal(loop)
-                except OSError as exc:
-                    _fsync_failed(exc)
-                self._journaled(position, self._clock.monotonic() - started)
-                self._schedule_flush()
+            self._start_flush()
+
+    def _start_flush(self) -> None:
+        """Starts the flush that is wanted or due, unless one runs: on the loop when `_inline_fsync_now`,
+        else in the fsync thread, whose end (`_flush_ended`) answers the waiters."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        position = self._position()
+        if self.journal.start_flush(self._clock.monotonic_ms()) is None:
             self._maybe_checkpoint()
+            return
+        started = self._clock.monotonic()
+        if self._inline_fsync_now():
+            try:
+                self._sync_wal_inline()
+            except OSError as exc:
+                _fsync_failed(exc)
+            self._flush_ended(position, started)
+            return
+        fut = asyncio.get_running_loop().run_in_executor(self._fsync, self._timed_sync_wal)
+        fut.add_done_callback(functools.partial(self._threaded_flush_ended, position, started))
+
+    def _threaded_flush_ended(self, position: Any, started: float, fut: asyncio.Future[float]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if isinstance(exc, OSError):
+            _fsync_failed(exc)
+        if exc is not None:
+            raise exc
+        self.fsync_pace.observed(fut.result())
+        self._flush_ended(position, started)
+
+    def _flush_ended(self, position: Any, started: float) -> None:
+        self._journaled(position, self._clock.monotonic() - started)
+        self._schedule_flush()
+        self._maybe_checkpoint()
 
     def _journaled(self, position: Any, took_s: float) -> None:
         """A flush that began at `position` ended: whoever waited for it is answered."""
@@ -227,24 +263,13 @@ class GroupCommitWriter:
             if not fut.done():
                 fut.set_result(value)
 
-    async def _sync_wal(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The fsync itself. An fsync of the WAL takes ~0.3 ms here, and handing it to a thread and back
-        costs about as much again, on the critical path of every w:"majority" write. A secondary's loop
-        has little else to do at that moment, so with `inline_fsync` it runs on the loop, unless a recent
-        fsync took over `INLINE_FSYNC_LIMIT_S` (a busy disk): then the thread serves for a while, so
-        heartbeats never wait long. A primary's loop serves clients and the getMores replication
-        waits on: it always uses the thread."""
-        if not self._inline_fsync_now():
-            await loop.run_in_executor(self._fsync, self._store.sync_wal)
-            return
-        self._sync_wal_inline()
-
-    def _sync_wal_inline(self) -> None:
-        """The fsync on the loop; one over `INLINE_FSYNC_LIMIT_S` sends the next ones to the thread for a while."""
+    def _timed_sync_wal(self) -> float:
         started = self._clock.monotonic()
         self._store.sync_wal()
-        if self._clock.monotonic() - started > INLINE_FSYNC_LIMIT_S:
-            self._threaded_until = self._clock.monotonic() + THREADED_FSYNC_HOLD_S
+        return self._clock.monotonic() - started
+
+    def _sync_wal_inline(self) -> None:
+        self.fsync_pace.observed(self._timed_sync_wal())
 
     def _fail_durable_waiters(self, error: MongoError) -> None:
         for fut, _value in self.journal.abandon():
@@ -282,7 +307,9 @@ class GroupCommitWriter:
         pending: list[Request] = []
         while True:
             if not pending:
+                self._writing = False
                 pending = [await self._queue.get()]
+                self._writing = True
             while len(pending) < MAX_BATCH and not self._queue.empty():
                 pending.append(self._queue.get_nowait())
             taken, alone = batch_cut([request[3] for request in pending])
@@ -366,7 +393,7 @@ class GroupCommitWriter:
         return len(batch)
 
     def _inline_fsync_now(self) -> bool:
-        return self.inline_fsync and self._clock.monotonic() >= self._threaded_until
+        return self.inline_fsync and self.fsync_pace.inline_ok
 
     def _flush_inline(self) -> None:
         """A flush on the loop, now (`_sync_wal` says when that is acceptable)."""

@@ -18,8 +18,11 @@ class Pulse:
         self._event = asyncio.Event()
 
     async def wait(self, timeout_s: float) -> None:
-        """Returns at the next `fire()` or after `timeout_s`, whichever comes first."""
+        """Returns at the next `fire()` or after `timeout_s`, whichever comes first. The waiting task is
+        woken by the firing itself, in the loop's next step (`asyncio.wait_for` would run the wait in a
+        task of its own and take two more steps: a getMore tailing the oplog wakes on every commit)."""
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._event.wait()
         except TimeoutError:
             pass

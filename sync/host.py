@@ -10,6 +10,7 @@ structurally. What a shell may touch is listed here, in one place.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -54,6 +55,8 @@ class Writer(Protocol):
 
     def submit(self, fn: Callable[[StoreTxn], T], *, durable: bool = True, flush: bool = False,
                off_loop: bool = False) -> Awaitable[T]: ...
+
+    def commit_now(self, fn: Callable[[StoreTxn], T], *, flush: bool = False) -> asyncio.Future[T] | None: ...
 
 
 class Signal(Protocol):

@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oplog.journal import JOURNAL_COMMIT_INTERVAL_MS, MAX_BATCH, Journal, batch_cut
+from oplog.journal import (
+    INLINE_FSYNC_LIMIT_S,
+    JOURNAL_COMMIT_INTERVAL_MS,
+    MAX_BATCH,
+    FsyncPace,
+    Journal,
+    batch_cut,
+)
 
 
 def test_a_batch_takes_the_queue_up_to_a_write_that_runs_alone() -> None:
@@ -98,3 +105,28 @@ def test_a_commit_made_while_a_flush_runs_is_due_once_it_ends() -> None:
     assert journal.flushed() == ["vote"]
     assert journal.next_deadline() == 10 + JOURNAL_COMMIT_INTERVAL_MS   # ...but once it ended
     assert journal.start_flush(10 + JOURNAL_COMMIT_INTERVAL_MS) == 2
+
+
+def test_one_slow_fsync_sends_only_the_next_few_flushes_to_the_thread() -> None:
+    pace = FsyncPace()
+    assert pace.inline_ok
+    for _ in range(20):
+        pace.observed(0.0003)
+    assert pace.inline_ok
+    pace.observed(0.010)                      # a checkpoint's fsync beside ours
+    assert not pace.inline_ok
+    fast_ones = 0
+    while not pace.inline_ok:
+        pace.observed(0.0003)
+        fast_ones += 1
+    assert 1 <= fast_ones <= 10
+
+
+def test_a_disk_that_stays_slow_keeps_the_flushes_off_the_loop() -> None:
+    pace = FsyncPace()
+    for _ in range(100):
+        pace.observed(INLINE_FSYNC_LIMIT_S * 3)
+        assert not pace.inline_ok
+    for _ in range(100):
+        pace.observed(0.0002)
+    assert pace.inline_ok
