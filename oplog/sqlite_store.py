@@ -27,6 +27,7 @@ lives in the pure modules and calls the `StoreTxn` methods here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sqlite3
@@ -42,6 +43,7 @@ from bson.binary import Binary
 
 from base.errors import MongoError
 from oplog.codec_options import DOC_OPTIONS
+from oplog.committed_tail import CommittedTail, Row
 from oplog.durable_files import fsync_path
 from oplog.index_keys import index_keys, key_document
 from oplog.values import canonical_key
@@ -279,10 +281,16 @@ class StoreTxn(_Reader):
     """
 
     def __init__(self, conn: sqlite3.Connection, oplog_totals: tuple[int, int] = (0, 0),
-                 trimmed_through: int = 0, catalog: CatalogCache | None = None) -> None:
+                 trimmed_through: int = 0, catalog: CatalogCache | None = None,
+                 tail: CommittedTail | None = None) -> None:
         self._conn = conn
         self._savepoints = 0
         self._savepoint_totals: dict[str, tuple[int, int]] = {}
+        # The oplog rows this transaction appended (handed to the committed tail when it commits), and
+        # how many there were when each open savepoint was taken.
+        self._tail = tail if tail is not None else CommittedTail(None)
+        self.appended: list[Row] = []
+        self._savepoint_appended: dict[str, int] = {}
         # Namespaces whose documents this transaction wrote (a savepoint rolled back may leave some
         # here: "may have changed"). The store keeps the last commit's (`SQLiteStore.last_changed`).
         self.changed: set[str] = set()
@@ -316,16 +324,19 @@ class StoreTxn(_Reader):
         name = f"sp{self._savepoints}"
         self._conn.execute(f"SAVEPOINT {name}")
         self._savepoint_totals[name] = self.oplog_totals
+        self._savepoint_appended[name] = len(self.appended)
         return name
 
     def release(self, name: str) -> None:
         self._conn.execute(f"RELEASE {name}")
         self._savepoint_totals.pop(name, None)
+        self._savepoint_appended.pop(name, None)
 
     def rollback_to(self, name: str) -> None:
         self._conn.execute(f"ROLLBACK TO {name}")
         self._conn.execute(f"RELEASE {name}")
         self.oplog_totals = self._savepoint_totals.pop(name, self.oplog_totals)
+        del self.appended[self._savepoint_appended.pop(name, len(self.appended)):]
         self._catalog_changed()
 
     def _oplog_changed(self, entries: int, size: int) -> None:
@@ -547,8 +558,16 @@ class StoreTxn(_Reader):
         until the next start: only initial sync's overlapping replay does that)."""
         self._conn.executemany("INSERT OR REPLACE INTO oplog(ts, entry) VALUES (?, ?)", rows)
         self._oplog_changed(len(rows), sum(len(blob) for _key, blob in rows))
+        if not rows or not self._tail.usable:
+            return
+        last = self.appended[-1][0] if self.appended else self._tail.last_key
+        if last is None or rows[0][0] <= last or any(a[0] >= b[0] for a, b in itertools.pairwise(rows)):
+            self._tail.cut()  # a replayed entry replaced one: not an append at the end
+            return
+        self.appended.extend(rows)
 
     def truncate_oplog_after(self, key: int) -> int:
+        self._tail.cut()
         count, size = self._conn.execute(
             "SELECT count(*), coalesce(sum(length(entry)), 0) FROM oplog WHERE ts > ?", (key,)).fetchone()
         self._oplog_changed(-int(count), -int(size))
@@ -589,6 +608,7 @@ class StoreTxn(_Reader):
             if info.db != "local":
                 self.drop_collection(info.ns)
                 dropped += 1
+        self._tail.cut()
         self._conn.execute("DELETE FROM oplog")
         self.oplog_totals = (0, 0)
         self.oplog_trimmed_through = 0  # a new history: the fetcher's own first-entry check guards it
@@ -768,7 +788,8 @@ class SQLiteStore:
         if self._txn is not None:
             raise RuntimeError("a write transaction is already open")
         self._writer.execute("BEGIN IMMEDIATE")
-        self._txn = StoreTxn(self._writer, self.oplog_totals, self.reader.oplog_trimmed_through, self._catalog)
+        self._txn = StoreTxn(self._writer, self.oplog_totals, self.reader.oplog_trimmed_through, self._catalog,
+                             self.reader.tail)
         return self._txn
 
     def commit(self) -> None:
@@ -778,7 +799,13 @@ class SQLiteStore:
             self.last_changed = self._txn.changed
             self.oplog_totals = self._txn.oplog_totals
             self.reader.oplog_trimmed_through = self._txn.oplog_trimmed_through
+            self.reader.tail.committed(self._txn.appended, self._newest_oplog_key)
         self._txn = None
+
+    def _newest_oplog_key(self) -> int | None:
+        """On the writer's connection, which the committing thread owns (a commit may run off the loop)."""
+        row = self._writer.execute("SELECT max(ts) FROM oplog").fetchone()
+        return None if row[0] is None else int(row[0])
 
     def rollback(self) -> None:
         if self._writer.in_transaction:
@@ -832,6 +859,16 @@ class _ReadConnection(_Reader):
         # The newest oplog key trimmed away (as committed): a tailing cursor whose last key is at or
         # below it lost its position. Kept in memory, so checking costs no statement per getMore.
         self.oplog_trimmed_through = 0
+        # The store's own reader: the newest committed entries, as the commits left them (the readers of
+        # worker threads keep none and read SQLite).
+        self.tail = CommittedTail(None)
+
+    def oplog_after(self, after_key: int, limit: int) -> list[tuple[int, bytes]]:
+        if after_key >= self.oplog_trimmed_through:
+            rows = self.tail.after(after_key, limit)
+            if rows is not None:
+                return rows
+        return super().oplog_after(after_key, limit)
 
     def scan(self, ns: str) -> Iterator[dict[str, Any]]:
         """Documents in natural order, read in chunks so a cursor over a big collection holds one

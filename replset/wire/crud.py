@@ -108,7 +108,7 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
     def fn(env: WriteEnv) -> tuple[dict[str, Any], OpTime | None]:
         env.bypass_validation = bypass
         if rw is not None:
-            stored = sessions.stored_reply(env, rw)
+            stored = sessions.recorded(env, rw).stored
             if stored is not None:
                 return stored, None
             sessions.begin(env, rw)

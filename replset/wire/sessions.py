@@ -38,28 +38,34 @@ def retryable_write(cmd: dict[str, Any]) -> RetryableWrite | None:
     return RetryableWrite({"id": lsid["id"]}, int(txn))
 
 
-def stored_reply(env: WriteEnv, rw: RetryableWrite) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What the session's record says of this write: its whole reply when it ran (`stored`), or for a
+    batch that runs in slices and stopped part way, the statements done and their reply so far."""
+
+    stored: dict[str, Any] | None = None
+    progress: tuple[int, dict[str, Any]] | None = None
+
+
+NOTHING_RECORDED = Recorded()
+
+
+def recorded(env: WriteEnv, rw: RetryableWrite) -> Recorded:
+    """One read of the session's record (a retryable write reads it once, in its own transaction)."""
     record = env.txn.get(SESSIONS_NS, rw.lsid)
     if record is None:
-        return None
+        return NOTHING_RECORDED
     stored_txn = int(record.get("txnNum", -1))
     if stored_txn > rw.txn_number:
         raise MongoError(225, f"Retryable write with txnNumber {rw.txn_number} is prohibited on session "
                               f"because a newer retryable write with txnNumber {stored_txn} has already "
                               f"started on this session.")
-    if stored_txn == rw.txn_number and "done" not in record:
-        reply = record.get("reply")
-        return dict(reply) if isinstance(reply, dict) else {"ok": 1.0}
-    return None
-
-
-def progress(env: WriteEnv, rw: RetryableWrite) -> tuple[int, dict[str, Any]] | None:
-    """For a batch that runs in slices and stopped part way: (statements done, their reply so far)."""
-    record = env.txn.get(SESSIONS_NS, rw.lsid)
-    if record is None or int(record.get("txnNum", -1)) != rw.txn_number or "done" not in record:
-        return None
+    if stored_txn != rw.txn_number:
+        return NOTHING_RECORDED
     reply = record.get("reply")
-    return int(record["done"]), dict(reply) if isinstance(reply, dict) else {}
+    if "done" not in record:
+        return Recorded(stored=dict(reply) if isinstance(reply, dict) else {"ok": 1.0})
+    return Recorded(progress=(int(record["done"]), dict(reply) if isinstance(reply, dict) else {}))
 
 
 def begin(env: WriteEnv, rw: RetryableWrite) -> None:

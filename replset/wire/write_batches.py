@@ -162,10 +162,10 @@ class _Batch:
             nonlocal base
             env.bypass_validation = bool(self.ctx.cmd.get("bypassDocumentValidation"))
             if rw is not None:
-                stored = sessions.stored_reply(env, rw)
-                if stored is not None:
-                    return "complete", _result_of_reply(stored), WriteResult(), None
-                progress = sessions.progress(env, rw)
+                seen = sessions.recorded(env, rw)
+                if seen.stored is not None:
+                    return "complete", _result_of_reply(seen.stored), WriteResult(), None
+                progress = seen.progress
                 if progress is not None:
                     done, partial = progress
                     if done >= end and (end > start or done > start):
