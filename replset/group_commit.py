@@ -89,7 +89,6 @@ class GroupCommitWriter:
         self._on_abort = on_abort or (lambda: None)
         self._store = store
         self._on_commit = on_commit
-        self._mark = lambda *a: None
         self._position = position
         self._on_durable = on_durable
         self._queue: asyncio.Queue[Request] = asyncio.Queue(MAX_QUEUED)
@@ -336,7 +335,6 @@ class GroupCommitWriter:
         that, whatever the queue holds. Touches storage only (it may run on a worker thread). Returns the
         requests it took, their outcomes, and the error that rolled the transaction back, if any."""
         outcomes: list[tuple[bool, Any]] = []
-        self._mark("t_begin", 0)
         txn = self._store.begin()
         batch = pending
         try:
@@ -346,9 +344,7 @@ class GroupCommitWriter:
                 if self._clock.monotonic() - started > BATCH_SLICE_S:
                     batch = pending[:i + 1]
                     break
-            self._mark("t_fn", 0)
             self._store.commit()
-            self._mark("t_sqlcommit", 0)
         except Exception as exc:
             self._store.rollback()
             log.exception("group commit failed")
@@ -394,7 +390,6 @@ class GroupCommitWriter:
                 self.request_flush()
             self._on_commit()
         self._schedule_flush()
-        self._mark("t_finished", 0)
         return len(batch)
 
     def _inline_fsync_now(self) -> bool:

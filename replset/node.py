@@ -146,7 +146,6 @@ class Node:
                                         position=self._flush_position, on_durable=self._on_durable,
                                         observe_batch=self.metrics.group_commit_batch.observe,
                                         observe_fsync=self.metrics.fsync.observe, clock=self.clock)
-        self.writer._mark = self.hops.mark
         self._connection_ids = 0
         self.shutting_down = False
         self._trimming = False
@@ -525,7 +524,6 @@ class Node:
                 self.log.last = last  # its savepoint is rolled back, so are the optimes it took
                 raise
 
-        self.hops.mark("t_submit", 0)
         return await self.writer.submit(run, durable=durable, flush=flush, off_loop=off_loop)
 
     def write_concern_error(self, wc: WriteConcern) -> MongoError | None:

@@ -174,7 +174,6 @@ class Dispatcher:
         assert isinstance(request, OpMsgRequest)
         try:
             cmd = request.command()
-            self.node.hops.mark("t_decoded", 0)
         except Exception as exc:
             reply = MongoError(9, str(exc)).to_document()
         else:
@@ -184,7 +183,6 @@ class Dispatcher:
             else:
                 reply = await self.run(CommandContext(self.node, conn, db, cmd,
                                                       secondary_ok=_secondary_ok(cmd)))
-        self.node.hops.mark("t_ran", 0)
         if request.more_to_come:
             return None
         return encode_op_msg(reply, conn.next_request_id(), request.request_id)
