@@ -674,6 +674,9 @@ class SQLiteStore:
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._idle_snapshot_conns: list[sqlite3.Connection] | None = []  # None once the store is closed
         self.last_changed: set[str] = set()  # namespaces the last commit wrote (StoreTxn.changed)
+        # The oplog rows the last commit appended, oldest first; None when not known (it cut the oplog
+        # back, replaced an entry, or rolled back): then read the oplog.
+        self.last_commit_rows: list[Row] | None = None
         self._wal_fd: int | None = None
         self._txn: StoreTxn | None = None
         self._catalog = CatalogCache()
@@ -799,6 +802,8 @@ class SQLiteStore:
             self.last_changed = self._txn.changed
             self.oplog_totals = self._txn.oplog_totals
             self.reader.oplog_trimmed_through = self._txn.oplog_trimmed_through
+            # Exact only while the tail followed every append of the transaction (it stops at a cut).
+            self.last_commit_rows = self._txn.appended if self.reader.tail.usable else None
             self.reader.tail.committed(self._txn.appended, self._newest_oplog_key)
         self._txn = None
 
@@ -808,6 +813,7 @@ class SQLiteStore:
         return None if row[0] is None else int(row[0])
 
     def rollback(self) -> None:
+        self.last_commit_rows = None
         if self._writer.in_transaction:
             self._writer.execute("ROLLBACK")
         self._catalog.clear()  # the transaction may have changed the catalog

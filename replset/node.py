@@ -342,7 +342,7 @@ class Node:
         self._oplog_advanced.fire()
         self.committed_snapshots.on_commit(self._history_epoch, self.majority_read_target)
         self.repl.on_local_commit()
-        self.parts.on_commit()
+        self.parts.on_commit(self.store.last_commit_rows)
         self._maybe_trim_oplog()
 
     # -- durability (the journal flusher in `replset.group_commit`) ------------------------------------

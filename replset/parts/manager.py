@@ -42,7 +42,7 @@ import itertools
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -157,7 +157,15 @@ class PartsManager:
         if self._session is not None:
             await self._session.close()
 
-    def on_commit(self) -> None:
+    def on_commit(self, rows: Sequence[tuple[int, bytes]] | None) -> None:
+        """A commit appended `rows` to the oplog (None: not known). The runner looks at once when they may
+        hold part-log entries or the member became or stopped being primary; a commit of ordinary writes
+        only moves the runner's position past them (it was caught up: nothing is pending), without a wake."""
+        if (rows is not None and not self._dirty and not self._rescan and self._was_primary == self.node.is_primary
+                and not any(MARKER in blob for _key, blob in rows)):
+            if rows:
+                self._seen_key = rows[-1][0]
+            return
         self._dirty = True
         self._wake.fire()
 
