@@ -41,3 +41,33 @@ def test_a_trim_past_the_last_entry_seen_makes_the_runner_rebuild_and_one_up_to_
         assert parts._rescan
     finally:
         node.store.close()
+
+
+def test_a_commit_of_ordinary_writes_moves_the_runner_without_waking_it(tmp_path: typing.Any) -> None:
+    node = Node(NodeOptions(port=1, dbpath=str(tmp_path)))
+    try:
+        parts = node.parts
+        _append(node, range(1, 3))      # the first commit after open: its rows are not known
+        assert node.store.last_commit_rows is None
+        parts.on_commit(node.store.last_commit_rows)
+        assert parts._dirty
+        parts._pull()
+        parts._dirty = parts._rescan = False
+        _append(node, range(3, 6))
+        assert node.store.last_commit_rows is not None
+        parts.on_commit(node.store.last_commit_rows)
+        assert not parts._dirty and parts._seen_key == 5
+        txn = node.store.begin()        # a part-log entry (a table's state collection) wakes it
+        txn.append_oplog([(6, bson.encode({"op": "i", "ns": "db.system.parts.t.log", "o": {}}))])
+        node.store.commit()
+        parts.on_commit(node.store.last_commit_rows)
+        assert parts._dirty
+        parts._pull()
+        parts._dirty = False
+        txn = node.store.begin()        # a rollback's cut: the rows are not known, it looks
+        txn.truncate_oplog_after(5)
+        node.store.commit()
+        parts.on_commit(node.store.last_commit_rows)
+        assert parts._dirty
+    finally:
+        node.store.close()
