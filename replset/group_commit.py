@@ -338,12 +338,20 @@ class GroupCommitWriter:
         txn = self._store.begin()
         batch = pending
         try:
-            started = self._clock.monotonic()
-            for i, (fn, _fut, _answer, _off_loop) in enumerate(pending):
-                outcomes.append(self._run_one(txn, fn))
-                if self._clock.monotonic() - started > BATCH_SLICE_S:
-                    batch = pending[:i + 1]
-                    break
+            if len(pending) == 1:
+                # A lone request needs no savepoint: the transaction is its own, and a failure rolls it all back.
+                outcome = self._run_one(txn, pending[0][0], savepoint=False)
+                outcomes.append(outcome)
+                if not outcome[0]:
+                    self._store.rollback()
+                    return batch, outcomes, None
+            else:
+                started = self._clock.monotonic()
+                for i, (fn, _fut, _answer, _off_loop) in enumerate(pending):
+                    outcomes.append(self._run_one(txn, fn))
+                    if self._clock.monotonic() - started > BATCH_SLICE_S:
+                        batch = pending[:i + 1]
+                        break
             self._store.commit()
         except Exception as exc:
             self._store.rollback()
@@ -410,16 +418,21 @@ class GroupCommitWriter:
         self._maybe_checkpoint()   # the flusher may not run at all on a secondary that journals this way
 
     @staticmethod
-    def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any]) -> tuple[bool, Any]:
-        sp = txn.savepoint()
+    def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any], *, savepoint: bool = True) -> tuple[bool, Any]:
+        """Runs one request; a failure undoes what it wrote (its savepoint is rolled back; without one, the
+        caller rolls the transaction back)."""
+        sp = txn.savepoint() if savepoint else None
         try:
             value = fn(txn)
         except MongoError as err:
-            txn.rollback_to(sp)
+            if sp is not None:
+                txn.rollback_to(sp)
             return False, err
         except Exception as exc:
-            txn.rollback_to(sp)
+            if sp is not None:
+                txn.rollback_to(sp)
             log.exception("write failed")
             return False, MongoError(1, f"internal error: {exc!r}")
-        txn.release(sp)
+        if sp is not None:
+            txn.release(sp)
         return True, value

@@ -8,6 +8,9 @@ import threading
 import time
 from typing import Any
 
+import bson
+
+from base.errors import MongoError
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from replset.group_commit import GroupCommitWriter
 
@@ -108,3 +111,34 @@ def test_a_writer_that_journals_each_applied_batch_inline_still_checkpoints() ->
 
     checkpoints, durable = asyncio.run(scenario())
     assert durable >= 1 and checkpoints >= 1
+
+
+def test_a_failed_request_leaves_nothing_alone_or_beside_others() -> None:
+    """A lone request runs without a savepoint (its transaction is rolled back when it fails); in a batch,
+    a failing request's savepoint is rolled back and the others commit."""
+    def writes(key: int, fail: bool) -> Any:
+        def fn(txn: StoreTxn) -> int:
+            txn.append_oplog([(key, bson.encode({"k": key}))])
+            if fail:
+                raise MongoError(11000, "duplicate key")
+            return key
+        return fn
+
+    async def scenario() -> tuple[list[Any], list[int]]:
+        store = SQLiteStore(None)
+        writer = GroupCommitWriter(store, lambda: None)
+        writer.start()
+        try:
+            outcomes: list[Any] = []
+            for batch in ([(1, True)], [(2, False)], [(3, False), (4, True), (5, False)]):
+                outcomes += await asyncio.gather(*(writer.submit(writes(k, f), durable=False) for k, f in batch),
+                                                 return_exceptions=True)
+            return [o if isinstance(o, int) else o.code for o in outcomes], \
+                [k for k, _blob in store.reader.oplog_after(0, 10)]
+        finally:
+            await writer.stop()
+            store.close()
+
+    outcomes, kept = asyncio.run(scenario())
+    assert outcomes == [11000, 2, 3, 11000, 5]
+    assert kept == [2, 3, 5]
