@@ -4,7 +4,8 @@ Starts a three-member set with hop tracing on (`replset.hops`, `REPLSET_TRACE_HO
 `insert_one` with w:"majority" at concurrency 1, then reads every member's marks (`GET /hops`) and lines
 them up per write (the monotonic clock is shared by every process of the machine). For each write the
 secondary counted is the one whose report reached the primary first. Printed: the median and p90 of
-each hop, and their sum against the median latency the client saw. Timings are printed, never asserted.
+each hop, their sum against the median latency the client saw, and the CPU each member and the client
+spent per write (user + system, from /proc). Timings are printed, never asserted.
 
     python -m bench.trace [--writes N] [--w majority|1|2|3]
 """
@@ -24,6 +25,7 @@ from collections import defaultdict
 from pymongo import MongoClient
 from pymongo.write_concern import WriteConcern
 
+from bench.wire_load import proc_cpu_s
 from replset.hops import ENV
 from tests.support.members import Member
 from tests.support.replica_set import make_replica_set
@@ -103,10 +105,14 @@ def run(writes: int, w: str) -> None:
             for member in rs.members:
                 _marks(member)
             sent_replied: list[tuple[float, float]] = []
+            pids = [m.process.pid for m in [primary, *secondaries] if m.process is not None]
+            cpu_before, client_before = [proc_cpu_s(pid) for pid in pids], time.process_time()
             for n in range(writes):
                 sent = time.monotonic()
                 coll.insert_one({"n": n, "pad": "x" * 64})
                 sent_replied.append((sent, time.monotonic()))
+            cpu_ms = [(proc_cpu_s(pid) - before) / writes * 1000 for pid, before in zip(pids, cpu_before)]
+            cpu_ms.append((time.process_time() - client_before) / writes * 1000)
             client.close()
             p_line = Timeline(_marks(primary))
             s_lines = [Timeline(_marks(m)) for m in secondaries]
@@ -152,6 +158,8 @@ def run(writes: int, w: str) -> None:
         values = sorted(spans[label])
         print(f"{label + ' (alongside)':<34} {statistics.median(values) * 1000:>8.3f} "
               f"{values[int(len(values) * 0.9)] * 1000:>8.3f}")
+    print("CPU per write (ms, user+system): " + ", ".join(
+        f"{who} {ms:.3f}" for who, ms in zip(("primary", "secondary", "secondary", "client"), cpu_ms)))
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 
 Row = tuple[int, bytes]
@@ -67,13 +67,13 @@ class CommittedTail:
         """The oplog is changed other than by appending newer entries: unusable until the next commit."""
         self._state = None
 
-    def committed(self, rows: Sequence[Row], newest_key: Callable[[], int | None]) -> None:
+    def committed(self, rows: Sequence[Row], newest_after_cut: int | None) -> None:
         """A transaction committed that appended `rows` (newer than everything before, in order). After a
-        cut, starts again with nothing held and the newest committed key (`newest_key()`) as the floor."""
+        cut, starts again with nothing held and `newest_after_cut` (the newest key the transaction left,
+        None: the oplog is empty) as the floor."""
         state = self._state
         if state is None:
-            newest = newest_key()
-            self._state, self._bytes = (0 if newest is None else newest, []), 0
+            self._state, self._bytes = (0 if newest_after_cut is None else newest_after_cut, []), 0
             return
         if not rows:
             return

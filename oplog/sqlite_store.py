@@ -796,19 +796,23 @@ class SQLiteStore:
         return self._txn
 
     def commit(self) -> None:
-        """Commits the open transaction (written to the WAL, not fsynced: see `sync_wal`)."""
+        """Commits the open transaction (written to the WAL, not fsynced: see `sync_wal`). Nothing that can
+        fail runs after the COMMIT: a failure there would report a committed transaction as rolled back."""
+        tail, txn = self.reader.tail, self._txn
+        # The tail starts again after a cut from the newest key this transaction leaves (read inside it, on
+        # the writer's connection, which the committing thread owns: a commit may run off the loop).
+        newest = self._newest_oplog_key() if txn is not None and not tail.usable else None
         self._writer.execute("COMMIT")
-        if self._txn is not None:
-            self.last_changed = self._txn.changed
-            self.oplog_totals = self._txn.oplog_totals
-            self.reader.oplog_trimmed_through = self._txn.oplog_trimmed_through
+        if txn is not None:
+            self.last_changed = txn.changed
+            self.oplog_totals = txn.oplog_totals
+            self.reader.oplog_trimmed_through = txn.oplog_trimmed_through
             # Exact only while the tail followed every append of the transaction (it stops at a cut).
-            self.last_commit_rows = self._txn.appended if self.reader.tail.usable else None
-            self.reader.tail.committed(self._txn.appended, self._newest_oplog_key)
+            self.last_commit_rows = txn.appended if tail.usable else None
+            tail.committed(txn.appended, newest)
         self._txn = None
 
     def _newest_oplog_key(self) -> int | None:
-        """On the writer's connection, which the committing thread owns (a commit may run off the loop)."""
         row = self._writer.execute("SELECT max(ts) FROM oplog").fetchone()
         return None if row[0] is None else int(row[0])
 

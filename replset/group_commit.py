@@ -69,9 +69,10 @@ Request = tuple[Callable[[StoreTxn], Any], asyncio.Future[Any], Answer, bool]
 
 
 
-def _fsync_failed(exc: OSError) -> NoReturn:
+def _fsync_failed(exc: BaseException) -> NoReturn:
     """After a failed fsync the kernel may have dropped the dirty pages: retrying could report data durable
-    that is not. Stop; a restart recovers from what is on disk."""
+    that is not. Stop; a restart recovers from what is on disk. (Any other failure of a flush ends here too:
+    a flush that never ends would leave every write waiting for durability hung.)"""
     log.critical("fsync of the journal failed, shutting down: %s", exc)
     os._exit(70)
 
@@ -102,6 +103,8 @@ class GroupCommitWriter:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._checkpoint_running = False
         self.fsync_pace = FsyncPace()
+        self._threaded_flush: asyncio.Future[float] | None = None   # the fsync running in the thread, if any
+        self._stopped = False
         # Set by the runtime: a secondary fsyncs on the event loop (see `_sync_wal`), a primary never.
         self.inline_fsync = False
         self._last_checkpoint = 0.0
@@ -139,6 +142,9 @@ class GroupCommitWriter:
         self._tasks = []
         if self._flush_timer is not None:
             self._flush_timer.cancel()
+        self._stopped = True   # a threaded flush that ends from now on answers nobody and starts nothing
+        if self._threaded_flush is not None and not self._threaded_flush.done():
+            await asyncio.wait([self._threaded_flush], timeout=10.0)
         while not self._queue.empty():
             _fn, fut, _answer, _off_loop = self._queue.get_nowait()
             if not fut.done():
@@ -235,16 +241,15 @@ class GroupCommitWriter:
             self._flush_ended(position, started)
             return
         fut = asyncio.get_running_loop().run_in_executor(self._fsync, self._timed_sync_wal)
+        self._threaded_flush = fut
         fut.add_done_callback(functools.partial(self._threaded_flush_ended, position, started))
 
     def _threaded_flush_ended(self, position: Any, started: float, fut: asyncio.Future[float]) -> None:
-        if fut.cancelled():
+        if self._stopped or fut.cancelled():
             return
         exc = fut.exception()
-        if isinstance(exc, OSError):
-            _fsync_failed(exc)
         if exc is not None:
-            raise exc
+            _fsync_failed(exc)
         self.fsync_pace.observed(fut.result())
         self._flush_ended(position, started)
 
