@@ -12,14 +12,17 @@ Figures (each with the members' CPU per write, P+S1+S2, from /proc):
 * pymongo `insert_one` w:1 and w:"majority" at concurrency 1 (rate, p50, p99);
 * raw OP_MSG inserts (`bench.wire_load.run_load`: generator processes of their own, one
   request outstanding per connection) at 64 concurrent writers, w:1 and w:"majority".
-Before the set starts, the Python peer in the same run (`bench.peer_pysyncobj`: pysyncobj, three
-nodes, its sync commit p50 and its rate with 1000 calls outstanding). Then (full run only) the
+Each cell runs `--rounds` times (2; 1 with --quick), the cells of a phase interleaved, and the
+median of each number is printed (with each round's rate). Before the set starts, the Python peer in
+the same run (`bench.peer_pysyncobj`: pysyncobj, three nodes, its sync commit p50 and its rate with
+1000 calls outstanding), and with more than one round again after the full phase: the peer keeps the
+better of its two figures of each kind. Then (full run only) the
 failover: a w:"majority" writer with retryWrites, SIGKILL to the primary, time to the next
 acknowledged write. Finally the targets, each "met" or "NOT met", as ratios against the
 do-nothing server and pysyncobj.
 Timings are printed, never asserted.
 
-    python -m bench.replset [--quick] [--seconds S] [--docs N]
+    python -m bench.replset [--quick] [--seconds S] [--docs N] [--rounds R]
 """
 
 from __future__ import annotations
@@ -78,12 +81,26 @@ class Figure:
     errors: int = 0
     first_error: str = ""
 
+    round_rates: tuple[float, ...] = ()   # each round's rate, when the figure is the median of several
+
     def row(self) -> str:
         cpu = "+".join(f"{c:.3f}" for c in self.member_cpu_ms)
         extra = f"  gen {self.generator_cpu:.2f} cores" if self.generator_cpu else ""
+        if len(self.round_rates) > 1:
+            extra += "  rounds " + "/".join(f"{r:.0f}" for r in self.round_rates)
         extra += f"  ({self.errors} errors, first: {self.first_error})" if self.errors else ""
         return (f"{self.name:<26} {self.rate:>9.0f}/s  p50 {self.p50_ms:>7.2f} ms  p99 {self.p99_ms:>7.2f} ms  "
                 f"cpu ms/write {sum(self.member_cpu_ms):.3f} (P+S1+S2 {cpu}){extra}")
+
+
+def _median_figure(rounds: list[Figure]) -> Figure:
+    """One figure from several rounds of the same cell: the median of each number."""
+    first = rounds[0]
+    return Figure(first.name, statistics.median(f.rate for f in rounds), statistics.median(f.p50_ms for f in rounds),
+                  statistics.median(f.p99_ms for f in rounds),
+                  [statistics.median(cpu) for cpu in zip(*(f.member_cpu_ms for f in rounds), strict=True)],
+                  statistics.median(f.generator_cpu for f in rounds), sum(f.errors for f in rounds),
+                  next((f.first_error for f in rounds if f.first_error), ""), tuple(f.rate for f in rounds))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -141,14 +158,21 @@ class Bench:
                       _percentile(result.latencies_s, 0.99) * 1000, cpu, result.cpu_s / result.seconds,
                       result.errors, result.first_error)
 
-    def measure(self, phase: str) -> dict[str, Figure]:
+    def measure(self, phase: str, rounds: int = 1) -> dict[str, Figure]:
+        """Every cell `rounds` times, the cells interleaved (a slow minute of the machine hits every cell
+        alike); each figure is the median of its rounds."""
         print(f"-- {phase}: {self.oplog_line()}", flush=True)
-        figures = {}
-        for key, run in (("w1_c1", lambda: self.pymongo_c1("pymongo w:1 c1", 1)),
-                         ("majority_c1", lambda: self.pymongo_c1("pymongo majority c1", "majority")),
-                         ("w1_c64", lambda: self.raw_c64("raw w:1 c64", 1)),
-                         ("majority_c64", lambda: self.raw_c64("raw majority c64", "majority"))):
-            figures[key] = run()
+        cells: tuple[tuple[str, Callable[[], Figure]], ...] = (
+            ("w1_c1", lambda: self.pymongo_c1("pymongo w:1 c1", 1)),
+            ("majority_c1", lambda: self.pymongo_c1("pymongo majority c1", "majority")),
+            ("w1_c64", lambda: self.raw_c64("raw w:1 c64", 1)),
+            ("majority_c64", lambda: self.raw_c64("raw majority c64", "majority")))
+        measured: dict[str, list[Figure]] = {key: [] for key, _run in cells}
+        for _round in range(rounds):
+            for key, run in cells:
+                measured[key].append(run())
+        figures = {key: _median_figure(found) for key, found in measured.items()}
+        for key, _run in cells:
             print("   " + figures[key].row(), flush=True)
         return figures
 
@@ -321,23 +345,34 @@ def report(empty: dict[str, Figure], full: dict[str, Figure], ceiling_fig: Figur
           f"({worst[0]}) {_met(worst[1] <= TARGET_FULL_VS_EMPTY)}")
 
 
+def _peer(seconds: float, earlier: PeerFigures | None = None) -> PeerFigures:
+    """pysyncobj's figures; with `earlier`, the better of each between both measurements."""
+    peer = peer_pysyncobj.measure(seconds)
+    print(f"   pysyncobj (3 nodes): sync commit {peer.sync_rate:.0f}/s p50 {peer.sync_p50_ms:.3f} ms; "
+          f"{peer_pysyncobj.OUTSTANDING} outstanding {peer.outstanding_rate:.0f}/s", flush=True)
+    if earlier is None:
+        return peer
+    best_sync = min(earlier, peer, key=lambda f: f.sync_p50_ms)
+    return PeerFigures(best_sync.sync_rate, best_sync.sync_p50_ms, max(earlier.outstanding_rate, peer.outstanding_rate))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS:,} documents, 1 s cells, no failover")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per cell (default 5, quick 1)")
     parser.add_argument("--docs", type=int, default=None, help="documents to prefill")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of every cell (default 2, quick 1)")
     args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 2)
     seconds = args.seconds or (1.0 if args.quick else 5.0)
     docs = args.docs or (QUICK_DOCS if args.quick else FULL_DOCS)
     held = min(HELD_ENTRIES, int(docs / 1.2))
     # Trimming cuts back to 90% of the cap: size it so that about `held` entries stay after a trim.
     oplog_mb = max(1, math.ceil(held * oplog_entry_size() / 0.9 / (1024 * 1024)))
-    print(f"3-member set, settings {SETTINGS}; {seconds:g} s per cell; prefill {docs:,} documents; "
-          f"--oplogSizeMB {oplog_mb} (about {held:,} entries)")
+    print(f"3-member set, settings {SETTINGS}; {seconds:g} s per cell, {rounds} round(s) each, the median kept; "
+          f"prefill {docs:,} documents; --oplogSizeMB {oplog_mb} (about {held:,} entries)")
     with tempfile.TemporaryDirectory() as tmp:
-        peer = peer_pysyncobj.measure(seconds)
-        print(f"   pysyncobj (3 nodes): sync commit {peer.sync_rate:.0f}/s p50 {peer.sync_p50_ms:.3f} ms; "
-              f"{peer_pysyncobj.OUTSTANDING} outstanding {peer.outstanding_rate:.0f}/s")
+        peer = _peer(seconds)
         rs = make_replica_set(tmp, 3, extra_args=("--oplogSizeMB", str(oplog_mb)))
         try:
             rs.start()
@@ -345,10 +380,12 @@ def main() -> None:
             bench = Bench(rs, seconds)
             ceiling_fig = ceiling(seconds)
             print("   " + ceiling_fig.row())
-            empty = bench.measure("empty")
+            empty = bench.measure("empty", rounds)
             took = bench.prefill(docs)
             print(f"-- prefill: {docs:,} documents in {took:.1f} s ({docs / took:,.0f}/s, all three members)")
-            full = bench.measure("full")
+            full = bench.measure("full", rounds)
+            if rounds > 1:   # the peer again, on a set that is idle now: it keeps its better figures
+                peer = _peer(seconds, peer)
             report(empty, full, ceiling_fig, peer)
             if not args.quick:
                 print()
