@@ -146,7 +146,7 @@ from replset.events import (
 from replset.quorum import follower_commit_point, majority_commit_point, write_concern_satisfied
 from replset.topology import Topology
 from replset.waiters import WaiterTable
-from replset.write_concern import WriteConcern, check_satisfiable, timeout_error
+from replset.write_concern import MAJORITY, WriteConcern, check_satisfiable, timeout_error
 from sync.fetching import DIVERGED_DENY_MS, ERROR_DENY_MS
 from sync.rollback_flow import Outcome, RollbackRun
 from sync.sync_source import SyncSourceInputs, active_denylist, explain_sync_source, should_change_sync_source
@@ -1084,6 +1084,8 @@ class Replica:
                   positions: tuple[dict[int, OpTime], dict[int, OpTime]] | None = None) -> bool:
         if self.config is None or self.topology is None:
             return (self.durable if wc.waits_for_journal else self.applied) >= target
+        if wc.w == MAJORITY:
+            return self.commit_point >= target   # what `write_concern_satisfied` answers, without the positions
         applied, durable = positions or self.topology.positions(self.applied, self.durable)
         # Only members in the write's term follow the primary that wrote it; a higher-term optime
         # from another branch sorts above the write without containing it.
