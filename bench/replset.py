@@ -367,8 +367,8 @@ def main() -> None:
     seconds = args.seconds or (1.0 if args.quick else 5.0)
     docs = args.docs or (QUICK_DOCS if args.quick else FULL_DOCS)
     held = min(HELD_ENTRIES, int(docs / 1.2))
-    # Trimming cuts back to 90% of the cap: size it so that about `held` entries stay after a trim.
-    oplog_mb = max(1, math.ceil(held * oplog_entry_size() / 0.9 / (1024 * 1024)))
+    # Size the cap so that about `held` entries stay (trimming keeps the oplog within a MB of it).
+    oplog_mb = max(1, math.ceil(held * oplog_entry_size() / (1024 * 1024)))
     print(f"3-member set, settings {SETTINGS}; {seconds:g} s per cell, {rounds} round(s) each, the median kept; "
           f"prefill {docs:,} documents; --oplogSizeMB {oplog_mb} (about {held:,} entries)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -420,8 +420,8 @@ class Node:
         self.log.last = self.last_committed_optime
 
     def _maybe_trim_oplog(self) -> None:
-        """Capped oplog: once over the limit, trim the oldest entries down to 90% in
-        the background (a request of its own in the group commit). As in MongoDB (4.4+), never
+        """Capped oplog: once over the limit, trim the oldest entries down to one step below it (90% of a
+        small one) in the background (a request of its own in the group commit). As in MongoDB (4.4+), never
         past the majority commit point: the oplog grows past its size rather than delete entries a
         lagging majority member still has to fetch."""
         if self.oplog_size_bytes() <= self.max_oplog_bytes or self.shutting_down:
@@ -430,7 +430,10 @@ class Node:
             self._trim_again = True  # the commit point may have moved past what the running trim saw
             return
         self._trimming, self._trim_again = True, False
-        target = int(self.max_oplog_bytes * 0.9)
+        # A step below the size, not 10 % of it: a trim of 10 % of a 200 MB oplog deleted ~84,000 entries in
+        # one episode and cost a third of the writes/s while it ran; a step's worth each time spreads the same
+        # deletes evenly over the writes. (A small oplog still goes down to 90 %.)
+        target = max(int(self.max_oplog_bytes * 0.9), self.max_oplog_bytes - TRIM_STEP_BYTES)
 
         async def trim() -> None:
             # In steps of TRIM_STEP_BYTES, each its own group-commit request: one request deleting
