@@ -105,7 +105,7 @@ class GroupCommitWriter:
         self.fsync_pace = FsyncPace()
         self._threaded_flush: asyncio.Future[float] | None = None   # the fsync running in the thread, if any
         self._stopped = False
-        # Set by the runtime: a secondary fsyncs on the event loop (see `_sync_wal`), a primary never.
+        # Set by the runtime: a secondary fsyncs on the event loop (see `_inline_fsync_now`), a primary never.
         self.inline_fsync = False
         self._last_checkpoint = 0.0
         # Commits are numbered; a durable request waits until the flushed number reaches its commit's.
@@ -397,7 +397,8 @@ class GroupCommitWriter:
             # A secondary's applied batch: journaled in the same step, before anything the commit wakes,
             # so its fetcher finds it durable and reports both positions on its next getMore at once.
             self._on_commit()
-            self._flush_inline()
+            self.journal.want_flush()
+            self._start_flush()   # on the loop (`_inline_fsync_now`), so the flusher need not run at all
         else:
             if flush:
                 self.request_flush()
@@ -407,20 +408,6 @@ class GroupCommitWriter:
 
     def _inline_fsync_now(self) -> bool:
         return self.inline_fsync and self.fsync_pace.inline_ok
-
-    def _flush_inline(self) -> None:
-        """A flush on the loop, now (`_sync_wal` says when that is acceptable)."""
-        self.journal.want_flush()
-        if self.journal.start_flush(self._clock.monotonic_ms()) is None:
-            return
-        position = self._position()
-        started = self._clock.monotonic()
-        try:
-            self._sync_wal_inline()
-        except OSError as exc:
-            _fsync_failed(exc)
-        self._journaled(position, self._clock.monotonic() - started)
-        self._maybe_checkpoint()   # the flusher may not run at all on a secondary that journals this way
 
     @staticmethod
     def _run_one(txn: StoreTxn, fn: Callable[[StoreTxn], Any], *, savepoint: bool = True) -> tuple[bool, Any]:

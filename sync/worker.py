@@ -394,8 +394,8 @@ class SyncWorker:
             if done is not None and done.exception() is None:
                 self.node.metrics.apply_batch.observe(len(entries))
                 return
-        self._buffered += 1
         await self._buffer.put(entries)
+        self._buffered += 1   # after the put: a fetcher cancelled while the buffer is full counts nothing
 
     async def _wait_while_stopped(self) -> None:
         points = self.node.failpoints
