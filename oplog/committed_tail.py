@@ -3,7 +3,8 @@
 A tailing getMore (a secondary's fetcher, a change stream) is answered at every commit; each used to read
 back, with a SQLite statement, the rows the commit had just written. The store's commits hand their rows
 here instead (`SQLiteStore.commit`), and the store's reader answers `oplog_after` from here when it can
-(the part log's runner still reads SQLite: see `PartsManager._pull`).
+(the part log's runner reads its entries this way too). An entry's bytes are `bytes`, never a view of a
+message (see `sync.worker.fetched_entries`).
 
 Usable for a read after key K when K >= `floor`: every committed entry newer than `floor` is in the rows,
 oldest first. Anything that changes the oplog other than by appending newer entries (a rollback's

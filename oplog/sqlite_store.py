@@ -873,10 +873,9 @@ class _ReadConnection(_Reader):
         # worker threads keep none and read SQLite).
         self.tail = CommittedTail(None)
 
-    def oplog_after(self, after_key: int, limit: int, *, from_tail: bool = True) -> list[tuple[int, bytes]]:
-        """As `_Reader.oplog_after`; from the committed tail when it holds the rows (`from_tail=False`: always
-        from SQLite)."""
-        if from_tail and after_key >= self.oplog_trimmed_through:
+    def oplog_after(self, after_key: int, limit: int) -> list[tuple[int, bytes]]:
+        """As `_Reader.oplog_after`; from the committed tail when it holds the rows."""
+        if after_key >= self.oplog_trimmed_through:
             rows = self.tail.after(after_key, limit)
             if rows is not None:
                 return rows

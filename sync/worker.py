@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import bson
+from bson.raw_bson import RawBSONDocument
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_fixed
 
 from base.clock import Clock
@@ -68,6 +69,20 @@ ROLLBACK_FINISH_S = 120.0
 # A fetched entry: decoded (to apply it) and the bytes the source sent (stored as they are), or None
 # when the entry came decoded only (the first batch of a cursor).
 FetchedEntry = tuple[dict[str, Any], bytes | None]
+
+
+def fetched_entries(batch: Iterable[RawBSONDocument]) -> list[FetchedEntry]:
+    """A getMore's `nextBatch`, each entry decoded and with its bytes. pymongo hands a large sub-document's
+    bytes as a memoryview of the whole reply; those are copied into `bytes` here: the store, the committed
+    tail and the part log's runner treat an entry's bytes as `bytes` (`MARKER in blob` is False on a
+    memoryview), and a view would keep the reply's frame alive as long as the tail keeps the entry."""
+    entries: list[FetchedEntry] = []
+    for doc in batch:
+        raw = doc.raw
+        if type(raw) is not bytes:
+            raw = bytes(raw)
+        entries.append((bson.decode(raw, DOC_OPTIONS), raw))
+    return entries
 
 
 class SyncWorker:
@@ -287,7 +302,7 @@ class SyncWorker:
                 cursor = reply["cursor"]
                 await self._wait_while_stopped()  # a batch that arrived after the fail point waits too
                 # Each entry is decoded once, to apply it, and stored with the bytes the source sent.
-                self._reply = [(bson.decode(doc.raw, DOC_OPTIONS), doc.raw) for doc in cursor.get("nextBatch", [])]
+                self._reply = fetched_entries(cursor.get("nextBatch", []))
                 self._cursor_id = cursor.get("id", 0)
                 last = OpTime.from_document(self._reply[-1][0]) if self._reply else None
                 if last is not None:

@@ -458,10 +458,7 @@ class PartsManager:
         if self._seen_key and self._seen_key < reader.oplog_trimmed_through:
             self._rescan = True
             return
-        # From SQLite, not the committed tail: the Spark job tests (tests/integration/test_spark.py) leave a
-        # quorum pending for good when the runner reads its entries from the tail, though the rows it gets
-        # there matched SQLite's whenever compared; not yet understood, so the runner keeps SQLite's reads.
-        while rows := reader.oplog_after(self._seen_key, PULL_CHUNK, from_tail=False):
+        while rows := reader.oplog_after(self._seen_key, PULL_CHUNK):
             for key, blob in rows:
                 self._seen_key = key
                 if MARKER in blob:
