@@ -61,7 +61,10 @@ class OpTime:
     def from_document(cls, doc: Mapping[str, Any]) -> OpTime:
         """`{ts, t}` as an oplog entry or a peer's message carries it: `ts` a BSON Timestamp, `t` (absent:
         -1) an integer term up to `MAX_TERM`; anything else is FailedToParse (9) or BadValue (2)."""
-        ts = doc.get("ts")
+        ts, t = doc.get("ts"), doc.get("t", UNINITIALIZED_TERM)
+        # Every entry this set writes: a Timestamp and an Int64 term in range, read without the checks.
+        if type(ts) is Timestamp and type(t) is Int64 and UNINITIALIZED_TERM <= t <= MAX_TERM:
+            return cls(ts.time, ts.inc, int(t))
         if not isinstance(ts, Timestamp):
             raise MongoError(9, f"Expected field \"ts\" to be a Timestamp, but found {bson_type(ts)}")
         term = int_in_range(doc.get("t", UNINITIALIZED_TERM), "t", UNINITIALIZED_TERM, MAX_TERM, type_code=9)

@@ -14,6 +14,7 @@ import argparse
 import collections
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -67,7 +68,8 @@ def main() -> None:
     parser.add_argument("--gil", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    py_spy = shutil.which("py-spy")
+    # The one installed beside this interpreter (the project's virtualenv) when it is not on PATH.
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
         raise SystemExit("py-spy is not installed (make install installs it with the dev dependencies)")
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as base:

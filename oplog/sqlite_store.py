@@ -145,6 +145,27 @@ class DeferredIndexes:
             self._specs[target] = specs
 
 
+@dataclass(frozen=True, slots=True)
+class _SavepointSQL:
+    name: str
+    open: str
+    release: str
+    rollback: str
+
+
+_SAVEPOINT_SQL: dict[str, _SavepointSQL] = {}
+
+
+def _savepoint_name(depth: int) -> _SavepointSQL:
+    """The statements of the savepoint opened at `depth` (0: the outermost)."""
+    name = f"sp{depth + 1}"
+    sql = _SAVEPOINT_SQL.get(name)
+    if sql is None:
+        sql = _SAVEPOINT_SQL[name] = _SavepointSQL(name, f"SAVEPOINT {name}", f"RELEASE {name}",
+                                                   f"ROLLBACK TO {name}")
+    return sql
+
+
 class _Reader:
     """Read helpers shared by the reader connection and the writer transaction."""
 
@@ -284,13 +305,11 @@ class StoreTxn(_Reader):
                  trimmed_through: int = 0, catalog: CatalogCache | None = None,
                  tail: CommittedTail | None = None) -> None:
         self._conn = conn
-        self._savepoints = 0
-        self._savepoint_totals: dict[str, tuple[int, int]] = {}
-        # The oplog rows this transaction appended (handed to the committed tail when it commits), and
-        # how many there were when each open savepoint was taken.
+        # The open savepoints, outermost first: (name, oplog totals and appended rows when it was taken).
+        self._savepoints: list[tuple[str, tuple[int, int], int]] = []
+        # The oplog rows this transaction appended (handed to the committed tail when it commits).
         self._tail = tail if tail is not None else CommittedTail(None)
         self.appended: list[Row] = []
-        self._savepoint_appended: dict[str, int] = {}
         # Namespaces whose documents this transaction wrote (a savepoint rolled back may leave some
         # here: "may have changed"). The store keeps the last commit's (`SQLiteStore.last_changed`).
         self.changed: set[str] = set()
@@ -320,23 +339,32 @@ class StoreTxn(_Reader):
 
     # -- savepoints: one client statement or command is all-or-nothing ---------
     def savepoint(self) -> str:
-        self._savepoints += 1
-        name = f"sp{self._savepoints}"
-        self._conn.execute(f"SAVEPOINT {name}")
-        self._savepoint_totals[name] = self.oplog_totals
-        self._savepoint_appended[name] = len(self.appended)
-        return name
+        """Opens a savepoint, named by its depth: the few statements that makes stay in the connection's
+        statement cache (a new name for each would be parsed again every time)."""
+        name = _savepoint_name(len(self._savepoints))
+        self._conn.execute(name.open)
+        self._savepoints.append((name.name, self.oplog_totals, len(self.appended)))
+        return name.name
+
+    def _close(self, name: str) -> tuple[str, tuple[int, int], int]:
+        """Forgets `name` and the savepoints opened inside it (SQLite ends those with it)."""
+        for depth in range(len(self._savepoints) - 1, -1, -1):
+            if self._savepoints[depth][0] == name:
+                taken = self._savepoints[depth]
+                del self._savepoints[depth:]
+                return taken
+        raise RuntimeError(f"no open savepoint {name}")
 
     def release(self, name: str) -> None:
-        self._conn.execute(f"RELEASE {name}")
-        self._savepoint_totals.pop(name, None)
-        self._savepoint_appended.pop(name, None)
+        self._conn.execute(_SAVEPOINT_SQL[name].release)
+        self._close(name)
 
     def rollback_to(self, name: str) -> None:
-        self._conn.execute(f"ROLLBACK TO {name}")
-        self._conn.execute(f"RELEASE {name}")
-        self.oplog_totals = self._savepoint_totals.pop(name, self.oplog_totals)
-        del self.appended[self._savepoint_appended.pop(name, len(self.appended)):]
+        sql = _SAVEPOINT_SQL[name]
+        self._conn.execute(sql.rollback)
+        self._conn.execute(sql.release)
+        _name, self.oplog_totals, appended = self._close(name)
+        del self.appended[appended:]
         self._catalog_changed()
 
     def _oplog_changed(self, entries: int, size: int) -> None:
