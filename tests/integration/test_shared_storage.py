@@ -1,0 +1,105 @@
+"""Zero-copy parts' objects in shared storage, on a directory and on an S3-compatible server on loopback:
+written, verified, published, read, checked for damage and deleted (`oplog.parts.shared_storage`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from base.errors import MongoError
+from oplog.parts import part_files as pf
+from oplog.parts.shared_storage import SharedStorage
+from oplog.parts.storage_url import content_checksum, part_key
+from oplog.parts.table import parse_table_def
+from tests.support.s3_server import create_bucket, s3_server
+
+TABLE = parse_table_def("db", "t", {"columns": [{"name": "ts", "type": "timestamp[ms]"},
+                                                {"name": "n", "type": "int64"}], "orderBy": ["n"]})
+UUID = "0f8fad5b-d9cb-469f-a165-70867728950e"
+
+
+def _part(directory: pathlib.Path, name: str, values: list[int]) -> tuple[str, str]:
+    data = pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1)] * len(values), pa.timestamp("ms")),
+                     "n": pa.array(values, pa.int64())})
+    pf.write_part(str(directory), name, pf.conform(TABLE, data), TABLE)
+    part_dir = str(directory / name)
+    with open(os.path.join(part_dir, pf.CHECKSUMS_FILE), encoding="utf-8") as f:
+        return part_dir, part_key(UUID, name, content_checksum(f.read()))
+
+
+@pytest.fixture(params=["file", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[SharedStorage]:
+    if request.param == "file":
+        yield SharedStorage.open(f"file://{tmp_path / 'shared'}")
+        return
+    with s3_server() as server:
+        create_bucket(server, "parts")
+        yield SharedStorage.open(server.url("parts", "set0"))
+
+
+def test_a_part_is_written_verified_published_read_and_deleted(storage: SharedStorage, tmp_path: pathlib.Path) -> None:
+    local = tmp_path / "local"
+    local.mkdir()
+    part_dir, key = _part(local, "all_1_1_0", list(range(100)))
+    assert storage.probe() is None
+    assert storage.published(key) is None
+
+    stored = storage.put_part(key, part_dir)
+
+    assert stored.checksums == pf.read_checksums(part_dir)
+    assert storage.verify(key, stored.checksums) is None
+    assert storage.keys(UUID) == [key]
+    with storage.open_file(key, pf.DATA_FILE) as f:
+        assert pq.read_table(f).column("n").to_pylist() == list(range(100))
+    again = tmp_path / "again"
+    assert storage.download(key, str(again)) == stored.checksums
+    assert pf.verify_part(str(again), stored.checksums) is None
+
+    assert storage.put_part(key, part_dir) == stored   # the same part again: nothing to do
+    storage.delete(key)
+    assert storage.published(key) is None and storage.keys(UUID) == []
+    storage.delete(key)   # already gone: nothing to do
+
+
+def test_other_bytes_under_a_published_key_are_refused_never_written(storage: SharedStorage,
+                                                                    tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    part_dir, key = _part(tmp_path / "a", "all_1_1_0", [1, 2, 3])
+    other_dir, _other_key = _part(tmp_path / "b", "all_1_1_0", [4, 5, 6])
+    storage.put_part(key, part_dir)
+    with pytest.raises(MongoError) as err:
+        storage.put_part(key, other_dir)
+    assert "another part's bytes" in err.value.errmsg
+    assert storage.verify(key, pf.read_checksums(part_dir)) is None
+
+
+def test_damaged_objects_are_reported_never_served(storage: SharedStorage, tmp_path: pathlib.Path) -> None:
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(1000)))
+    stored = storage.put_part(key, part_dir)
+    # Another writer (or a disk) changes the data object's bytes behind the set's back.
+    data = bytearray(pathlib.Path(part_dir, pf.DATA_FILE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    storage._write_bytes(storage._path(key, pf.DATA_FILE), bytes(data))
+
+    assert storage.verify(key, stored.checksums) == f"{key}/{pf.DATA_FILE} does not match its checksum"
+    with pytest.raises(MongoError) as err:
+        storage.download(key, str(tmp_path / "copy"))
+    assert "does not match its checksum" in err.value.errmsg
+    # What the part log recorded is checked too: checksums.txt itself cannot vouch for other bytes.
+    recorded = dict(stored.checksums)
+    recorded[pf.DATA_FILE] = (recorded[pf.DATA_FILE][0], "0" * 64)
+    assert "records other bytes" in str(storage.verify(key, recorded))
+
+
+def test_an_unreachable_storage_says_so() -> None:
+    with s3_server() as server:
+        url = server.url("no-such-bucket", "p")
+    storage = SharedStorage.open(url)   # the server is gone
+    assert "is not usable" in str(storage.probe())

@@ -1,0 +1,54 @@
+"""`--partsStorage` URLs and the keys of parts in shared storage."""
+
+from __future__ import annotations
+
+import pytest
+
+from base.errors import MongoError
+from oplog.parts.storage_url import StorageLocation, content_checksum, parse_storage_url, part_key
+
+UUID = "0f8fad5b-d9cb-469f-a165-70867728950e"
+
+
+def test_a_file_url_names_an_absolute_directory() -> None:
+    assert parse_storage_url("file:///srv/parts/") == StorageLocation("file", "/srv/parts")
+    assert parse_storage_url("file://localhost/srv/parts").root == "/srv/parts"
+    for bad in ("file://otherhost/srv", "file:relative/dir", "file:///srv/../etc", "file:///srv?x=1"):
+        with pytest.raises(MongoError) as err:
+            parse_storage_url(bad)
+        assert err.value.code == 2
+
+
+def test_an_s3_url_names_a_bucket_a_prefix_an_endpoint_and_a_region() -> None:
+    loc = parse_storage_url("s3://bucket/some/prefix/?endpoint=http://127.0.0.1:9000&region=eu-west-1")
+    assert loc == StorageLocation("s3", "bucket/some/prefix", "127.0.0.1:9000", "http", "eu-west-1")
+    assert loc.url == "s3://bucket/some/prefix?endpoint=http://127.0.0.1:9000&region=eu-west-1"
+    assert parse_storage_url("s3://bucket") == StorageLocation("s3", "bucket")
+
+
+@pytest.mark.parametrize("bad", [
+    "s3://key:secret@bucket/p",            # credentials never in the URL
+    "s3:///no-bucket",
+    "s3://bucket/p?endpoint=ftp://h:1",
+    "s3://bucket/p?endpoint=http://h:1/path",
+    "s3://bucket/p?acl=public",            # an unknown option is refused, not ignored
+    "s3://bucket/a//b",
+    "s3://bucket/a/../b",
+    "gs://bucket/p",
+    "/plain/path",
+])
+def test_anything_else_is_bad_value_saying_why(bad: str) -> None:
+    with pytest.raises(MongoError) as err:
+        parse_storage_url(bad)
+    assert err.value.code == 2 and "partsStorage" in err.value.errmsg
+
+
+def test_a_part_key_is_the_table_the_part_and_its_content() -> None:
+    text_a = "checksums format version: 1\ndata.parquet\t10\taa\n"
+    text_b = "checksums format version: 1\ndata.parquet\t10\tab\n"
+    a, b = content_checksum(text_a), content_checksum(text_b)
+    assert a != b and len(a) == 16 and a == content_checksum(text_a)
+    assert part_key(UUID, "202401_1_1_0", a) == f"{UUID}/202401_1_1_0_{a}"
+    for table, part, checksum in ((UUID, "../x", a), (UUID, "a/b", a), ("not-a-uuid", "p", a), (UUID, "p", "zz")):
+        with pytest.raises(MongoError):
+            part_key(table, part, checksum)
