@@ -22,6 +22,10 @@ log recorded (a merge checks its sources so before it reads them); `part_signatu
 rewritten since it was last verified. A damaged part is moved aside as `broken_<name>_<time>`,
 never deleted.
 
+A zero-copy part (docs/zero-copy.md) keeps its `data.parquet` once in shared storage: its directory
+holds `columns.txt`, `checksums.txt` and `storage.txt` (where the data is). `data_source`,
+`verify_part`, `check_sizes` and `part_signature` read either kind.
+
 A shell: file I/O and pyarrow. The decisions (names, covering, what to merge)
 are the pure modules beside it.
 """
@@ -42,6 +46,7 @@ import pyarrow.parquet as pq
 
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
+from oplog.parts import shared_storage
 from oplog.parts.part_info import PartInfo
 from oplog.parts.table import TableDef, arrow_type, partition_id
 
@@ -49,6 +54,9 @@ DATA_FILE = "data.parquet"
 COLUMNS_FILE = "columns.txt"
 CHECKSUMS_FILE = "checksums.txt"
 PART_FILES = (DATA_FILE, COLUMNS_FILE, CHECKSUMS_FILE)
+# A zero-copy part's directory holds this in place of its data file: the storage URL and the part's key
+# there (`externalize`; docs/zero-copy.md). Every read of its rows goes through `data_source`.
+STORAGE_FILE = "storage.txt"
 TMP_INSERT, TMP_MERGE, TMP_FETCH = "tmp_insert_", "tmp_merge_", "tmp-fetch_"
 TEMPORARY_PREFIXES = (TMP_INSERT, TMP_MERGE, TMP_FETCH, "tmp_")
 COMPRESSION = "zstd"
@@ -239,6 +247,43 @@ def read_checksums(part_dir: str) -> dict[str, tuple[int, str]]:
         return parse_checksums(f.read())
 
 
+# -- zero-copy parts ------------------------------------------------------------------------------
+
+def shared_location(part_dir: str) -> tuple[str, str] | None:
+    """A zero-copy part's (storage URL, key); None when its data file is here."""
+    try:
+        with open(os.path.join(part_dir, STORAGE_FILE), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MongoError(2, f"unreadable {STORAGE_FILE}: {exc}") from None
+    if len(lines) < 2 or not lines[0] or not lines[1]:
+        raise MongoError(2, f"{STORAGE_FILE} does not name a storage and a key")
+    return lines[0], lines[1]
+
+
+def data_source(part_dir: str) -> pa.NativeFile:
+    """The part's data file, opened: here, or (a zero-copy part) its object in shared storage."""
+    shared = shared_location(part_dir)
+    if shared is None:
+        return pa.OSFile(os.path.join(part_dir, DATA_FILE))
+    url, key = shared
+    return shared_storage.for_url(url).open_file(key, DATA_FILE)
+
+
+def externalize(part_dir: str, url: str, key: str) -> None:
+    """Makes the (temporary) part in `part_dir` a zero-copy part: its files are published under `key` in
+    the storage at `url` (verified there), then the directory names them there (`STORAGE_FILE`) and its
+    data file goes. Run again after a crash, it finds the part published and finishes."""
+    shared_storage.for_url(url).put_part(key, part_dir)
+    _write_file(os.path.join(part_dir, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+    data = os.path.join(part_dir, DATA_FILE)
+    if os.path.exists(data):
+        os.unlink(data)
+    fsync_path(part_dir)
+
+
 def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
     """Why the part directory is not a whole, intact part (None: it is): every file against its
     `checksums.txt` and, given `recorded` (what the part log recorded for the part), against that too."""
@@ -249,7 +294,16 @@ def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = 
     for file, sums in (recorded or {}).items():
         if file != CHECKSUMS_FILE and expected.get(file) != sums:
             return f"{CHECKSUMS_FILE} records other bytes for {file} than the part log"
+    try:
+        shared = shared_location(part_dir)
+    except MongoError as exc:
+        return exc.errmsg
     for file, (size, digest) in expected.items():
+        if shared is not None and file == DATA_FILE:
+            why = shared_storage.for_url(shared[0]).verify_file(shared[1], file, (size, digest))
+            if why is not None:
+                return why
+            continue
         path = os.path.join(part_dir, file)
         if not os.path.exists(path):
             return f"{file} is missing"
@@ -264,12 +318,17 @@ def check_sizes(part_dir: str) -> str | None:
         expected = read_checksums(part_dir)
     except (OSError, ValueError, MongoError) as exc:
         return f"no readable {CHECKSUMS_FILE}: {exc}"
+    shared = shared_location(part_dir)
     for file, (size, _digest) in expected.items():
         try:
-            if os.path.getsize(os.path.join(part_dir, file)) != size:
-                return f"{file} is not of its recorded size"
+            if shared is not None and file == DATA_FILE:
+                here = shared_storage.for_url(shared[0]).file_size(shared[1], file)
+            else:
+                here = os.path.getsize(os.path.join(part_dir, file))
         except OSError:
             return f"{file} is missing"
+        if here != size:
+            return f"{file} is not of its recorded size"
     return None
 
 
@@ -280,7 +339,9 @@ def part_signature(part_dir: str) -> Signature:
     """What tells the part's files apart from a rewritten copy without reading them: each file's inode,
     size and modification time (() when the part is gone)."""
     out = []
-    for file in PART_FILES:
+    files = PART_FILES if not os.path.exists(os.path.join(part_dir, STORAGE_FILE)) else (
+        STORAGE_FILE, COLUMNS_FILE, CHECKSUMS_FILE)   # a zero-copy part: its objects are never rewritten
+    for file in files:
         try:
             st = os.stat(os.path.join(part_dir, file))
         except OSError:
@@ -291,7 +352,8 @@ def part_signature(part_dir: str) -> Signature:
 
 def read_part(part_dir: str, table: TableDef, columns: Iterable[str] | None = None) -> pa.Table:
     """A part's rows in the table's current schema (columns added since it was written get defaults)."""
-    data = pq.read_table(os.path.join(part_dir, DATA_FILE), page_checksum_verification=True)
+    with data_source(part_dir) as source:
+        data = pq.read_table(source, page_checksum_verification=True)
     if table.changes:
         data = _through_changes(data, table, part_metadata_version(part_dir))
     present = [name for name in data.column_names if table.column(name) is not None]
@@ -305,13 +367,14 @@ def iter_part(part_dir: str, table: TableDef, batch_rows: int) -> Iterator[pa.Ta
     """A part's rows in the table's current schema, `batch_rows` at a time: what a read holds in
     memory is a batch (a Parquet row group is decoded as it is reached), not the part."""
     written_at = part_metadata_version(part_dir) if table.changes else 0
-    data_file = pq.ParquetFile(os.path.join(part_dir, DATA_FILE), page_checksum_verification=True)
-    for batch in data_file.iter_batches(batch_size=batch_rows):
-        data = pa.Table.from_batches([batch])
-        if table.changes:
-            data = _through_changes(data, table, written_at)
-        present = [name for name in data.column_names if table.column(name) is not None]
-        yield conform(table, data.select(present))
+    with data_source(part_dir) as source:
+        data_file = pq.ParquetFile(source, page_checksum_verification=True)
+        for batch in data_file.iter_batches(batch_size=batch_rows):
+            data = pa.Table.from_batches([batch])
+            if table.changes:
+                data = _through_changes(data, table, written_at)
+            present = [name for name in data.column_names if table.column(name) is not None]
+            yield conform(table, data.select(present))
 
 
 def _through_changes(data: pa.Table, table: TableDef, written_at: int) -> pa.Table:

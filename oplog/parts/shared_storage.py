@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import pyarrow.fs as pafs
 
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
-from oplog.parts.part_files import CHECKSUMS_FILE, check_file_name, checksums_text, parse_checksums
+from oplog.parts import part_files
 from oplog.parts.storage_url import StorageLocation, parse_storage_url
 
 CHUNK = 4 << 20
@@ -52,6 +53,19 @@ class StorageUnavailable(MongoError):
 class StoredPart:
     key: str
     checksums: dict[str, tuple[int, str]]
+
+
+_OPENED: dict[str, SharedStorage] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def for_url(url: str) -> SharedStorage:
+    """The storage at `url`, opened once per process (a zero-copy part's directory names it by URL)."""
+    with _OPENED_LOCK:
+        storage = _OPENED.get(url)
+        if storage is None:
+            storage = _OPENED[url] = SharedStorage.open(url)
+        return storage
 
 
 class SharedStorage:
@@ -79,16 +93,16 @@ class SharedStorage:
 
     def _path(self, key: str, file: str | None = None) -> str:
         path = f"{self._root}/{key}"
-        return path if file is None else f"{path}/{check_file_name(file)}"
+        return path if file is None else f"{path}/{part_files.check_file_name(file)}"
 
     # -- writing ----------------------------------------------------------------------------------
 
     def put_part(self, key: str, part_dir: str) -> StoredPart:
         """Copies the local part in `part_dir` to `key`, verifies the copy and publishes it. Refused
         (BadValue) if `key` holds a published part with other checksums."""
-        with open(os.path.join(part_dir, CHECKSUMS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(part_dir, part_files.CHECKSUMS_FILE), encoding="utf-8") as f:
             text = f.read()
-        checksums = parse_checksums(text)
+        checksums = part_files.parse_checksums(text)
         existing = self.published(key)
         if existing is not None:
             if existing.checksums != checksums:
@@ -101,7 +115,7 @@ class SharedStorage:
                 if self._digest(self._path(key, file)) != sums:
                     raise MongoError(2, f"parts storage {self.location.url}: {key}/{file} does not read back "
                                         "as written")
-            self._write_bytes(self._path(key, CHECKSUMS_FILE), text.encode())
+            self._write_bytes(self._path(key, part_files.CHECKSUMS_FILE), text.encode())
         except OSError as exc:
             raise StorageUnavailable(self.location, f"writing {key}", exc) from None
         return StoredPart(key, checksums)
@@ -139,7 +153,7 @@ class SharedStorage:
     def published(self, key: str) -> StoredPart | None:
         """The part published under `key` (its checksums), None when there is none."""
         try:
-            with self._fs.open_input_stream(self._path(key, CHECKSUMS_FILE)) as f:
+            with self._fs.open_input_stream(self._path(key, part_files.CHECKSUMS_FILE)) as f:
                 text = f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return None
@@ -147,7 +161,7 @@ class SharedStorage:
             if "NoSuchKey" in str(exc) or "does not exist" in str(exc):
                 return None
             raise StorageUnavailable(self.location, f"reading {key}", exc) from None
-        return StoredPart(key, parse_checksums(text))
+        return StoredPart(key, part_files.parse_checksums(text))
 
     def _digest(self, path: str) -> tuple[int, str]:
         digest, size = hashlib.sha256(), 0
@@ -157,6 +171,24 @@ class SharedStorage:
                 size += len(chunk)
         return size, digest.hexdigest()
 
+    def file_size(self, key: str, file: str) -> int:
+        """The size of one of the part's objects (FileNotFoundError when there is none)."""
+        info = self._fs.get_file_info(self._path(key, file))
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(f"{key}/{file}")
+        return int(info.size)
+
+    def verify_file(self, key: str, file: str, sums: tuple[int, str]) -> str | None:
+        """Why one of the part's objects is not the bytes `sums` names (None: it is)."""
+        try:
+            if self._digest(self._path(key, file)) != sums:
+                return f"{key}/{file} does not match its checksum"
+        except FileNotFoundError:
+            return f"{key}/{file} is missing"
+        except OSError as exc:
+            return f"{key}/{file} is not readable: {exc}"
+        return None
+
     def verify(self, key: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
         """Why the objects under `key` are not a whole, intact part (None: they are), checked against their
         `checksums.txt` and, given `recorded` (what the part log recorded), against that too."""
@@ -165,14 +197,12 @@ class SharedStorage:
             if stored is None:
                 return f"{key} is not published"
             for file, sums in (recorded or {}).items():
-                if file != CHECKSUMS_FILE and stored.checksums.get(file) != sums:
-                    return f"{key}: {CHECKSUMS_FILE} records other bytes for {file} than the part log"
+                if file != part_files.CHECKSUMS_FILE and stored.checksums.get(file) != sums:
+                    return f"{key}: {part_files.CHECKSUMS_FILE} records other bytes for {file} than the part log"
             for file, sums in stored.checksums.items():
-                try:
-                    if self._digest(self._path(key, file)) != sums:
-                        return f"{key}/{file} does not match its checksum"
-                except FileNotFoundError:
-                    return f"{key}/{file} is missing"
+                why = self.verify_file(key, file, sums)
+                if why is not None:
+                    return why
         except (OSError, ValueError, MongoError) as exc:
             return f"{key}: {exc}"
         return None
@@ -206,8 +236,8 @@ class SharedStorage:
                 if (written, sha.hexdigest()) != (size, digest):
                     raise MongoError(2, f"parts storage {self.location.url}: {key}/{file} does not match its "
                                         "checksum")
-            with open(os.path.join(target_dir, CHECKSUMS_FILE), "wb") as out:
-                out.write(checksums_text(stored.checksums).encode())
+            with open(os.path.join(target_dir, part_files.CHECKSUMS_FILE), "wb") as out:
+                out.write(part_files.checksums_text(stored.checksums).encode())
                 out.flush()
                 os.fsync(out.fileno())
         except OSError as exc:
@@ -232,7 +262,7 @@ class SharedStorage:
         path = self._path(key)
         try:
             try:
-                self._fs.delete_file(self._path(key, CHECKSUMS_FILE))
+                self._fs.delete_file(self._path(key, part_files.CHECKSUMS_FILE))
             except FileNotFoundError:
                 pass
             self._fs.delete_dir(path)

@@ -103,3 +103,43 @@ def test_an_unreachable_storage_says_so() -> None:
         url = server.url("no-such-bucket", "p")
     storage = SharedStorage.open(url)   # the server is gone
     assert "is not usable" in str(storage.probe())
+
+
+def _storage_url(storage: SharedStorage) -> str:
+    return storage.location.url
+
+
+def test_a_zero_copy_part_keeps_its_metadata_here_and_reads_like_a_local_one(storage: SharedStorage,
+                                                                           tmp_path: pathlib.Path) -> None:
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(2_000)))
+    local_rows = pf.read_part(part_dir, TABLE).column("n").to_pylist()
+    recorded = pf.read_checksums(part_dir)
+
+    pf.externalize(part_dir, _storage_url(storage), key)
+
+    assert sorted(os.listdir(part_dir)) == sorted([pf.COLUMNS_FILE, pf.CHECKSUMS_FILE, pf.STORAGE_FILE])
+    assert pf.shared_location(part_dir) == (_storage_url(storage), key)
+    assert pf.read_part(part_dir, TABLE).column("n").to_pylist() == local_rows
+    assert [n for batch in pf.iter_part(part_dir, TABLE, 300) for n in batch.column("n").to_pylist()] == local_rows
+    assert pf.verify_part(part_dir, recorded) is None and pf.check_sizes(part_dir) is None
+    signature = pf.part_signature(part_dir)
+    assert signature and pf.part_signature(part_dir) == signature
+    pf.externalize(part_dir, _storage_url(storage), key)   # again (a crash before the end): nothing changes
+    assert pf.verify_part(part_dir, recorded) is None
+
+
+def test_a_damaged_object_fails_the_check_and_the_read_never_answers(storage: SharedStorage,
+                                                                    tmp_path: pathlib.Path) -> None:
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(5_000)))
+    recorded = pf.read_checksums(part_dir)
+    original = pathlib.Path(part_dir, pf.DATA_FILE).read_bytes()
+    pf.externalize(part_dir, _storage_url(storage), key)
+    damaged = bytearray(original)
+    damaged[len(damaged) // 3] ^= 0xFF   # inside a data page
+    storage._write_bytes(storage._path(key, pf.DATA_FILE), bytes(damaged))
+
+    assert pf.verify_part(part_dir, recorded) == f"{key}/{pf.DATA_FILE} does not match its checksum"
+    with pytest.raises((OSError, pa.lib.ArrowException)):
+        pf.read_part(part_dir, TABLE)
+    storage._write_bytes(storage._path(key, pf.DATA_FILE), original[:100])   # cut short
+    assert pf.check_sizes(part_dir) == f"{pf.DATA_FILE} is not of its recorded size"
