@@ -30,6 +30,13 @@ class LogWriter:
     def __init__(self, last: OpTime) -> None:
         self.last = last
 
+    def mark(self) -> OpTime:
+        """Where the log stands, for `undo_to` when what was written after is rolled back (a savepoint)."""
+        return self.last
+
+    def undo_to(self, mark: OpTime) -> None:
+        self.last = mark
+
     def write(self, txn: StoreTxn, entry: Mapping[str, Any], *, term: int,
               now: datetime.datetime) -> dict[str, Any]:
         if not is_replicated(str(entry.get("ns", ""))):

@@ -131,10 +131,15 @@ def _run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResul
                     run_one: Callable[[int], None]) -> WriteResult:
     for i in range(count):
         sp = env.txn.savepoint()
+        # A statement rolled back to its savepoint takes back what it logged too: the log's position (the
+        # next optime, and the optime the write's reply and write concern wait for) stays the last kept.
+        mark, last_entry = env.log.mark(), env.last_entry
         try:
             run_one(i)
         except MongoError as err:
             env.txn.rollback_to(sp)
+            env.log.undo_to(mark)
+            env.last_entry = last_entry
             result.write_errors.append(error_doc(i, err))
             if ordered:
                 break

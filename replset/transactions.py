@@ -60,6 +60,12 @@ class _CollectingLog:
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
 
+    def mark(self) -> int:
+        return len(self.entries)
+
+    def undo_to(self, mark: int) -> None:
+        del self.entries[mark:]
+
     def write(self, txn: StoreTxn, entry: dict[str, Any], *, term: int, now: Any) -> dict[str, Any]:
         apply_entry(txn, entry, replay=False)
         self.entries.append(dict(entry))

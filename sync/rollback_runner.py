@@ -295,11 +295,17 @@ class RollbackRunner:
 
 
 def _insert(txn: StoreTxn, ns: str, doc: dict[str, Any]) -> None:
+    # In a savepoint: an insert that fails on a unique index has written the row (and an upsert may have
+    # taken an earlier index's keys) by then; all of it goes, not half.
+    sp = txn.savepoint()
     try:
         txn.insert(ns, doc, upsert=True)
     except MongoError as exc:
+        txn.rollback_to(sp)
         # A unique-index clash with a document the source's later entries change: applying them fixes it.
         log.warning("rollback: refetched document of %s not restored yet: %s", ns, exc)
+    else:
+        txn.release(sp)
 
 
 def load_rbid(node: SyncHost) -> int:
