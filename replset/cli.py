@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from base.clock import SYSTEM_CLOCK
+from base.errors import MongoError
 from base.member import MemberState
+from oplog.parts.storage_url import parse_storage_url
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
 from replset.tls import DISABLED, MODES, TlsConfigError, TlsSettings
@@ -49,6 +51,10 @@ def _node_parser(sub: Any) -> None:
                    help="this member's certificate and private key")
     p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM",
                    help="the CA that signs the members' (and clients') certificates")
+    p.add_argument("--partsStorage", dest="parts_storage", default=None, metavar="URL",
+                   help="shared storage for the part files of zeroCopy tables (docs/zero-copy.md): file:///dir (a "
+                        "directory every member reaches at that path) or s3://bucket/prefix?endpoint=http://host:"
+                        "port&region=r (credentials from the AWS environment variables); the same on every member")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
     p.add_argument("--logFormat", dest="log_format", default="text", choices=("text", "json"),
                    help="json: MongoDB-style structured lines (t, s, c, id, ctx, msg, attr)")
@@ -88,6 +94,8 @@ def _up_parser(sub: Any) -> None:
     p.add_argument("--tlsCertificateKeyFile", dest="tls_cert_key_file", default=None, metavar="PEM",
                    help="TLS (requireTLS) on every member with this certificate and key (give --tlsCAFile too)")
     p.add_argument("--tlsCAFile", dest="tls_ca_file", default=None, metavar="PEM")
+    p.add_argument("--partsStorage", dest="parts_storage", default=None, metavar="URL",
+                   help="every member's --partsStorage (the shared storage of zeroCopy tables' part files)")
 
 
 def _status_parser(sub: Any) -> None:
@@ -144,15 +152,30 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.bind_ip_all and args.bind_ip != "127.0.0.1":
         print("--bind_ip and --bind_ip_all are exclusive", file=sys.stderr)
         return 2
+    if not _storage_url_ok(args.parts_storage):
+        return 2
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath,
                          bind_ip="*" if args.bind_ip_all else args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
-                         auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls),
+                         auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls,
+                         parts_storage=args.parts_storage),
              WireLimits(max_conns=args.max_conns, max_idle=max(1, args.max_idle_conns),
                         stalled_message_timeout_s=args.stalled_message_timeout_s,
                         write_stall_timeout_s=args.write_stall_timeout_s))
     return 0
+
+
+def _storage_url_ok(url: str | None) -> bool:
+    """`--partsStorage` names a storage (or is not given); otherwise says why on stderr."""
+    if url is None:
+        return True
+    try:
+        parse_storage_url(url)
+    except MongoError as err:
+        print(err.errmsg, file=sys.stderr)
+        return False
+    return True
 
 
 MIN_RESTART_DELAY_S = 1.0
@@ -231,6 +254,8 @@ class _Supervisor:
                 cmd += ["--tlsMode", "requireTLS", "--tlsCertificateKeyFile", os.path.abspath(args.tls_cert_key_file)]
                 if args.tls_ca_file:
                     cmd += ["--tlsCAFile", os.path.abspath(args.tls_ca_file)]
+            if args.parts_storage:
+                cmd += ["--partsStorage", args.parts_storage]
             self.children.append(_Child(port, cmd, os.path.join(args.dir, f"{port}.log")))
 
     def start_all(self) -> None:
@@ -408,6 +433,8 @@ def _wait_ready(client: Any, wait: Callable[[Callable[[], Any], float, str], Any
 def cmd_up(args: argparse.Namespace) -> int:
     from pymongo.errors import OperationFailure
 
+    if not _storage_url_ok(args.parts_storage):
+        return 2
     os.makedirs(args.dir, exist_ok=True)
     if args.auth and not os.path.exists(keyfile_path(args.dir)):
         from replset.auth.keyfile import write_keyfile

@@ -45,6 +45,7 @@ from base.votes import LastVote
 from oplog.codec_options import DOC_OPTIONS
 from oplog.entry import noop_entry
 from oplog.log_writer import LogWriter
+from oplog.parts import shared_storage
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.writes import WriteEnv
 from replset.auth.http_auth import member_token
@@ -93,6 +94,7 @@ class NodeOptions:
     auth: bool = False  # clients must authenticate (implied by a keyfile)
     key_file: str | None = None  # members authenticate to each other as __system with its key
     tls: TlsSettings = field(default_factory=TlsSettings)
+    parts_storage: str | None = None  # the shared storage of zeroCopy tables' part files (a URL)
 
     @property
     def me(self) -> str:
@@ -176,6 +178,12 @@ class Node:
         # What the last run committed may still sit in the page cache only (it was killed, or a
         # w:1 write was not yet flushed): make it durable before calling it durable.
         await asyncio.to_thread(self.store.sync_wal)
+        if self.options.parts_storage is not None:
+            problem = await asyncio.to_thread(shared_storage.for_url(self.options.parts_storage).probe)
+            if problem is None:
+                log.info("parts storage %s: usable", self.options.parts_storage)
+            else:
+                log.warning("%s", problem)
         self.writer.start()
         self.ttl.start()
         self._recover_last_optime()

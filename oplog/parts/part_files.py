@@ -284,6 +284,33 @@ def externalize(part_dir: str, url: str, key: str) -> None:
     fsync_path(part_dir)
 
 
+def adopt_shared(table_dir: str, name: str, url: str, key: str, recorded: Mapping[str, tuple[int, str]],
+                 tmp_name: str) -> None:
+    """A zero-copy part's fetch: the part published under `key` in the storage at `url`, checked against
+    the checksums the part log `recorded` (every byte of its objects is read), becomes part `name` here
+    with its metadata only (written as `tmp_name`, then published). BadValue when the objects are not that
+    part, OSError when the storage did not answer."""
+    storage = shared_storage.for_url(url)
+    stored = storage.published(key)
+    if stored is None:
+        raise MongoError(2, f"{key} is not published in {url}")
+    if any(stored.checksums.get(file) != sums for file, sums in recorded.items() if file != CHECKSUMS_FILE):
+        raise MongoError(2, f"{key} in {url} holds other bytes than the part log recorded for {name}")
+    tmp = os.path.join(table_dir, check_part_dir_name(tmp_name))
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        storage.download(key, tmp, skip=(DATA_FILE,))
+        why = storage.verify_file(key, DATA_FILE, stored.checksums[DATA_FILE])
+        if why is not None:
+            raise MongoError(2, why)
+        _write_file(os.path.join(tmp, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+        fsync_path(tmp)
+        publish(table_dir, tmp_name, name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
     """Why the part directory is not a whole, intact part (None: it is): every file against its
     `checksums.txt` and, given `recorded` (what the part log recorded for the part), against that too."""

@@ -214,16 +214,19 @@ class SharedStorage:
         except OSError as exc:
             raise StorageUnavailable(self.location, f"opening {key}/{file}", exc) from None
 
-    def download(self, key: str, target_dir: str) -> dict[str, tuple[int, str]]:
-        """Copies a published part's files into the new directory `target_dir`, each checked against its
-        checksum as it is written (every file fsynced); returns the checksums. BadValue if a file does not
-        match (the objects are damaged), StorageUnavailable if the storage did not answer."""
+    def download(self, key: str, target_dir: str, *, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, str]]:
+        """Copies a published part's files (but `skip`) into the new directory `target_dir`, each checked
+        against its checksum as it is written (every file fsynced), and its `checksums.txt`; returns the
+        checksums. BadValue if a file does not match (the objects are damaged), StorageUnavailable if the
+        storage did not answer."""
         stored = self.published(key)
         if stored is None:
             raise MongoError(2, f"parts storage {self.location.url}: {key} is not published")
         os.makedirs(target_dir)
         try:
             for file, (size, digest) in stored.checksums.items():
+                if file in skip:
+                    continue
                 sha, written = hashlib.sha256(), 0
                 with self._fs.open_input_stream(self._path(key, file)) as src, \
                         open(os.path.join(target_dir, file), "wb") as out:

@@ -5,11 +5,9 @@ of a part there.
     s3://bucket/prefix?endpoint=http://host:port&region=r  any S3-compatible store; credentials from the
                                                         usual AWS environment variables
 
-A part's objects live under a key that is its identity: the table's uuid, the part's name and a checksum
-of its content (the SHA-256 of its `checksums.txt`, which lists every other file's SHA-256). Two members
-that write the same part write the same bytes under the same key; a part rewritten with other bytes (a
-merge whose result differs, a mutation) gets another key, so no object is ever overwritten with other
-content.
+A part's objects live under a key that is its identity: the table's uuid, its partition and a checksum of
+its content (of its files' names, sizes and SHA-256s). Two members that write the same part write the same
+bytes under the same key; other bytes get another key, so no object is ever overwritten with other content.
 
 Pure: parsing and naming only (the objects themselves: `oplog.parts.shared_storage`).
 """
@@ -20,6 +18,7 @@ __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layerin
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -87,17 +86,20 @@ def parse_storage_url(url: str) -> StorageLocation:
     raise MongoError(BAD_VALUE, f"partsStorage {url!r}: the scheme is file:// or s3://")
 
 
-def content_checksum(checksums_text: str) -> str:
-    """A part's content, in 16 hex digits: the SHA-256 of its `checksums.txt`."""
-    return hashlib.sha256(checksums_text.encode()).hexdigest()[:16]
+def content_checksum(checksums: Mapping[str, tuple[int, str]]) -> str:
+    """A part's content in 32 hex digits: the SHA-256 of its files' names, sizes and SHA-256s."""
+    text = "".join(f"{name}\t{size}\t{digest}\n" for name, (size, digest) in sorted(checksums.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def part_key(table_uuid: str, part: str, checksum: str) -> str:
-    """Where a part's objects are, relative to the storage's root: `<table uuid>/<part>_<content>`."""
+def part_key(table_uuid: str, partition_id: str, checksums: Mapping[str, tuple[int, str]]) -> str:
+    """Where a part's objects are, relative to the storage's root: `<table uuid>/<partition>_<content>`. A
+    part's name is not in it: an insert's part is named at its commit, and its bytes must be stored before
+    that; parts of a partition with the same bytes share their objects."""
     if not _UUID.match(table_uuid):
         raise MongoError(BAD_VALUE, f"not a table uuid: {table_uuid!r}")
-    if not _PART_NAME.match(part) or part.startswith("."):
-        raise MongoError(BAD_VALUE, f"not a part name: {part!r}")
-    if not re.fullmatch(r"[0-9a-f]{16}", checksum):
-        raise MongoError(BAD_VALUE, f"not a content checksum: {checksum!r}")
-    return f"{table_uuid}/{part}_{checksum}"
+    if not _PART_NAME.match(partition_id) or partition_id.startswith("."):
+        raise MongoError(BAD_VALUE, f"not a partition id: {partition_id!r}")
+    if not checksums:
+        raise MongoError(BAD_VALUE, "a part without files has no key")
+    return f"{table_uuid}/{partition_id}_{content_checksum(checksums)}"

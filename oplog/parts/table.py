@@ -94,6 +94,7 @@ class TableSettings:
     quorum_lost_after_ms: int = 30000           # a pending quorum's part no live member holds this long: failed
     cleanup_delay_period_secs: int = 30         # how often the primary looks for part-log entries to remove
     staged_parts_timeout_secs: int = 3600       # a job's staged blocks, uncommitted this long after its last: removed
+    zero_copy: bool = False                     # part files once in the set's shared storage (docs/zero-copy.md)
 
     NAMES = {"oldPartsLifetimeSecs": "old_parts_lifetime_secs", "partsToDelayInsert": "parts_to_delay_insert",
              "partsToThrowInsert": "parts_to_throw_insert", "maxDelayToInsertMS": "max_delay_to_insert_ms",
@@ -102,9 +103,10 @@ class TableSettings:
              "mergeSelectingSleepMS": "merge_selecting_sleep_ms",
              "fetchProgressTimeoutMS": "fetch_progress_timeout_ms", "quorumLostAfterMS": "quorum_lost_after_ms",
              "cleanupDelayPeriodSecs": "cleanup_delay_period_secs",
-             "stagedPartsTimeoutSecs": "staged_parts_timeout_secs"}
+             "stagedPartsTimeoutSecs": "staged_parts_timeout_secs", "zeroCopy": "zero_copy"}
+    FLAGS = frozenset({"zero_copy"})   # true or false; the others are non-negative integers
 
-    def to_document(self) -> dict[str, int]:
+    def to_document(self) -> dict[str, int | bool]:
         return {doc_name: getattr(self, attr) for doc_name, attr in self.NAMES.items()}
 
     @classmethod
@@ -118,6 +120,11 @@ class TableSettings:
             attr = cls.NAMES.get(key)
             if attr is None:
                 raise _bad(f"unknown table setting {key!r}; known: {', '.join(cls.NAMES)}")
+            if attr in cls.FLAGS:
+                if not isinstance(value, bool):
+                    raise _bad(f"table setting {key!r} must be true or false, not {value!r}")
+                values[attr] = value
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
                 raise _bad(f"table setting {key!r} must be a non-negative integer, not {value!r}")
             values[attr] = int(value)
@@ -136,6 +143,8 @@ class TableDef:
     # Renames and drops so far, as (kind, column, new name, metadata version): a part written before one
     # reads through it (`oplog.parts.part_files.read_part`).
     changes: tuple[tuple[str, str, str, int], ...] = ()
+    # Given at creation, never reused: a dropped table's and a new one's shared objects never share a key.
+    uuid: str = ""
 
     @property
     def ns(self) -> str:
@@ -149,14 +158,14 @@ class TableDef:
                                                for c in self.columns],
                 "partitionBy": self.partition.expression, "orderBy": list(self.order_by),
                 "metadataVersion": self.metadata_version, "settings": self.settings.to_document(),
-                "changes": [list(c) for c in self.changes]}
+                "changes": [list(c) for c in self.changes], **({"uuid": self.uuid} if self.uuid else {})}
 
     @classmethod
     def from_document(cls, db: str, doc: Mapping[str, Any]) -> TableDef:
         table = parse_table_def(db, str(doc["_id"]), doc)
         changes = tuple((str(k), str(c), str(n), int(v)) for k, c, n, v in doc.get("changes", []))
         return TableDef(table.db, table.name, table.columns, table.partition, table.order_by,
-                        int(doc.get("metadataVersion", 0)), table.settings, changes)
+                        int(doc.get("metadataVersion", 0)), table.settings, changes, str(doc.get("uuid", "")))
 
 
 def alter_table(table: TableDef, spec: Mapping[str, Any]) -> TableDef:
@@ -196,7 +205,7 @@ def alter_table(table: TableDef, spec: Mapping[str, Any]) -> TableDef:
             columns = [Column(new, c.type, c.default) if c.name == old else c for c in columns]
             changes.append(("rename", old, new, version))
     return TableDef(table.db, table.name, tuple(columns), table.partition, table.order_by, version,
-                    table.settings, tuple(changes))
+                    table.settings, tuple(changes), table.uuid)
 
 
 def _bad(message: str, code: int = BAD_VALUE) -> MongoError:

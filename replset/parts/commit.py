@@ -383,7 +383,7 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
     table = load_table(node.store.reader, db, name)
     check_live_quorum(node, quorum)   # before a block is written
     directory = table_dir(node.options.dbpath, table.ns)
-    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token)
+    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, dedup_token, node.options.parts_storage)
     was_primary = node.is_primary
     deadline: float | None = None
     try:

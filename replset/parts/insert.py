@@ -50,6 +50,7 @@ from oplog.entry import insert_entry, update_entry
 from oplog.parts import part_files
 from oplog.parts.blocks import RememberedBlock, block_id_of_rows, block_id_of_token, in_window
 from oplog.parts.part_info import inserted_part
+from oplog.parts.storage_url import part_key
 from oplog.parts.table import TableDef
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.names import state_ns, tables_ns
@@ -107,8 +108,14 @@ class Block:
             raise MongoError(BAD_VALUE, f"_partsCommit: malformed block {exc}") from None
 
 
-def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token: str | None) -> list[Block]:
-    """Conforms, splits and sorts the rows and writes each partition's block as a temporary part."""
+def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token: str | None,
+                   storage_url: str | None = None) -> list[Block]:
+    """Conforms, splits and sorts the rows and writes each partition's block as a temporary part (of a
+    zero-copy table: its files published in the shared storage at `storage_url` first, before any commit
+    can name the part, and the temporary part names them there)."""
+    if table.settings.zero_copy and storage_url is None:
+        raise MongoError(BAD_VALUE, f"{table.ns} keeps its parts in shared storage (zeroCopy), and this member "
+                                    "has none: start it with --partsStorage")
     rows = part_files.conform(table, data)
     blocks = []
     for index, (pid, block_rows) in enumerate(part_files.split_by_partition(table, rows).items()):
@@ -118,6 +125,10 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
             block_id = block_id_of_rows(pid, part_files.rows_bytes(block_rows))
         tmp_name = f"{part_files.TMP_INSERT}{block_id}_{os.getpid()}_{next(_temp_names)}"
         files = part_files.write_temp_part(directory, tmp_name, block_rows, table)
+        if table.settings.zero_copy:
+            assert storage_url is not None
+            part_files.externalize(os.path.join(directory, tmp_name), storage_url,
+                                   part_key(table.uuid, pid, files.checksums))
         blocks.append(Block(pid, block_id, tmp_name, files, metadata_version=table.metadata_version))
     return blocks
 

@@ -285,7 +285,8 @@ async def stage_rows(node: Node, db: str, name: str, data: pa.Table, *, write_id
                                                    "a secondary")
     table = load_table(node.store.reader, db, name)
     directory = table_dir(node.options.dbpath, table.ns)
-    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, f"{write_id}:{stage_key}")
+    blocks = await asyncio.to_thread(prepare_blocks, directory, table, data, f"{write_id}:{stage_key}",
+                                     node.options.parts_storage)
     me = node.options.me
     http = node.options.http_address
     cmd = {"_partsStage": name, "writeId": write_id, "source": me, "blocks": [b.to_wire() for b in blocks]}

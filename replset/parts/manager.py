@@ -59,6 +59,7 @@ from oplog.parts.jobs import STAGED_PREFIX
 from oplog.parts.mutations import Mutation, parts_to_do
 from oplog.parts.part_info import PartInfo, PartsIntersect
 from oplog.parts.queue import EntryType, QueueEntry, ReplicationQueue
+from oplog.parts.storage_url import part_key
 from oplog.parts.table import TableDef
 from oplog.parts.table_replica import (
     BROKEN,
@@ -847,6 +848,14 @@ class PartsManager:
                                            self.report_damage, clock=self.clock)
             if here is not None:
                 return here
+            if rt.table.settings.zero_copy:   # every member makes the same bytes: one object, put once
+                url = self.node.options.parts_storage
+                if url is None:
+                    log.warning("%s keeps its parts in shared storage (zeroCopy), and this member has none "
+                                "(--partsStorage): fetching %s whole from a member instead", rt.table.ns, name)
+                    return None
+                key = part_key(rt.table.uuid, entry.new_part.partition_id, files.checksums)
+                await asyncio.to_thread(part_files.externalize, os.path.join(rt.directory, tmp), url, key)
             await asyncio.to_thread(part_files.publish, rt.directory, tmp, name)
             return files.checksums
         finally:
@@ -864,6 +873,9 @@ class PartsManager:
                                        clock=self.clock)
         if here is not None:
             return part, here
+        if await self._adopt_shared(rt, part, checksums, http):
+            rt.fetched(entry.new_part.name)
+            return part, checksums
         try:
             # `peerRoutes` (tests) covers part fetches too: a fault proxy in front of a member's HTTP port.
             await fetch_part(self._session, node.failpoints.peer_route(http), rt.table.ns, part.name,
@@ -879,6 +891,25 @@ class PartsManager:
         rt.fetched(entry.new_part.name)
         node.metrics.part_fetch_bytes.inc(sum(size for size, _digest in checksums.values()))
         return part, checksums
+
+    async def _adopt_shared(self, rt: TableReplica, part: PartInfo, checksums: Checksums, http: str) -> bool:
+        """A zero-copy table's fetch: the part's metadata from the shared storage, its objects checked there
+        (`part_files.adopt_shared`). False (the caller fetches it from `http`, whole) when the table is not
+        zero-copy, this member has no storage, or the storage failed: why is logged, and shown by
+        `partsReplicationQueue` if the fetch from the member fails too."""
+        url = self.node.options.parts_storage
+        if not rt.table.settings.zero_copy or url is None:
+            return False
+        tmp = f"{part_files.TMP_FETCH}{part.name}_{os.getpid()}_{next(_merge_names)}"
+        try:
+            key = part_key(rt.table.uuid, part.partition_id, checksums)
+            await asyncio.to_thread(part_files.adopt_shared, rt.directory, part.name, url, key, checksums, tmp)
+        except (MongoError, OSError) as exc:
+            why = exc.errmsg if isinstance(exc, MongoError) else str(exc)
+            log.warning("%s of %s from the shared storage failed (%s): fetching it whole from %s", part.name,
+                        rt.table.ns, why, http)
+            return False
+        return True
 
     def insert_delay(self, ns: str, partitions: list[str]) -> float:
         """ClickHouse's insert backpressure: seconds to wait before committing into these partitions (0 when

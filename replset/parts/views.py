@@ -90,15 +90,21 @@ def _status_rows(rt: TableReplica, table: TableDef) -> list[dict[str, Any]]:
 
 def _part_rows(directory: str, name: str) -> int | None:
     """The rows of the part copy `directory/name`: a stat of its data file, and its footer read once."""
-    path = os.path.join(directory, name, part_files.DATA_FILE)
+    part_dir = os.path.join(directory, name)
+    path = os.path.join(part_dir, part_files.DATA_FILE)
     try:
-        stat = os.stat(path)
+        shared = not os.path.exists(path)   # a zero-copy part: its objects never change
+        stat = os.stat(os.path.join(part_dir, part_files.STORAGE_FILE) if shared else path)
         identity = (stat.st_ino, stat.st_mtime_ns)
         known = _ROWS.get(path)
         if known is not None and known[0] == identity:
             return known[1]
-        rows = pq.read_metadata(path).num_rows
-    except (OSError, pq.lib.ArrowException):   # not here (a part being removed): no count
+        if shared:
+            with part_files.data_source(part_dir) as source:
+                rows = pq.read_metadata(source).num_rows
+        else:
+            rows = pq.read_metadata(path).num_rows
+    except (OSError, MongoError, pq.lib.ArrowException):   # not here (a part being removed): no count
         return None
     _ROWS[path] = (identity, rows)
     return rows

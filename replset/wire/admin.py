@@ -205,7 +205,8 @@ async def cmd_get_cmd_line_opts(ctx: CommandContext) -> dict[str, Any]:
         security["keyFile"] = opts.key_file
     return {"argv": ["replset", "node"], "parsed": {"net": net, **({"security": security} if security else {}),
             "replication": {"replSet": opts.repl_set, "oplogSizeMB": opts.oplog_size_mb},
-            "storage": {"dbPath": opts.dbpath}}, "ok": 1.0}
+            "storage": {"dbPath": opts.dbpath, **({"partsStorage": opts.parts_storage} if opts.parts_storage else {})}},
+            "ok": 1.0}
 
 
 @command("endSessions", "killSessions", "refreshSessions", "startSession", "killAllSessions")

@@ -49,6 +49,8 @@ them but cannot write them (`system_namespaces`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +96,10 @@ def _majority_by_default(ctx: CommandContext) -> None:
 @command("createPartsTable", kind="write")
 async def cmd_create_parts_table(ctx: CommandContext) -> dict[str, Any]:
     name = ctx.cmd["createPartsTable"]
-    table = parse_table_def(ctx.db, name, ctx.cmd)
+    table = dataclasses.replace(parse_table_def(ctx.db, name, ctx.cmd), uuid=str(uuid.uuid4()))
+    if table.settings.zero_copy and ctx.node.options.parts_storage is None:
+        raise MongoError(BAD_VALUE, f"parts table {table.ns}: zeroCopy keeps part files in the set's shared "
+                                    "storage, and this member has none (start every member with --partsStorage)")
     ns = tables_ns(ctx.db)
     _majority_by_default(ctx)
 

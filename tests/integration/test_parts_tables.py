@@ -53,6 +53,9 @@ def test_a_parts_table_is_created_on_every_member_and_dropped(rs: ReplicaSet) ->
     ({"columns": []}, 9),
     ({"columns": "a"}, 14),
     ({"columns": [{"name": "a", "type": "int64"}], "nope": 1}, 40415),
+    ({"columns": [{"name": "a", "type": "int64"}], "settings": {"zeroCopy": 1}}, 2),
+    # Zero-copy keeps part files in the set's shared storage: these members were started without one.
+    ({"columns": [{"name": "a", "type": "int64"}], "settings": {"zeroCopy": True}}, 2),
 ])
 def test_bad_definitions_get_mongodb_codes(rs: ReplicaSet, spec: dict[str, Any], code: int) -> None:
     assert _code(lambda: rs.client().analytics.command({"createPartsTable": "bad", **spec})) == code

@@ -15,7 +15,7 @@ import pytest
 from base.errors import MongoError
 from oplog.parts import part_files as pf
 from oplog.parts.shared_storage import SharedStorage
-from oplog.parts.storage_url import content_checksum, part_key
+from oplog.parts.storage_url import part_key
 from oplog.parts.table import parse_table_def
 from tests.support.s3_server import create_bucket, s3_server
 
@@ -27,10 +27,8 @@ UUID = "0f8fad5b-d9cb-469f-a165-70867728950e"
 def _part(directory: pathlib.Path, name: str, values: list[int]) -> tuple[str, str]:
     data = pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1)] * len(values), pa.timestamp("ms")),
                      "n": pa.array(values, pa.int64())})
-    pf.write_part(str(directory), name, pf.conform(TABLE, data), TABLE)
-    part_dir = str(directory / name)
-    with open(os.path.join(part_dir, pf.CHECKSUMS_FILE), encoding="utf-8") as f:
-        return part_dir, part_key(UUID, name, content_checksum(f.read()))
+    files = pf.write_part(str(directory), name, pf.conform(TABLE, data), TABLE)
+    return str(directory / name), part_key(UUID, "all", files.checksums)
 
 
 @pytest.fixture(params=["file", "s3"])

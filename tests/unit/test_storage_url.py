@@ -43,12 +43,12 @@ def test_anything_else_is_bad_value_saying_why(bad: str) -> None:
     assert err.value.code == 2 and "partsStorage" in err.value.errmsg
 
 
-def test_a_part_key_is_the_table_the_part_and_its_content() -> None:
-    text_a = "checksums format version: 1\ndata.parquet\t10\taa\n"
-    text_b = "checksums format version: 1\ndata.parquet\t10\tab\n"
-    a, b = content_checksum(text_a), content_checksum(text_b)
-    assert a != b and len(a) == 16 and a == content_checksum(text_a)
-    assert part_key(UUID, "202401_1_1_0", a) == f"{UUID}/202401_1_1_0_{a}"
-    for table, part, checksum in ((UUID, "../x", a), (UUID, "a/b", a), ("not-a-uuid", "p", a), (UUID, "p", "zz")):
+def test_a_part_key_is_the_table_the_partition_and_the_content() -> None:
+    a = {"data.parquet": (10, "aa"), "columns.txt": (5, "cc")}
+    b = {"data.parquet": (10, "ab"), "columns.txt": (5, "cc")}
+    assert content_checksum(a) != content_checksum(b) and len(content_checksum(a)) == 32
+    assert content_checksum(dict(reversed(list(a.items())))) == content_checksum(a)   # order does not matter
+    assert part_key(UUID, "202401", a) == f"{UUID}/202401_{content_checksum(a)}"
+    for table, partition, checksums in ((UUID, "../x", a), (UUID, "a/b", a), ("not-a-uuid", "p", a), (UUID, "p", {})):
         with pytest.raises(MongoError):
-            part_key(table, part, checksum)
+            part_key(table, partition, checksums)

@@ -1,0 +1,99 @@
+"""Zero-copy parts tables on a real set whose members share a directory as their parts storage
+(`--partsStorage file://...`): each part's data file is there once, the members keep metadata only, every
+member answers every row, and a damaged object is never served (docs/zero-copy.md)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from oplog.parts import part_files as pf
+from tests.support.members import Member, wait_for
+from tests.support.parts import part_dirs, select
+from tests.support.replica_set import ReplicaSet, make_replica_set
+
+EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
+                      {"name": "n", "type": "int64", "default": 0}],
+          "partitionBy": "toYYYYMM(ts)", "orderBy": ["user", "ts"],
+          "settings": {"zeroCopy": True, "mergeSelectingSleepMS": 200}}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("shared")
+
+
+@pytest.fixture(scope="module")
+def zrs(tmp_path_factory: pytest.TempPathFactory, shared: pathlib.Path) -> Iterator[ReplicaSet]:
+    s = make_replica_set(str(tmp_path_factory.mktemp("zrs")), 3, extra_args=("--partsStorage", f"file://{shared}"))
+    try:
+        s.start()
+        s.initiate()
+        yield s
+    finally:
+        s.stop()
+
+
+def _rows(block: int, n: int = 50) -> list[dict[str, Any]]:
+    return [{"ts": datetime.datetime(2024, 1 + block % 3, 1 + i % 28), "user": f"u{i % 5}", "n": block * 1000 + i}
+            for i in range(n)]
+
+
+def _files_named(root: str, name: str) -> list[str]:
+    return [os.path.join(d, name) for d, _dirs, files in os.walk(root) if name in files]
+
+
+def _pointers(member: Member, ns: str) -> dict[str, str]:
+    """part -> the key its directory names in the storage."""
+    table_dir = os.path.join(member.dbpath, "parts", ns)
+    out = {}
+    for part in part_dirs(member, ns):
+        location = pf.shared_location(os.path.join(table_dir, part))
+        assert location is not None, f"{part} on {member.host} is not a zero-copy part"
+        out[part] = location[1]
+    return out
+
+
+def test_every_part_is_once_in_the_storage_and_every_member_answers_every_row(zrs: ReplicaSet,
+                                                                              shared: pathlib.Path) -> None:
+    db = zrs.client().zc
+    db.command({"createPartsTable": "events", **EVENTS})
+    primary = zrs.wait_primary()
+    for block in range(20):   # on every member in turn: the inserting member publishes the objects
+        member = zrs.members[block % 3]
+        zrs.direct(member).zc.command({"insertBlock": "events", "rows": _rows(block)})
+    expected = sorted(block * 1000 + i for block in range(20) for i in range(50))
+    for member in zrs.members:
+        wait_for(lambda m=member: sorted(r["n"] for r in select(zrs, m, "zc", columns=["n"])) == expected, 60,
+                 f"every row on {member.host}")
+    wait_for(lambda: len({tuple(sorted(part_dirs(m, "zc.events"))) for m in zrs.members}) == 1, 60,
+             "the same active parts on every member")
+    for member in zrs.members:   # the members keep metadata only
+        assert _files_named(member.dbpath, pf.DATA_FILE) == []
+    pointers = [_pointers(m, "zc.events") for m in zrs.members]
+    assert pointers[0] == pointers[1] == pointers[2]   # one object set per part, shared
+    for key in set(pointers[0].values()):
+        assert os.path.isfile(shared / key / pf.DATA_FILE) and os.path.isfile(shared / key / pf.CHECKSUMS_FILE)
+    assert primary.host in {m.host for m in zrs.members}
+
+
+def test_a_damaged_object_fails_the_read_and_is_never_served(zrs: ReplicaSet, shared: pathlib.Path) -> None:
+    db = zrs.client().zd
+    db.command({"createPartsTable": "events", **{**EVENTS, "settings": {"zeroCopy": True}}})
+    db.command({"insertBlock": "events", "rows": [{"ts": datetime.datetime(2024, 1, 1 + i % 28), "user": "u",
+                                                    "n": i} for i in range(5_000)]})
+    member = zrs.members[0]
+    wait_for(lambda: len(select(zrs, member, "zd", columns=["n"])) == 5_000, 30, "the rows")
+    [key] = set(_pointers(member, "zd.events").values())
+    data = shared / key / pf.DATA_FILE
+    damaged = bytearray(data.read_bytes())
+    damaged[len(damaged) // 3] ^= 0xFF
+    data.write_bytes(bytes(damaged))
+    with pytest.raises(OperationFailure):
+        select(zrs, member, "zd", columns=["n"])
