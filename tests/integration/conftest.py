@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from tests.support.members import Member
-from tests.support.replica_set import ReplicaSet, make_replica_set
+from tests.support.replica_set import ReplicaSet, running_set
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +41,13 @@ def start_member(tmp_path: Any) -> Iterator[Callable[..., Member]]:
             m.stop()
 
 
-def _running_set(base_dir: str) -> Iterator[ReplicaSet]:
-    s = make_replica_set(base_dir, 3)
-    try:
-        s.start()
-        s.initiate()
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.fixture(scope="module")
 def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
     """An initiated three-member set (test fail points enabled), shared by a test module."""
-    yield from _running_set(str(tmp_path_factory.mktemp("rs3")))
+    yield from running_set(str(tmp_path_factory.mktemp("rs3")))
 
 
 @pytest.fixture()
 def rs3(tmp_path: Any) -> Iterator[ReplicaSet]:
     """An initiated three-member set of the test's own (it may kill or partition members)."""
-    yield from _running_set(str(tmp_path))
+    yield from running_set(str(tmp_path))

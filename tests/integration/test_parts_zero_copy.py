@@ -16,7 +16,7 @@ from pymongo.errors import OperationFailure
 from oplog.parts import part_files as pf
 from tests.support.members import Member, wait_for
 from tests.support.parts import part_dirs, select
-from tests.support.replica_set import ReplicaSet, make_replica_set
+from tests.support.replica_set import ReplicaSet, running_set
 
 EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
                       {"name": "n", "type": "int64", "default": 0}],
@@ -31,13 +31,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def zrs(tmp_path_factory: pytest.TempPathFactory, shared: pathlib.Path) -> Iterator[ReplicaSet]:
-    s = make_replica_set(str(tmp_path_factory.mktemp("zrs")), 3, extra_args=("--partsStorage", f"file://{shared}"))
-    try:
-        s.start()
-        s.initiate()
-        yield s
-    finally:
-        s.stop()
+    yield from running_set(str(tmp_path_factory.mktemp("zrs")), ("--partsStorage", f"file://{shared}"))
 
 
 def _rows(block: int, n: int = 50) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,3 +150,14 @@ def make_replica_set(base_dir: str, n: int, *, test_commands: bool = True,
                      extra_args: tuple[str, ...] = ()) -> ReplicaSet:
     extra = (["--enableTestCommands"] if test_commands else []) + list(extra_args)
     return ReplicaSet([Member(dbpath=os.path.join(base_dir, f"m{i}"), extra_args=list(extra)) for i in range(n)])
+
+
+def running_set(base_dir: str, extra_args: tuple[str, ...] = ()) -> Iterator[ReplicaSet]:
+    """An initiated three-member set for as long as the generator runs (a fixture's body)."""
+    s = make_replica_set(base_dir, 3, extra_args=extra_args)
+    try:
+        s.start()
+        s.initiate()
+        yield s
+    finally:
+        s.stop()
