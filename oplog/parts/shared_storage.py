@@ -258,6 +258,28 @@ class SharedStorage:
         return sorted(f"{table_uuid}/{info.base_name}" for info in infos
                       if info.type == pafs.FileType.Directory and not info.base_name.startswith("."))
 
+    def stored_keys(self, table_uuid: str) -> dict[str, int]:
+        """Every key held for a table (published or not: a write that stopped half way too) -> when its newest
+        object was written (Unix ms)."""
+        base = f"{self._root}/{table_uuid}"
+        selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+        try:
+            infos = self._fs.get_file_info(selector)
+        except OSError as exc:
+            raise StorageUnavailable(self.location, f"listing {table_uuid}", exc) from None
+        keys: dict[str, int] = {}
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            relative = info.path[len(base):].lstrip("/")
+            name = relative.split("/", 1)[0]
+            if "/" not in relative or name.startswith("."):
+                continue
+            key = f"{table_uuid}/{name}"
+            written = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
+            keys[key] = max(keys.get(key, 0), written)
+        return keys
+
     # -- deleting ---------------------------------------------------------------------------------
 
     def delete(self, key: str) -> None:

@@ -95,6 +95,7 @@ class TableSettings:
     cleanup_delay_period_secs: int = 30         # how often the primary looks for part-log entries to remove
     staged_parts_timeout_secs: int = 3600       # a job's staged blocks, uncommitted this long after its last: removed
     zero_copy: bool = False                     # part files once in the set's shared storage (docs/zero-copy.md)
+    zero_copy_grace_secs: int = 600             # ... and an object nothing marks stays this long after its write
 
     NAMES = {"oldPartsLifetimeSecs": "old_parts_lifetime_secs", "partsToDelayInsert": "parts_to_delay_insert",
              "partsToThrowInsert": "parts_to_throw_insert", "maxDelayToInsertMS": "max_delay_to_insert_ms",
@@ -103,7 +104,8 @@ class TableSettings:
              "mergeSelectingSleepMS": "merge_selecting_sleep_ms",
              "fetchProgressTimeoutMS": "fetch_progress_timeout_ms", "quorumLostAfterMS": "quorum_lost_after_ms",
              "cleanupDelayPeriodSecs": "cleanup_delay_period_secs",
-             "stagedPartsTimeoutSecs": "staged_parts_timeout_secs", "zeroCopy": "zero_copy"}
+             "stagedPartsTimeoutSecs": "staged_parts_timeout_secs", "zeroCopy": "zero_copy",
+             "zeroCopyGraceSecs": "zero_copy_grace_secs"}
     FLAGS = frozenset({"zero_copy"})   # true or false; the others are non-negative integers
 
     def to_document(self) -> dict[str, int | bool]:

@@ -34,6 +34,9 @@ manager's loop:
   quorum failed. Either way the log document that produced the part (an
   inserted part's dedup key) goes, so a retry of that insert is not swallowed.
 
+* **Shared objects.** Every `cleanupDelayPeriodSecs`, the objects of a zero-copy
+  table that nothing marks are deleted from the shared storage
+  (`replset.parts.shared_gc`; only the primary deletes).
 * **Old log entries.** Every `cleanupDelayPeriodSecs`, the log documents that
   no queue needs any more (`oplog.parts.replica_rules.log_entry_obsolete`: a
   part merged or rewritten into one every live member holds, out of the dedup
@@ -74,6 +77,7 @@ from replset.parts.registry import (
     register_holders,
     settle_quorum,
 )
+from replset.parts.shared_gc import SharedCollector
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -108,6 +112,7 @@ class Leader:
         self._task: asyncio.Task[None] | None = None
         self._next_lost_check = 0.0
         self._settle_quorums = False   # look at every pending quorum once (a new primary, a rebuild)
+        self.collector = SharedCollector(node, self.clock)   # zero-copy tables' objects nothing marks
 
     def rebind(self, tables: dict[str, TableReplica]) -> None:
         self.tables = tables
@@ -144,6 +149,7 @@ class Leader:
         """Starts the next transaction, if one is due and none is running; `on_done()` when it ends."""
         if not self.node.is_primary:
             self.pending.clear()
+            self.collector.forget()
             return
         if self._task is not None:
             return
@@ -195,6 +201,10 @@ class Leader:
         old = self._old_log_entries()
         if old:
             self._start(self._clear_old_log(*old), on_done)
+            return
+        shared = self.collector.due(self.tables)
+        if shared is not None:
+            self._start(self.collector.collect(shared), on_done)
 
     def _start(self, work: Any, on_done: Any) -> None:
         async def run() -> None:

@@ -91,3 +91,33 @@ def test_a_damaged_object_fails_the_read_and_is_never_served(zrs: ReplicaSet, sh
     data.write_bytes(bytes(damaged))
     with pytest.raises(OperationFailure):
         select(zrs, member, "zd", columns=["n"])
+
+
+def _keys(shared: pathlib.Path, uuid: str) -> set[str]:
+    table = shared / uuid
+    return {name for name in os.listdir(table) if not name.startswith(".")} if table.is_dir() else set()
+
+
+def test_objects_nothing_marks_go_merged_away_and_dropped_ones_alike(zrs: ReplicaSet, shared: pathlib.Path) -> None:
+    db = zrs.client().zg
+    db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+        "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1,
+        "mergeSelectingSleepMS": 100}}})
+    uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
+    for block in range(6):   # two partitions, six blocks each: merges leave fewer parts
+        db.command({"insertBlock": "events", "rows": _rows(block * 3, 20)})
+        db.command({"insertBlock": "events", "rows": _rows(block * 3 + 1, 20)})
+
+    def settled() -> bool:
+        parts = [part_dirs(m, "zg.events") for m in zrs.members]
+        keys = {key.split("/", 1)[1] for key in _pointers(zrs.members[0], "zg.events").values()}
+        return parts[0] == parts[1] == parts[2] and len(parts[0]) < 12 and _keys(shared, uuid) == keys
+
+    wait_for(settled, 60, "merged, and only the active parts' objects in the storage")
+    assert len(select(zrs, zrs.members[1], "zg", columns=["n"])) == 12 * 20
+    db.command({"dropPartition": "events", "partition": "202401"})
+    wait_for(lambda: not any(k.startswith("202401_") for k in _keys(shared, uuid)), 60,
+             "the dropped partition's objects gone from the storage")
+    assert any(k.startswith("202402_") for k in _keys(shared, uuid))
+    assert sorted(r["n"] for r in select(zrs, zrs.members[2], "zg", columns=["n"])) == sorted(
+        block * 1000 + i for block in (1, 4, 7, 10, 13, 16) for i in range(20))

@@ -141,3 +141,19 @@ def test_a_damaged_object_fails_the_check_and_the_read_never_answers(storage: Sh
         pf.read_part(part_dir, TABLE)
     storage._write_bytes(storage._path(key, pf.DATA_FILE), original[:100])   # cut short
     assert pf.check_sizes(part_dir) == f"{pf.DATA_FILE} is not of its recorded size"
+
+
+def test_the_keys_of_a_table_are_listed_with_when_they_were_written(storage: SharedStorage,
+                                                                    tmp_path: pathlib.Path) -> None:
+    assert storage.stored_keys(UUID) == {}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    dir_a, key_a = _part(tmp_path / "a", "all_1_1_0", [1])
+    dir_b, key_b = _part(tmp_path / "b", "all_2_2_0", [2])
+    storage.put_part(key_a, dir_a)
+    storage.put_part(key_b, dir_b)
+    listed = storage.stored_keys(UUID)
+    assert set(listed) == {key_a, key_b}
+    assert all(ms > 1_600_000_000_000 for ms in listed.values())
+    storage.delete(key_a)
+    assert set(storage.stored_keys(UUID)) == {key_b}
