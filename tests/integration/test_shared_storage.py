@@ -157,3 +157,34 @@ def test_the_keys_of_a_table_are_listed_with_when_they_were_written(storage: Sha
     assert all(ms > 1_600_000_000_000 for ms in listed.values())
     storage.delete(key_a)
     assert set(storage.stored_keys(UUID)) == {key_b}
+
+
+# The races ClickHouse's zero-copy design lists (docs/zero-copy.md), at the storage layer.
+
+def test_two_movers_of_one_part_write_one_object(storage: SharedStorage, tmp_path: pathlib.Path) -> None:
+    """Seed 003: two replicas moving the same part at once both find it absent and both move it. Here the
+    key is the content: every mover writes the same bytes under the one key, and each finds it whole."""
+    import concurrent.futures
+
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(3_000)))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        stored = list(pool.map(lambda _i: storage.put_part(key, part_dir), range(4)))
+    assert {s.key for s in stored} == {key} and all(s.checksums == stored[0].checksums for s in stored)
+    assert storage.keys(UUID) == [key] and storage.verify(key, stored[0].checksums) is None
+
+
+def test_a_range_merged_twice_is_one_object(storage: SharedStorage, tmp_path: pathlib.Path) -> None:
+    """Seed 003: a replica merges and crashes, another merges the same range, the first comes back: two
+    copies of the merged part. Here every merge of a range makes the same bytes, so the same key: the
+    second merge's result is the object the first stored, never a second live copy."""
+    for name, values in (("all_1_1_0", [5, 1, 9]), ("all_2_2_0", [4, 8, 2])):
+        _part(tmp_path, name, values)
+    keys = []
+    for attempt in ("a", "b"):   # the first merger, then the one that merged the range again
+        tmp = f"{pf.TMP_MERGE}all_1_2_1_{attempt}"
+        files = pf.merge_to_temp(str(tmp_path), ["all_1_1_0", "all_2_2_0"], tmp, TABLE)
+        key = part_key(UUID, "all", files.checksums)
+        pf.externalize(str(tmp_path / tmp), storage.location.url, key)
+        keys.append(key)
+    assert keys[0] == keys[1] and storage.keys(UUID) == [keys[0]]
+    assert pf.read_part(str(tmp_path / f"{pf.TMP_MERGE}all_1_2_1_b"), TABLE).column("n").to_pylist() == [1, 2, 4, 5, 8, 9]

@@ -33,6 +33,8 @@ def test_a_key_goes_only_after_two_looks_the_second_once_the_commit_point_reache
 
 
 def test_a_mark_seen_at_the_second_look_keeps_the_key() -> None:
+    """Seed 003's delete-during-fetch: the source let the part go before the receiver's mark was set. Here
+    a key unmarked at the first look and marked by the second (a fetch registered meanwhile) stays."""
     gc = SharedGarbage(GRACE)
     gc.look({KA: 0}, set(), now_ms=5_000, last=t(10), commit_point=t(9), term=1)
     assert gc.look({KA: 0}, {KA}, now_ms=6_000, last=t(12), commit_point=t(12), term=1) == []
@@ -41,6 +43,9 @@ def test_a_mark_seen_at_the_second_look_keeps_the_key() -> None:
 
 
 def test_young_objects_and_a_new_term_wait() -> None:
+    """An insert's objects are stored before its commit marks them: young objects wait. And seed 003's
+    rollback of a mark: an unmarking seen by one primary may be rolled back under the next, so a new
+    term starts the two looks over."""
     gc = SharedGarbage(GRACE)
     assert gc.look({KA: 4_500}, set(), now_ms=5_000, last=t(10), commit_point=t(10), term=1) == []
     assert gc.candidates == {}   # younger than the grace: not even a candidate
