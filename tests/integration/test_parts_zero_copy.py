@@ -14,9 +14,11 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from oplog.parts import part_files as pf
+from oplog.parts.shared_storage import SharedStorage
 from tests.support.members import Member, wait_for
 from tests.support.parts import part_dirs, select
 from tests.support.replica_set import ReplicaSet, running_set
+from tests.support.s3_server import create_bucket, s3_server
 
 EVENTS = {"columns": [{"name": "ts", "type": "timestamp[ms]"}, {"name": "user", "type": "string"},
                       {"name": "n", "type": "int64", "default": 0}],
@@ -121,3 +123,36 @@ def test_objects_nothing_marks_go_merged_away_and_dropped_ones_alike(zrs: Replic
     assert any(k.startswith("202402_") for k in _keys(shared, uuid))
     assert sorted(r["n"] for r in select(zrs, zrs.members[2], "zg", columns=["n"])) == sorted(
         block * 1000 + i for block in (1, 4, 7, 10, 13, 16) for i in range(20))
+
+
+def test_the_same_on_an_s3_storage(tmp_path: pathlib.Path) -> None:
+    """A set whose storage is a bucket of an S3-compatible server on loopback: the objects are there, the
+    members keep metadata, every member answers, a dropped partition's objects go."""
+    with s3_server() as server:
+        create_bucket(server, "parts")
+        url = server.url("parts", "set1")
+        sets = running_set(str(tmp_path / "set"), ("--partsStorage", url))
+        rs = next(sets)
+        try:
+            _s3_story(rs, SharedStorage.open(url))
+        finally:
+            sets.close()   # the set stops before the server does
+
+
+def _s3_story(rs: ReplicaSet, storage: SharedStorage) -> None:
+    db = rs.client().zs
+    db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+        "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1}}})
+    uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
+    for block in range(4):   # partitions 202401 (blocks 0 and 3), 202402, 202403
+        rs.direct(rs.members[block % 3]).zs.command({"insertBlock": "events", "rows": _rows(block, 30)})
+    for member in rs.members:
+        wait_for(lambda m=member: len(select(rs, m, "zs", columns=["n"])) == 4 * 30, 60, f"every row on {member.host}")
+        assert _files_named(member.dbpath, pf.DATA_FILE) == []
+    keys = set(storage.stored_keys(uuid))
+    assert keys and keys >= set(_pointers(rs.members[0], "zs.events").values())
+    db.command({"dropPartition": "events", "partition": "202401"})
+    wait_for(lambda: not any(k.split("/")[1].startswith("202401_") for k in storage.stored_keys(uuid)), 60,
+             "the dropped partition's objects gone from the bucket")
+    assert sorted(r["n"] for r in select(rs, rs.members[1], "zs", columns=["n"])) == sorted(
+        block * 1000 + i for block in (1, 2) for i in range(30))
