@@ -121,8 +121,10 @@ from pyspark.sql.types import (
 )
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from base.errors import MongoError
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression
+from oplog.parts.storage_url import part_key
 from oplog.parts.table import TableDef, arrow_type, partition_id
 from replset.spark_collections import (
     CollectionReader,
@@ -433,7 +435,10 @@ class PartsReader(DataSourceReader):
         with _client(self.options) as client:
             reply = client[self.db].command({"openPartsSnapshot": self.table, "key": f"{slot.plan}:{query}",
                                              "ttlSecs": ttl})
-        return dict(reply["snapshot"])
+        # A zero-copy table's objects are read from the storage the member named (or the `partsStorage`
+        # option: the same storage as this host reaches it), no member in the path.
+        storage = self.options.get("partsstorage") or reply.get("partsStorage")
+        return {**reply["snapshot"], "partsStorage": storage}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PartsSlot)
@@ -455,7 +460,8 @@ class PartsReader(DataSourceReader):
         with tempfile.TemporaryDirectory(prefix="replset-spark-") as directory:
             pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS)
             try:
-                fetches = [pool.submit(self._fetch, ns, part, directory) for part in mine]
+                shared = snapshot.get("partsStorage") if table.settings.zero_copy else None
+                fetches = [pool.submit(self._fetch, ns, part, directory, table, shared) for part in mine]
                 for part, fetch in zip(mine, fetches, strict=True):
                     fetch.result()
                     path = os.path.join(directory, part["name"])
@@ -467,15 +473,25 @@ class PartsReader(DataSourceReader):
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def _fetch(self, ns: str, part: dict[str, Any], directory: str) -> None:
+    def _fetch(self, ns: str, part: dict[str, Any], directory: str, table: TableDef, shared: str | None) -> None:
         """The part from the first of its copies that serves it whole (every byte checked against that
-        copy's checksums, with the URI's login and TLS settings)."""
+        copy's checksums, with the URI's login and TLS settings). A zero-copy table's part is read from the
+        shared storage first (its metadata here, its objects checked there), from a member if that fails."""
         errors = []
         copies = list(part["holders"])   # the primary's own copy first
         if self.options.get("readpreference", "primary") != "primary":
             copies = copies[1:] + copies[:1]   # the other members' first, the primary's last
         for copy in copies:
             sums = {str(c["file"]): (int(c["size"]), str(c["sha256"])) for c in copy["checksums"]}
+            if shared is not None:
+                try:
+                    key = part_key(table.uuid, str(part["partition"]), sums)
+                    part_files.adopt_shared(directory, part["name"], shared, key, sums,
+                                            f"{part_files.TMP_FETCH}{part['name']}")
+                    return
+                except (MongoError, OSError) as exc:
+                    errors.append(f"the shared storage: {exc}")
+                    shared = None   # its other copies name the same objects: from the members now
             try:
                 asyncio.run(fetch_with_uri(self.options["uri"], str(copy["http"]), ns, part["name"], sums, directory))
                 return

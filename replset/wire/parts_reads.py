@@ -101,4 +101,6 @@ async def cmd_open_parts_snapshot(ctx: CommandContext) -> dict[str, Any]:
     reply = await node.parts.link.on_primary(ctx.db, forwarded, here)
     if "writeConcernError" in reply:   # not confirmed: another task could get another list
         raise MongoError(64, f"the snapshot {key} was not confirmed: {reply['writeConcernError']}")
+    if node.options.parts_storage is not None:   # a zero-copy table's readers may read the objects there
+        reply = {**reply, "partsStorage": node.options.parts_storage}
     return reply

@@ -431,3 +431,32 @@ def test_a_change_stream_is_a_structured_stream_resumed_from_its_checkpoint(spar
     finally:
         query.stop()
     assert sorted(seen[11:]) == [(i, i, "insert") for i in range(10, 15)]
+
+
+def test_a_zero_copy_part_is_read_from_the_shared_storage_with_no_member_in_the_path(tmp_path: Any) -> None:
+    """A task reads a zero-copy table's part from the storage the snapshot names: its only listed copy is
+    on a member that does not answer, and the rows still come, checked against the copy's checksums."""
+    import dataclasses
+
+    from oplog.parts import part_files as pf
+    from oplog.parts.storage_url import part_key
+    from oplog.parts.table import parse_table_def
+
+    table = dataclasses.replace(parse_table_def("sp", "zc", {**TABLE, "settings": {"zeroCopy": True}}),
+                                uuid="0f8fad5b-d9cb-469f-a165-70867728950e")
+    rows = pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1 + i % 28) for i in range(100)], pa.timestamp("ms")),
+                     "user": [f"u{i % 3}" for i in range(100)], "n": pa.array(range(100), pa.int64())})
+    written = tmp_path / "written"
+    files = pf.write_part(str(written), "202401_1_1_0", pf.conform(table, rows), table)
+    url = f"file://{tmp_path / 'shared'}"
+    key = part_key(table.uuid, "202401", files.checksums)
+    pf.externalize(str(written / "202401_1_1_0"), url, key)
+    sums = [{"file": f, "size": size, "sha256": digest} for f, (size, digest) in files.checksums.items()]
+    part = {"name": "202401_1_1_0", "partition": "202401",
+            "holders": [{"member": "127.0.0.1:1", "http": "127.0.0.1:1", "checksums": sums}]}
+    reader = replset.spark.PartsReader({"uri": "mongodb://127.0.0.1:1/", "table": "sp.zc"}, table.to_document(), ["n"])
+    directory = tmp_path / "task"
+    directory.mkdir()
+    reader._fetch("sp.zc", part, str(directory), table, url)
+    assert pf.shared_location(str(directory / "202401_1_1_0")) == (url, key)
+    assert sorted(pf.read_part(str(directory / "202401_1_1_0"), table).column("n").to_pylist()) == list(range(100))
