@@ -25,6 +25,9 @@ Each figure is printed next to a baseline measured in the same run, as a ratio:
 * **checksums**: on one part (2,000,000 rows; `--quick`: 200,000), writing with a CRC-32 per page
   against without, reading with every page's CRC verified against without, and hashing the part
   whole (what a merge does to each source before it reads it) against reading it;
+* **zero-copy**: on a set whose members share a directory as their parts storage, the same inserts
+  (quorum 2) and a full read on a secondary of a zero-copy table next to an ordinary one, and the bytes
+  each keeps (members' disks plus the storage);
 * **fetch source**: in the part-log simulator (`tests/sim/parts.py`, simulated time), the catch-up
   after a heal with a random live holder (today's ClickHouse, and this product) against the seed's
   "largest log pointer, smallest queue", on the same 100 seeds.
@@ -341,7 +344,57 @@ def checksum_cost(n_rows: int, directory: str) -> None:
           f"ratio {hashing / read_plain:.2f}")
 
 
-FIGURES = ("checksums", "scheduler", "source", "insert", "fetch", "catchup", "memory")
+def _tree_bytes(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _dirs, files in os.walk(root) for f in files)
+
+
+def zero_copy(blocks: int, block_rows: int, directory: str) -> None:
+    """The same inserts (quorum 2) and full reads on a zero-copy table and on an ordinary one of one set
+    whose members share a directory as their parts storage; and the bytes each keeps."""
+    shared = os.path.join(directory, "shared")
+    os.makedirs(shared)
+    rs = make_replica_set(os.path.join(directory, "zc-set"), 3, test_commands=True,
+                          extra_args=("--partsStorage", f"file://{shared}"))
+    rs.start()
+    try:
+        rs.initiate()
+        figures = {}
+        for name, settings in (("plain", {}), ("zero", {"zeroCopy": True})):
+            rs.client().bench.command({"createPartsTable": name, **TABLE, "settings": {
+                **settings, "mergeSelectingSleepMS": 3_600_000}})   # no merges: the same parts in both
+            primary = rs.wait_primary()
+            before = [_tree_bytes(m.dbpath) for m in rs.members]
+            started = time.perf_counter()
+            for i in range(blocks):
+                data = rows(block_rows, start=i * block_rows, month=1 + i % 12)
+                reply = _direct(rs, primary).bench.command({"insertBlock": name, "arrow": arrow_bytes(data),
+                                                          "insertQuorum": 2, "quorumTimeoutMS": 120_000})
+                assert reply["quorumStatus"] == "reached", reply
+            insert_s = time.perf_counter() - started
+            secondary = next(m for m in rs.members if m is not primary)
+            wait_for(lambda n=name: all(len(part_dirs(m, f"bench.{n}")) == blocks for m in rs.members), 600,
+                     f"every part of {name} everywhere")
+            started = time.perf_counter()
+            count = sum(1 for _ in _direct(rs, secondary).bench.cursor_command("selectParts", name, columns=["n"]))
+            read_s = time.perf_counter() - started
+            assert count == blocks * block_rows
+            kept = sum(_tree_bytes(m.dbpath) - b for m, b in zip(rs.members, before, strict=True))
+            figures[name] = (insert_s, read_s, kept)
+        plain, zero = figures["plain"], figures["zero"]
+        stored = _tree_bytes(shared)
+        rows_total = blocks * block_rows
+        print(f"zero-copy, {blocks} blocks of {block_rows:,} rows, quorum 2, a shared directory as the storage:")
+        print(f"  insert {rows_total / zero[0]:,.0f} rows/s, ordinary table {rows_total / plain[0]:,.0f} rows/s; "
+              f"ratio {plain[0] / zero[0]:.2f}")
+        print(f"  full read on a secondary {rows_total / zero[1]:,.0f} rows/s, ordinary {rows_total / plain[1]:,.0f} "
+              f"rows/s; ratio {plain[1] / zero[1]:.2f}")
+        print(f"  bytes kept: members {zero[2] / 1e6:,.1f} MB + storage {stored / 1e6:,.1f} MB, ordinary "
+              f"members {plain[2] / 1e6:,.1f} MB; ratio {(zero[2] + stored) / plain[2]:.2f}")
+    finally:
+        rs.stop()
+
+
+FIGURES = ("checksums", "scheduler", "source", "insert", "fetch", "catchup", "memory", "zerocopy")
 
 
 def main() -> None:
@@ -362,6 +415,9 @@ def main() -> None:
         catch_up_scheduler_cost()
     if "source" in only:
         source_choice()
+    if "zerocopy" in only:
+        with tempfile.TemporaryDirectory() as directory:
+            zero_copy(6 if args.quick else 20, 20_000 if args.quick else 100_000, directory)
     if not only & {"insert", "fetch", "catchup", "memory"}:
         return
     with tempfile.TemporaryDirectory() as directory:
