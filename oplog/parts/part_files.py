@@ -272,15 +272,29 @@ def data_source(part_dir: str) -> pa.NativeFile:
     return shared_storage.for_url(url).open_file(key, DATA_FILE)
 
 
-def externalize(part_dir: str, url: str, key: str) -> None:
+def externalize(part_dir: str, url: str, key: str, *, keep_data: bool = False) -> None:
     """Makes the (temporary) part in `part_dir` a zero-copy part: its files are published under `key` in
     the storage at `url` (verified there), then the directory names them there (`STORAGE_FILE`) and its
-    data file goes. Run again after a crash, it finds the part published and finishes."""
+    data file goes - unless `keep_data` (an insert's, until its commit is published: `settle_shared`). Run
+    again after a crash, it finds the part published and finishes."""
     shared_storage.for_url(url).put_part(key, part_dir)
     _write_file(os.path.join(part_dir, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+    if not keep_data:
+        settle_shared(part_dir)
+    fsync_path(part_dir)
+
+
+def settle_shared(part_dir: str) -> None:
+    """A zero-copy part that still holds its own data file (an insert's, kept until its commit was
+    published): its objects are put again if they are gone (an insert whose commit took longer than the
+    storage's grace for unmarked objects), then the data file here goes. Raises, keeping the file, when
+    the storage fails: then it is the part's only copy."""
+    shared = shared_location(part_dir)
     data = os.path.join(part_dir, DATA_FILE)
-    if os.path.exists(data):
-        os.unlink(data)
+    if shared is None or not os.path.exists(data):
+        return
+    shared_storage.for_url(shared[0]).put_part(shared[1], part_dir)
+    os.unlink(data)
     fsync_path(part_dir)
 
 

@@ -55,6 +55,7 @@ from oplog.parts.table import TableDef
 from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import PENDING, checksum_docs, holder_doc
+from replset.parts.runtime import settle_shared
 
 if TYPE_CHECKING:
     from oplog.sqlite_store import StoreTxn
@@ -128,7 +129,7 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
         if table.settings.zero_copy:
             assert storage_url is not None
             part_files.externalize(os.path.join(directory, tmp_name), storage_url,
-                                   part_key(table.uuid, pid, files.checksums))
+                                   part_key(table.uuid, pid, files.checksums), keep_data=True)
         blocks.append(Block(pid, block_id, tmp_name, files, metadata_version=table.metadata_version))
     return blocks
 
@@ -283,6 +284,8 @@ def publish_blocks(directory: str, blocks: list[Block], *, clock: Clock) -> None
                 raise
     if blocks:
         fsync_path(directory)
+    for block in blocks:
+        settle_shared(os.path.join(directory, block.part))
 
 
 def _holds(part_dir: str, checksums: dict[str, tuple[int, str]]) -> bool:

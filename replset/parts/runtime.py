@@ -7,6 +7,7 @@ initial sync, and carries out its actions.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 
@@ -15,6 +16,8 @@ from oplog.parts import part_files
 from oplog.parts.jobs import STAGED_PREFIX
 from oplog.parts.part_info import PartInfo
 from oplog.parts.table_replica import Checksums, TableReplica
+
+log = logging.getLogger(__name__)
 
 
 def part_damage(rt: TableReplica, part: str, me: str, *, whole: bool, now_ms: int, send: bool = False) -> str | None:
@@ -56,6 +59,8 @@ def local_parts(directory: str, *, at_start_up: bool) -> list[PartInfo]:
             parts.append(PartInfo.parse(name))
         except MongoError:
             continue   # not a part (moved aside, or foreign): left alone
+        if at_start_up:   # a zero-copy insert's part whose own data file a crash kept
+            settle_shared(os.path.join(directory, name))
     return parts
 
 
@@ -90,12 +95,14 @@ def adopt_temporary(directory: str, block_id: str, part: str, expected: Checksum
     for name in names:
         try:
             if name == staged:   # linked, not moved: the staged copy stays while a rollback may undo the job
-                if link_if_intact(directory, name, part, expected):
-                    return part_files.read_checksums(os.path.join(directory, part))
-            elif publish_if_intact(directory, name, part, expected):
-                return part_files.read_checksums(os.path.join(directory, part))
+                published = link_if_intact(directory, name, part, expected)
+            else:
+                published = publish_if_intact(directory, name, part, expected)
         except (OSError, MongoError):   # published meanwhile by the insert itself, or removed
             continue
+        if published:
+            settle_shared(os.path.join(directory, part))
+            return part_files.read_checksums(os.path.join(directory, part))
     return None
 
 
@@ -120,3 +127,13 @@ def link_if_intact(directory: str, staged_name: str, part: str, expected: Checks
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return True
+
+
+def settle_shared(part_dir: str) -> None:
+    """A zero-copy insert's part, committed and published: its own data file goes once its objects are
+    sure to be in the storage (`part_files.settle_shared`). A failure keeps the file (the part's copy here,
+    settled again at the next start): the insert committed, so it is not one."""
+    try:
+        part_files.settle_shared(part_dir)
+    except (MongoError, OSError) as exc:
+        log.warning("%s keeps its data file until the shared storage takes it: %s", part_dir, exc)

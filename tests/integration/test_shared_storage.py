@@ -188,3 +188,21 @@ def test_a_range_merged_twice_is_one_object(storage: SharedStorage, tmp_path: pa
         keys.append(key)
     assert keys[0] == keys[1] and storage.keys(UUID) == [keys[0]]
     assert pf.read_part(str(tmp_path / f"{pf.TMP_MERGE}all_1_2_1_b"), TABLE).column("n").to_pylist() == [1, 2, 4, 5, 8, 9]
+
+
+def test_an_insert_keeps_its_data_until_published_and_puts_deleted_objects_again(storage: SharedStorage,
+                                                                                   tmp_path: pathlib.Path) -> None:
+    """An insert's objects are stored before its commit can mark them; if the primary deleted them as
+    unmarked meanwhile (a commit slower than the grace), settling the published part puts them again from
+    the data file it kept, then lets that go."""
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(500)))
+    recorded = pf.read_checksums(part_dir)
+    pf.externalize(part_dir, storage.location.url, key, keep_data=True)
+    assert os.path.exists(os.path.join(part_dir, pf.DATA_FILE)) and storage.published(key) is not None
+    storage.delete(key)   # the primary's collection, before the commit marked the part
+
+    pf.settle_shared(part_dir)
+
+    assert not os.path.exists(os.path.join(part_dir, pf.DATA_FILE))
+    assert storage.verify(key, recorded) is None and pf.verify_part(part_dir, recorded) is None
+    pf.settle_shared(part_dir)   # settled: nothing to do
