@@ -873,7 +873,8 @@ class PartsManager:
                                        clock=self.clock)
         if here is not None:
             return part, here
-        if await self._adopt_shared(rt, part, checksums, http):
+        storage_problem = await self._adopt_shared(rt, part, checksums, http)
+        if storage_problem is None:
             rt.fetched(entry.new_part.name)
             return part, checksums
         try:
@@ -887,19 +888,23 @@ class PartsManager:
                 rt.fetch_failed(entry.new_part.name, part.name, http, missing=isinstance(exc, PartMissing),
                                 primary=node.is_primary, http_of=node.http_of)
                 self._carry_out(rt)
+            if storage_problem:   # partsReplicationQueue shows both
+                raise FetchFailed(f"{exc}; before that, from the shared storage: {storage_problem}") from exc
             raise
         rt.fetched(entry.new_part.name)
         node.metrics.part_fetch_bytes.inc(sum(size for size, _digest in checksums.values()))
         return part, checksums
 
-    async def _adopt_shared(self, rt: TableReplica, part: PartInfo, checksums: Checksums, http: str) -> bool:
+    async def _adopt_shared(self, rt: TableReplica, part: PartInfo, checksums: Checksums, http: str) -> str | None:
         """A zero-copy table's fetch: the part's metadata from the shared storage, its objects checked there
-        (`part_files.adopt_shared`). False (the caller fetches it from `http`, whole) when the table is not
-        zero-copy, this member has no storage, or the storage failed: why is logged, and shown by
-        `partsReplicationQueue` if the fetch from the member fails too."""
+        (`part_files.adopt_shared`); None when done. Otherwise the caller fetches it from `http`, whole: ""
+        when the table is not zero-copy, else why the storage could not give it (logged, and shown by
+        `partsReplicationQueue` if the fetch from the member fails too)."""
         url = self.node.options.parts_storage
-        if not rt.table.settings.zero_copy or url is None:
-            return False
+        if not rt.table.settings.zero_copy:
+            return ""
+        if url is None:
+            return "this member has no --partsStorage"
         tmp = f"{part_files.TMP_FETCH}{part.name}_{os.getpid()}_{next(_merge_names)}"
         try:
             key = part_key(rt.table.uuid, part.partition_id, checksums)
@@ -908,8 +913,8 @@ class PartsManager:
             why = exc.errmsg if isinstance(exc, MongoError) else str(exc)
             log.warning("%s of %s from the shared storage failed (%s): fetching it whole from %s", part.name,
                         rt.table.ns, why, http)
-            return False
-        return True
+            return why
+        return None
 
     def insert_delay(self, ns: str, partitions: list[str]) -> float:
         """ClickHouse's insert backpressure: seconds to wait before committing into these partitions (0 when

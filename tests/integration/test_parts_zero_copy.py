@@ -156,3 +156,26 @@ def _s3_story(rs: ReplicaSet, storage: SharedStorage) -> None:
              "the dropped partition's objects gone from the bucket")
     assert sorted(r["n"] for r in select(rs, rs.members[1], "zs", columns=["n"])) == sorted(
         block * 1000 + i for block in (1, 2) for i in range(30))
+
+
+def test_a_member_that_cannot_use_the_storage_fetches_the_part_whole_from_one_that_can(tmp_path: pathlib.Path) -> None:
+    """Seed 003: falling back to an ordinary fetch may not work. Here the third member's storage is another
+    (empty) directory: the part is not there, so it fetches the part whole from a member that streams it
+    from the shared storage, checks every byte, and answers every row from its own copy."""
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    rs = ReplicaSet([Member(dbpath=str(tmp_path / f"m{i}"), extra_args=[
+        "--enableTestCommands", "--partsStorage", f"file://{shared if i < 2 else elsewhere}"]) for i in range(3)])
+    rs.start()
+    try:
+        rs.initiate()
+        db = rs.client().zf
+        db.command({"createPartsTable": "events", **EVENTS})
+        for block in range(3):
+            db.command({"insertBlock": "events", "rows": _rows(block, 40)})
+        odd = rs.members[2]
+        wait_for(lambda: len(select(rs, odd, "zf", columns=["n"])) == 3 * 40, 60, "every row on the odd member")
+        assert _files_named(odd.dbpath, pf.DATA_FILE)   # its own copies, fetched whole
+        for member in rs.members[:2]:
+            assert _files_named(member.dbpath, pf.DATA_FILE) == []
+    finally:
+        rs.stop()
