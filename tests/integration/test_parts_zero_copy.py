@@ -179,3 +179,46 @@ def test_a_member_that_cannot_use_the_storage_fetches_the_part_whole_from_one_th
             assert _files_named(member.dbpath, pf.DATA_FILE) == []
     finally:
         rs.stop()
+
+
+def test_a_member_restored_from_an_old_backup_deletes_nothing_shared(tmp_path: pathlib.Path) -> None:
+    """Seed 003: no way back, since an old replica may delete data others use. Here a member restored from
+    an old copy of its data directory (parts merged away since, registrations of another time) deletes no
+    object: members never delete shared objects, and the primary marks by the registry it writes."""
+    import shutil
+
+    shared = tmp_path / "shared"
+    sets = running_set(str(tmp_path / "set"), ("--partsStorage", f"file://{shared}"))
+    rs = next(sets)
+    try:
+        db = rs.client().zb
+        db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+            "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1,
+            "mergeSelectingSleepMS": 100}}})
+        for block in range(3):   # partition 202401: merged later with newer parts
+            db.command({"insertBlock": "events", "rows": _rows(block * 3, 30)})
+        db.command({"insertBlock": "events", "rows": _rows(1, 30)})   # partition 202402: active to the end
+        old = next(m for m in rs.members if m is not rs.wait_primary())
+        wait_for(lambda: len(select(rs, old, "zb", columns=["n"])) == 4 * 30, 60, "the first rows on the member")
+        old.stop()
+        backup = tmp_path / "backup"
+        shutil.copytree(old.dbpath, backup)
+        old.start()
+        old.wait_listening()
+        for block in range(3, 6):   # more parts, merged with the first: the backup's parts are outdated
+            db.command({"insertBlock": "events", "rows": _rows(block * 3, 30)})
+        wait_for(lambda: len(select(rs, old, "zb", columns=["n"])) == 7 * 30, 60, "every row on the member")
+        old.stop()
+        shutil.rmtree(old.dbpath)
+        shutil.copytree(backup, old.dbpath)   # the old copy comes back
+        old.start()
+        old.wait_listening()
+        expected = sorted(block * 1000 + i for block in (0, 1, 3, 6, 9, 12, 15) for i in range(30))
+        for member in rs.members:
+            wait_for(lambda m=member: sorted(r["n"] for r in select(rs, m, "zb", columns=["n"])) == expected, 60,
+                     f"every row on {member.host}")
+        for member in rs.members:   # every part any member holds still has its objects, whole
+            for part, key in _pointers(member, "zb.events").items():
+                assert pf.verify_part(os.path.join(member.dbpath, "parts", "zb.events", part)) is None, (part, key)
+    finally:
+        sets.close()
