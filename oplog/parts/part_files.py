@@ -327,7 +327,9 @@ def adopt_shared(table_dir: str, name: str, url: str, key: str, recorded: Mappin
 
 def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
     """Why the part directory is not a whole, intact part (None: it is): every file against its
-    `checksums.txt` and, given `recorded` (what the part log recorded for the part), against that too."""
+    `checksums.txt` and, given `recorded` (what the part log recorded for the part), against that too.
+    Raises `shared_storage.StorageUnavailable` when a zero-copy part's storage did not answer (nothing is
+    known of its bytes then: not damage)."""
     try:
         expected = read_checksums(part_dir)
     except (OSError, ValueError, MongoError) as exc:
@@ -340,7 +342,9 @@ def verify_part(part_dir: str, recorded: Mapping[str, tuple[int, str]] | None = 
     except MongoError as exc:
         return exc.errmsg
     for file, (size, digest) in expected.items():
-        if shared is not None and file == DATA_FILE:
+        # A zero-copy part's data file is checked in the storage - unless it is still here (an insert's or a
+        # staged block's, kept until its commit is published): the copy here is what a publish relies on.
+        if shared is not None and file == DATA_FILE and not os.path.exists(os.path.join(part_dir, file)):
             why = shared_storage.for_url(shared[0]).verify_file(shared[1], file, (size, digest))
             if why is not None:
                 return why
@@ -359,10 +363,13 @@ def check_sizes(part_dir: str) -> str | None:
         expected = read_checksums(part_dir)
     except (OSError, ValueError, MongoError) as exc:
         return f"no readable {CHECKSUMS_FILE}: {exc}"
-    shared = shared_location(part_dir)
+    try:
+        shared = shared_location(part_dir)
+    except MongoError as exc:
+        return exc.errmsg
     for file, (size, _digest) in expected.items():
         try:
-            if shared is not None and file == DATA_FILE:
+            if shared is not None and file == DATA_FILE and not os.path.exists(os.path.join(part_dir, file)):
                 here = shared_storage.for_url(shared[0]).file_size(shared[1], file)
             else:
                 here = os.path.getsize(os.path.join(part_dir, file))

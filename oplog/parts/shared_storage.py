@@ -3,7 +3,7 @@ read and deleted. A shell: file and network I/O (the names and keys: `oplog.part
 
 A part is the files of a local part under its key (`storage_url.part_key`):
 
-    <root>/<table uuid>/<part>_<content checksum>/data.parquet, columns.txt, checksums.txt
+    <root>/<table uuid>/<partition>_<content checksum>/data.parquet, columns.txt, checksums.txt
 
 Written `tmp` -> verified -> published: every file but `checksums.txt` is written, then read back and
 checked against the part's checksums, and `checksums.txt` is written last. A part is published exactly
@@ -42,6 +42,12 @@ from oplog.parts.storage_url import StorageLocation, parse_storage_url
 CHUNK = 4 << 20
 PROBE_PREFIX = ".probe-"
 STORAGE_ERROR = 6   # HostUnreachable: the storage did not answer, or refused
+
+
+def _not_found(exc: OSError) -> bool:
+    """pyarrow's S3 filesystem says "no such object" in an OSError's message."""
+    text = str(exc)
+    return "NoSuchKey" in text or "does not exist" in text or "Path does not exist" in text
 
 
 class StorageUnavailable(MongoError):
@@ -99,16 +105,23 @@ class SharedStorage:
 
     def put_part(self, key: str, part_dir: str) -> StoredPart:
         """Copies the local part in `part_dir` to `key`, verifies the copy and publishes it. Refused
-        (BadValue) if `key` holds a published part with other checksums."""
+        (BadValue) if `key` holds a published part with other checksums.
+
+        A key already published with these checksums is written again only in its `checksums.txt`: that
+        makes it young again (the primary deletes only objects older than the grace, and this write is
+        about to be marked), and every file is then checked to be there - a deletion that ran meanwhile
+        means the whole part is written again."""
         with open(os.path.join(part_dir, part_files.CHECKSUMS_FILE), encoding="utf-8") as f:
             text = f.read()
         checksums = part_files.parse_checksums(text)
         existing = self.published(key)
-        if existing is not None:
-            if existing.checksums != checksums:
-                raise MongoError(2, f"parts storage {self.location.url}: {key} holds another part's bytes")
-            return existing
+        if existing is not None and existing.checksums != checksums:
+            raise MongoError(2, f"parts storage {self.location.url}: {key} holds another part's bytes")
         try:
+            if existing is not None:
+                self._write_bytes(self._path(key, part_files.CHECKSUMS_FILE), text.encode())
+                if self._whole(key, checksums):
+                    return existing
             for file in checksums:
                 self._write_from(self._path(key, file), os.path.join(part_dir, file))
             for file, sums in checksums.items():
@@ -116,9 +129,26 @@ class SharedStorage:
                     raise MongoError(2, f"parts storage {self.location.url}: {key}/{file} does not read back "
                                         "as written")
             self._write_bytes(self._path(key, part_files.CHECKSUMS_FILE), text.encode())
+            if not self._whole(key, checksums):
+                raise MongoError(2, f"parts storage {self.location.url}: {key} was deleted while it was written")
         except OSError as exc:
             raise StorageUnavailable(self.location, f"writing {key}", exc) from None
         return StoredPart(key, checksums)
+
+    def _whole(self, key: str, checksums: Mapping[str, tuple[int, str]]) -> bool:
+        """Every file of the part is there with its size, and so is its `checksums.txt`."""
+        for file in (*checksums, part_files.CHECKSUMS_FILE):
+            info = self._fs.get_file_info(self._path(key, file))
+            if info.type != pafs.FileType.File or (file in checksums and info.size != checksums[file][0]):
+                return False
+        return True
+
+    def written_ms(self, key: str) -> int | None:
+        """When the newest of the key's objects was written (Unix ms); None when it has none."""
+        selector = pafs.FileSelector(self._path(key), allow_not_found=True, recursive=True)
+        times = [int(info.mtime_ns // 1_000_000) for info in self._fs.get_file_info(selector)
+                 if info.type == pafs.FileType.File and info.mtime_ns is not None]
+        return max(times) if times else None
 
     def _write_from(self, path: str, source: str) -> None:
         with open(source, "rb") as f:
@@ -130,7 +160,10 @@ class SharedStorage:
     def _write_chunks(self, path: str, chunks: Iterator[bytes]) -> None:
         if self.local:
             directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
+            if not os.path.isdir(directory):   # the key's directory, and the table's: durable before a file
+                os.makedirs(directory, exist_ok=True)   # names them (a member's storage.txt may point here)
+                fsync_path(os.path.dirname(directory))
+                fsync_path(os.path.dirname(os.path.dirname(directory)))
             tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
             try:
                 with open(tmp, "wb") as out:
@@ -155,10 +188,8 @@ class SharedStorage:
         try:
             with self._fs.open_input_stream(self._path(key, part_files.CHECKSUMS_FILE)) as f:
                 text = f.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            if "NoSuchKey" in str(exc) or "does not exist" in str(exc):
+            if isinstance(exc, FileNotFoundError) or _not_found(exc):
                 return None
             raise StorageUnavailable(self.location, f"reading {key}", exc) from None
         return StoredPart(key, part_files.parse_checksums(text))
@@ -172,8 +203,12 @@ class SharedStorage:
         return size, digest.hexdigest()
 
     def file_size(self, key: str, file: str) -> int:
-        """The size of one of the part's objects (FileNotFoundError when there is none)."""
-        info = self._fs.get_file_info(self._path(key, file))
+        """The size of one of the part's objects (FileNotFoundError when there is none, StorageUnavailable
+        when the storage did not answer)."""
+        try:
+            info = self._fs.get_file_info(self._path(key, file))
+        except OSError as exc:
+            raise StorageUnavailable(self.location, f"looking at {key}/{file}", exc) from None
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(f"{key}/{file}")
         return int(info.size)
@@ -186,7 +221,10 @@ class SharedStorage:
         except FileNotFoundError:
             return f"{key}/{file} is missing"
         except OSError as exc:
-            return f"{key}/{file} is not readable: {exc}"
+            if _not_found(exc):
+                return f"{key}/{file} is missing"
+            # The storage did not answer: nothing is known of the bytes, so no damage is claimed.
+            raise StorageUnavailable(self.location, f"reading {key}/{file}", exc) from None
         return None
 
     def verify(self, key: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
@@ -291,10 +329,8 @@ class SharedStorage:
             except FileNotFoundError:
                 pass
             self._fs.delete_dir(path)
-        except FileNotFoundError:
-            return
         except OSError as exc:
-            if "NoSuchKey" in str(exc) or "does not exist" in str(exc):
+            if isinstance(exc, FileNotFoundError) or _not_found(exc):
                 return
             raise StorageUnavailable(self.location, f"deleting {key}", exc) from None
         if self.local:

@@ -164,6 +164,12 @@ class Leader:
             if pending:
                 self._start(self._settle(pending), on_done)
                 return
+        # Before the work below, which a busy table may have every step: a table's look is due once a
+        # cleanupDelayPeriodSecs at most, and must not wait behind it.
+        shared = self.collector.due(self.tables)
+        if shared is not None:
+            self._start(self.collector.collect(shared), on_done)
+            return
         if self.stale:
             stale = [(rt.table.db, rt.table.name, part, member) for ns, part, member in self.stale
                      if (rt := self.tables.get(ns)) is not None]
@@ -201,10 +207,6 @@ class Leader:
         old = self._old_log_entries()
         if old:
             self._start(self._clear_old_log(*old), on_done)
-            return
-        shared = self.collector.due(self.tables)
-        if shared is not None:
-            self._start(self.collector.collect(shared), on_done)
 
     def _start(self, work: Any, on_done: Any) -> None:
         async def run() -> None:

@@ -3,8 +3,9 @@
 Every `cleanupDelayPeriodSecs` per zero-copy table, the leader (`replset.parts.leader`) lists the table's
 keys in the storage and hands them to the table's `SharedGarbage` (`oplog.parts.shared_garbage`: the
 rules) with the keys still marked: the registry's copies, the active and pinned parts the log recorded
-checksums for, and every part directory on this member (published, outdated, set aside or temporary, all
-kept by what they name). What
+checksums for, the blocks jobs staged, and every part directory on this member (published, outdated, set
+aside or temporary, all kept by what they name). Each key is looked at once more just before it goes: one
+written again since the listing (the same bytes stored anew) is young, and stays. What
 it returns is deleted. No other member ever deletes shared objects.
 """
 
@@ -19,7 +20,9 @@ from base.clock import Clock
 from base.errors import MongoError
 from oplog.parts import part_files, shared_storage
 from oplog.parts.shared_garbage import SharedGarbage, referenced_keys
-from oplog.parts.table_replica import TableReplica
+from oplog.parts.storage_url import part_key
+from oplog.parts.table_replica import TableReplica, parse_checksums
+from replset.parts.names import state_ns
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -82,7 +85,7 @@ class SharedCollector:
         live = {part.name for part in rt.queue.current} | rt.pinned_parts(self.clock.wall_ms())
         copies = [(part, holder.checksums) for part, by_member in rt.holders.items() for holder in by_member.values()]
         copies += [(part, logged.checksums) for part, logged in rt.logged.items() if part in live]
-        marked = referenced_keys(table.uuid, copies) | here
+        marked = referenced_keys(table.uuid, copies) | here | self._staged_keys(rt)
         node = self.node
         if not node.is_primary:
             return
@@ -91,9 +94,33 @@ class SharedCollector:
         due = garbage.look(stored, marked, now_ms=self.clock.wall_ms(), last=node.last_committed_optime,
                            commit_point=node.majority_commit_point, term=node.term)
         for key in due:
+            # Written again since the listing (a part of the same bytes stored anew): young, so not now.
             try:
-                await asyncio.to_thread(storage.delete, key)
+                deleted = await asyncio.to_thread(self._delete_if_old, storage, key, garbage.grace_ms)
             except MongoError as exc:
                 log.info("deleting %s of %s failed (looked at again later): %s", key, table.ns, exc.errmsg)
                 continue
-            log.info("deleted %s of %s from the shared storage: no member holds it", key, table.ns)
+            if deleted:
+                log.info("deleted %s of %s from the shared storage: no member holds it", key, table.ns)
+
+    def _delete_if_old(self, storage: shared_storage.SharedStorage, key: str, grace_ms: int) -> bool:
+        written = storage.written_ms(key)
+        if written is not None and self.clock.wall_ms() - written < grace_ms:
+            return False
+        storage.delete(key)
+        return True
+
+    def _staged_keys(self, rt: TableReplica) -> set[str]:
+        """The keys of the blocks jobs staged and have not committed or aborted (their records name the
+        partition and the checksums; a job may take longer than the grace)."""
+        staged_ns = state_ns(rt.table.db, rt.table.name, "staged")
+        reader = self.node.store.reader
+        if reader.collection(staged_ns) is None:
+            return set()
+        keys = set()
+        for doc in reader.scan(staged_ns):
+            try:
+                keys.add(part_key(rt.table.uuid, str(doc.get("partition", "")), parse_checksums(doc.get("checksums", []))))
+            except MongoError:
+                continue
+        return keys

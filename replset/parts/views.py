@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -22,6 +23,7 @@ from oplog.parts import part_files
 from oplog.parts.mutations import mutation_done, parts_to_do
 from oplog.parts.part_info import PartInfo
 from oplog.parts.queue import EntryType
+from oplog.parts.shared_storage import StorageUnavailable
 from oplog.parts.table import TableDef
 from replset.query_pool import check_time_limit
 
@@ -104,7 +106,7 @@ def _part_rows(directory: str, name: str) -> int | None:
                 rows = pq.read_metadata(source).num_rows
         else:
             rows = pq.read_metadata(path).num_rows
-    except (OSError, MongoError, pq.lib.ArrowException):   # not here (a part being removed): no count
+    except (OSError, MongoError, pa.ArrowException):   # not here (a part being removed): no count
         return None
     _ROWS[path] = (identity, rows)
     return rows
@@ -198,6 +200,21 @@ def read_rows(node: Node, table: TableDef, expression: pc.Expression | None,
     return _rows(node, paths, table, expression, list(columns) if columns else None)
 
 
+def _damaged(path: str, exc: BaseException) -> bool:
+    """Whether a read that failed says the part here is damaged. A zero-copy part's failed read may be
+    the storage not answering: its objects are checked whole first, and only bytes that do not match are
+    damage (an unanswered check is not)."""
+    try:
+        if part_files.shared_location(path) is None:
+            return True
+    except MongoError:   # its storage.txt is unreadable
+        return True
+    try:
+        return part_files.verify_part(path) is not None
+    except StorageUnavailable:
+        return False
+
+
 def _rows(node: Node, paths: list[str], table: TableDef, expression: pc.Expression | None,
           columns: list[str] | None) -> Iterator[dict[str, Any]]:
     """Each part checked before it is read (`PartsManager.check_for_read`: hashed when its files changed
@@ -211,8 +228,8 @@ def _rows(node: Node, paths: list[str], table: TableDef, expression: pc.Expressi
         while True:
             try:
                 data = next(batches, None)
-            except (OSError, pq.lib.ArrowException) as exc:   # damaged, or removed under us (long after its lifetime)
-                if os.path.isdir(path):
+            except (OSError, pa.ArrowException) as exc:   # damaged, or removed under us (long after its lifetime)
+                if os.path.isdir(path) and _damaged(path, exc):
                     node.parts.report_damage(table.ns, part, str(exc))
                 raise MongoError(96, f"part {part} could not be read: {exc}") from None
             if data is None:

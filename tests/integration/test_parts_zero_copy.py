@@ -59,7 +59,9 @@ def _pointers(member: Member, ns: str) -> dict[str, str]:
 def test_every_part_is_once_in_the_storage_and_every_member_answers_every_row(zrs: ReplicaSet,
                                                                               shared: pathlib.Path) -> None:
     db = zrs.client().zc
-    db.command({"createPartsTable": "events", **EVENTS})
+    db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+        **EVENTS["settings"], "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1}}})
+    uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
     primary = zrs.wait_primary()
     for block in range(20):   # on every member in turn: the inserting member publishes the objects
         member = zrs.members[block % 3]
@@ -76,7 +78,10 @@ def test_every_part_is_once_in_the_storage_and_every_member_answers_every_row(zr
     assert pointers[0] == pointers[1] == pointers[2]   # one object set per part, shared
     for key in set(pointers[0].values()):
         assert os.path.isfile(shared / key / pf.DATA_FILE) and os.path.isfile(shared / key / pf.CHECKSUMS_FILE)
-    assert primary.host in {m.host for m in zrs.members}
+    # Once the parts merged away have aged out: one data file in the storage per active part, no other.
+    wait_for(lambda: len(_files_named(str(shared / uuid), pf.DATA_FILE)) == len(part_dirs(primary, "zc.events"))
+             and _keys(shared, uuid) == {k.split("/", 1)[1] for k in _pointers(primary, "zc.events").values()}, 60,
+             "one data file a part in the storage")
 
 
 def test_a_damaged_object_fails_the_read_and_is_never_served(zrs: ReplicaSet, shared: pathlib.Path) -> None:
@@ -91,8 +96,9 @@ def test_a_damaged_object_fails_the_read_and_is_never_served(zrs: ReplicaSet, sh
     damaged = bytearray(data.read_bytes())
     damaged[len(damaged) // 3] ^= 0xFF
     data.write_bytes(bytes(damaged))
-    with pytest.raises(OperationFailure):
+    with pytest.raises(OperationFailure) as err:
         select(zrs, member, "zd", columns=["n"])
+    assert err.value.code == 96 and "could not be read" in str(err.value)   # the page's CRC, not a crash
 
 
 def _keys(shared: pathlib.Path, uuid: str) -> set[str]:
@@ -222,3 +228,33 @@ def test_a_member_restored_from_an_old_backup_deletes_nothing_shared(tmp_path: p
                 assert pf.verify_part(os.path.join(member.dbpath, "parts", "zb.events", part)) is None, (part, key)
     finally:
         sets.close()
+
+
+def test_a_staged_blocks_objects_outlive_the_grace_until_the_job_commits(zrs: ReplicaSet, shared: pathlib.Path) -> None:
+    """A job may stage blocks longer than the grace for unmarked objects: the stage records mark them."""
+    import io
+
+    import pyarrow as pa
+
+    db = zrs.client().zj
+    db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+        "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1}}})
+    uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
+    staging = next(m for m in zrs.members if m is not zrs.wait_primary())
+    sink = io.BytesIO()
+    data = pa.Table.from_pylist(_rows(0, 40))   # partition 202401
+    with pa.ipc.new_stream(sink, data.schema) as stream:
+        stream.write_table(data)
+    reply = zrs.direct(staging).zj.command({"stagePartsBlock": "events", "arrow": sink.getvalue(), "writeId": "w1",
+                                            "stageKey": "0:1:0"})
+    stages = [s["stage"] for s in reply["stages"]]
+    staged_keys = {k for k in _keys(shared, uuid) if k.startswith("202401_")}
+    assert len(staged_keys) == 1
+    # Garbage to show the collector has looked twice since the stage was older than the grace.
+    db.command({"insertBlock": "events", "rows": _rows(2, 10)})   # partition 202403
+    db.command({"dropPartition": "events", "partition": "202403"})
+    wait_for(lambda: not any(k.startswith("202403_") for k in _keys(shared, uuid)), 60, "the dropped part's objects gone")
+    assert {k for k in _keys(shared, uuid) if k.startswith("202401_")} == staged_keys
+    db.command({"commitPartsJob": "events", "writeId": "w1", "stages": stages, "rows": 40, "digest": "d1"})
+    for member in zrs.members:
+        wait_for(lambda m=member: len(select(zrs, m, "zj", columns=["n"])) == 40, 60, f"the job's rows on {member.host}")

@@ -14,7 +14,7 @@ import pytest
 
 from base.errors import MongoError
 from oplog.parts import part_files as pf
-from oplog.parts.shared_storage import SharedStorage
+from oplog.parts.shared_storage import SharedStorage, StorageUnavailable
 from oplog.parts.storage_url import part_key
 from oplog.parts.table import parse_table_def
 from tests.support.s3_server import create_bucket, s3_server
@@ -206,3 +206,48 @@ def test_an_insert_keeps_its_data_until_published_and_puts_deleted_objects_again
     assert not os.path.exists(os.path.join(part_dir, pf.DATA_FILE))
     assert storage.verify(key, recorded) is None and pf.verify_part(part_dir, recorded) is None
     pf.settle_shared(part_dir)   # settled: nothing to do
+
+
+def test_putting_a_part_again_refreshes_its_age_and_writes_back_what_a_deletion_took(storage: SharedStorage,
+                                                                                      tmp_path: pathlib.Path) -> None:
+    """The same bytes stored anew (a partition dropped, then loaded again with the same rows) make the key
+    young again - the primary deletes only old unmarked keys - and a deletion that ran meanwhile, having
+    taken some objects, is undone by writing the part whole."""
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(300)))
+    stored = storage.put_part(key, part_dir)
+    if storage.local:   # age it (an S3 object's time cannot be set back)
+        for name in os.listdir(storage._path(key)):
+            os.utime(os.path.join(storage._path(key), name), (1_000_000_000, 1_000_000_000))
+        assert storage.written_ms(key) == 1_000_000_000_000
+    storage.put_part(key, part_dir)
+    assert storage.written_ms(key) > 1_600_000_000_000
+    storage._fs.delete_file(storage._path(key, pf.DATA_FILE))   # a deletion half done
+    storage.put_part(key, part_dir)
+    assert storage.verify(key, stored.checksums) is None
+
+
+def test_a_kept_data_file_is_what_a_zero_copy_part_is_checked_by(storage: SharedStorage, tmp_path: pathlib.Path) -> None:
+    """An insert's or a staged block's part keeps its data file until its commit is published: its check
+    (before the publish) reads that file, so objects deleted meanwhile do not refuse the publish."""
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(300)))
+    recorded = pf.read_checksums(part_dir)
+    pf.externalize(part_dir, storage.location.url, key, keep_data=True)
+    storage.delete(key)
+    assert pf.verify_part(part_dir, recorded) is None and pf.check_sizes(part_dir) is None
+
+
+def test_a_storage_that_does_not_answer_is_not_damage(tmp_path: pathlib.Path) -> None:
+    """A zero-copy part whose storage is down: its check raises StorageUnavailable (nothing is known of
+    its bytes) instead of calling it damaged, which would set it aside and unregister it."""
+    part_dir, key = _part(tmp_path, "all_1_1_0", list(range(300)))
+    recorded = pf.read_checksums(part_dir)
+    with s3_server() as server:
+        create_bucket(server, "parts")
+        url = server.url("parts", "down")
+        pf.externalize(part_dir, url, key)
+        assert pf.verify_part(part_dir, recorded) is None
+    with s3_server():   # another server, for the credentials: the part's own is gone
+        with pytest.raises(StorageUnavailable):
+            pf.verify_part(part_dir, recorded)
+        with pytest.raises(StorageUnavailable):
+            pf.check_sizes(part_dir)
