@@ -153,6 +153,10 @@ class Metrics:
         self.elections = Counter("replset_elections_won", "elections this member won", registry=self.registry)
         self.part_fetch_bytes = Counter("replset_part_fetch_bytes", "bytes of parts fetched from other members",
                                         registry=self.registry)
+        self.shared_looks = Counter("replset_shared_object_looks", "looks the primary took at a zero-copy table's "
+                                    "objects in the shared storage for ones nothing marks", registry=self.registry)
+        self.shared_deleted = Counter("replset_shared_objects_deleted", "zero-copy parts' object sets this member "
+                                      "deleted from the shared storage (as primary)", registry=self.registry)
         self.parts_broken = Counter("replset_parts_broken", "parts found damaged here (set aside as broken_, "
                                     "fetched again)", registry=self.registry)
 

@@ -93,6 +93,7 @@ class SharedCollector:
         garbage.grace_ms = table.settings.zero_copy_grace_secs * 1000
         due = garbage.look(stored, marked, now_ms=self.clock.wall_ms(), last=node.last_committed_optime,
                            commit_point=node.majority_commit_point, term=node.term)
+        node.metrics.shared_looks.inc()
         for key in due:
             # Written again since the listing (a part of the same bytes stored anew): young, so not now.
             try:
@@ -101,6 +102,7 @@ class SharedCollector:
                 log.info("deleting %s of %s failed (looked at again later): %s", key, table.ns, exc.errmsg)
                 continue
             if deleted:
+                node.metrics.shared_deleted.inc()
                 log.info("deleted %s of %s from the shared storage: no member holds it", key, table.ns)
 
     def _delete_if_old(self, storage: shared_storage.SharedStorage, key: str, grace_ms: int) -> bool:

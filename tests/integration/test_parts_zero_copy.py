@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -258,3 +259,60 @@ def test_a_staged_blocks_objects_outlive_the_grace_until_the_job_commits(zrs: Re
     db.command({"commitPartsJob": "events", "writeId": "w1", "stages": stages, "rows": 40, "digest": "d1"})
     for member in zrs.members:
         wait_for(lambda m=member: len(select(zrs, m, "zj", columns=["n"])) == 40, 60, f"the job's rows on {member.host}")
+
+
+def _looks(member: Member) -> float:
+    """How many looks the member took at zero-copy tables' objects (its /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{member.http_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "replset_shared_object_looks_total")
+
+
+def test_an_unmarking_a_majority_never_had_deletes_nothing_and_is_rolled_back(tmp_path: pathlib.Path) -> None:
+    """Seed 003's rollback of a mark. The primary drops a partition that no secondary replicates: the
+    part's mark goes on the primary alone. Its collector looks again and again but never deletes the
+    objects (the commit point never reaches what made them unmarked). The primary is killed, a secondary
+    takes over with the mark, the old primary rolls its drop back, and every member answers the rows from
+    whole objects."""
+    from pymongo.write_concern import WriteConcern
+
+    shared = tmp_path / "shared"
+    sets = running_set(str(tmp_path / "set"), ("--partsStorage", f"file://{shared}"))
+    rs = next(sets)
+    try:
+        primary = rs.wait_primary()
+        db = rs.direct(primary).zr
+        db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+            "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1}}})
+        uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
+        db.command({"insertBlock": "events", "rows": _rows(0, 40)})   # partition 202401, majority-acknowledged
+        for member in rs.members:
+            wait_for(lambda m=member: len(select(rs, m, "zr", columns=["n"])) == 40, 60, f"the rows on {member.host}")
+        keys = _keys(shared, uuid)
+        assert len(keys) == 1
+        secondaries = [m for m in rs.members if m is not primary]
+        for m in secondaries:
+            rs.fail_point(m, "stopReplProducer", "alwaysOn")
+        db.with_options(write_concern=WriteConcern(w=1)).command(
+            {"dropPartition": "events", "partition": "202401", "writeConcern": {"w": 1}})
+        wait_for(lambda: part_dirs(primary, "zr.events") == [], 30, "the dropped part gone from the primary's disk")
+        looks = _looks(primary)
+        wait_for(lambda: _looks(primary) >= looks + 3, 60, "the primary's collector to look three more times")
+        assert _keys(shared, uuid) == keys   # unmarked on the primary only: nothing deleted
+        primary.kill()
+        # A secondary takes over before either applies anything more from the old primary.
+        wait_for(lambda: rs.primary() in secondaries, 60, "a new primary")
+        for m in secondaries:
+            rs.fail_point(m, "stopReplProducer", "off")
+        primary.start()
+        primary.wait_listening()
+        for member in rs.members:   # the drop was never majority-committed: rolled back, rows everywhere
+            wait_for(lambda m=member: len(select(rs, m, "zr", columns=["n"])) == 40, 90, f"the rows on {member.host}")
+            for part in part_dirs(member, "zr.events"):
+                assert pf.verify_part(os.path.join(member.dbpath, "parts", "zr.events", part)) is None
+        assert _keys(shared, uuid) == keys
+    finally:
+        sets.close()
