@@ -316,3 +316,38 @@ def test_an_unmarking_a_majority_never_had_deletes_nothing_and_is_rolled_back(tm
         assert _keys(shared, uuid) == keys
     finally:
         sets.close()
+
+
+def test_a_part_deleted_before_a_lagging_member_fetched_it_is_taken_from_the_part_covering_it(
+        tmp_path: pathlib.Path) -> None:
+    """Seed 003's delete-during-fetch, as it can happen here: a member that was down reads the log's
+    GET_PARTs of parts that were merged away and whose objects the primary deleted meanwhile (no member
+    marked them any more). Its adoption finds nothing published; it does not take a half or a stale part:
+    it fetches the merged part covering them, and answers every row."""
+    shared = tmp_path / "shared"
+    sets = running_set(str(tmp_path / "set"), ("--partsStorage", f"file://{shared}"))
+    rs = next(sets)
+    try:
+        primary = rs.wait_primary()
+        lagging = next(m for m in rs.members if m is not primary)
+        db = rs.direct(primary).zl
+        db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
+            "zeroCopy": True, "zeroCopyGraceSecs": 1, "cleanupDelayPeriodSecs": 1, "oldPartsLifetimeSecs": 1,
+            "mergeSelectingSleepMS": 100}}})
+        uuid = db["system.parts"].find_one({"_id": "events"})["uuid"]
+        lagging.stop()   # down while the parts come, merge and go (merges wait for no member that is down)
+        for block in range(6):   # partition 202401, merged into one part
+            db.command({"insertBlock": "events", "rows": _rows(block * 3, 30)})
+        wait_for(lambda: len(part_dirs(primary, "zl.events")) == 1 and len(_keys(shared, uuid)) == 1, 60,
+                 "the merged part alone, and its objects alone in the storage")
+        lagging.start()
+        lagging.wait_listening()
+        expected = sorted(block * 3 * 1000 + i for block in range(6) for i in range(30))
+        wait_for(lambda: sorted(r["n"] for r in select(rs, lagging, "zl", columns=["n"])) == expected, 90,
+                 "every row on the member that lagged")
+        wait_for(lambda: part_dirs(lagging, "zl.events") == part_dirs(primary, "zl.events"), 60,
+                 "the merged part on the member that lagged")
+        for part in part_dirs(lagging, "zl.events"):
+            assert pf.verify_part(os.path.join(lagging.dbpath, "parts", "zl.events", part)) is None
+    finally:
+        sets.close()
