@@ -51,6 +51,9 @@ Supported fail points:
   `closeConnection` true, the default, its connection closes); without, it runs and commits, and then
   (`closeConnection`) its connection closes before the reply (MongoDB's name and data).
 
+* `maxTimeAlwaysTimeOut` — a command that sets `maxTimeMS` fails with MaxTimeMSExpired (50) at once
+  (MongoDB's name; drivers test their time-out errors with it).
+
 Modes: `"alwaysOn"`, `"off"`, `{times: N}` (on for the next N checks), `{skip: N}` (off for the
 next N checks, then on). `failCommand` counts only the commands it applies to. Pure state; `changed`
 is a counter the runtime may watch.
@@ -69,7 +72,7 @@ from base.errors import MongoError
 KNOWN = frozenset({"peerLatency", "peerRoutes", "stopReplProducer", "initialSyncHangBeforeCopyingDatabases",
                    "initialSyncHangDuringCollectionClone", "failBatchWriteSlice", "partsHangAfterCommit",
                    "partsCommitReplyLost", "partsStopMerges", "failCommand", "failGetMoreAfterCursorCheckout",
-                   "onPrimaryTransactionalWrite"})
+                   "onPrimaryTransactionalWrite", "maxTimeAlwaysTimeOut"})
 
 
 @dataclass(slots=True)

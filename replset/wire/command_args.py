@@ -140,9 +140,11 @@ _UPDATE_STATEMENT = Struct({
     "u": Arg(("object", "array"), required=True,
              wrong_type=(9, "Update argument must be either an object or an array")),
     "c": _obj(), "arrayFilters": _array(("object",)), "hint": _HINT, "multi": _bool(),
-    "upsert": _bool(), "upsertSupplied": _opt_bool(), "collation": _obj(), "sort": _obj(),
+    # No "sort": a statement's sort is MongoDB 8.0's, and this server answers as the 7.0 it reports
+    # (maxWireVersion 21): "BSON field 'update.updates.sort' is an unknown field" (40415).
+    "upsert": _bool(), "upsertSupplied": _opt_bool(), "collation": _obj(),
     "sampleId": _ANY, "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery": _ANY,
-})
+}, strict=True)
 _DELETE_STATEMENT = Struct({
     "q": _obj(required=True),
     "limit": Arg(NUMBER, required=True, allowed=(0, 1),

@@ -218,6 +218,8 @@ class Dispatcher:
                 await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
             check_command(ctx.name, ctx.cmd)
+            if ctx.cmd.get("maxTimeMS") and ctx.node.failpoints.check("maxTimeAlwaysTimeOut") is not None:
+                raise MongoError(50, "operation exceeded time limit (maxTimeAlwaysTimeOut fail point)")
             self._enter_transaction(ctx)
             check_collations(ctx.name, ctx.cmd)
             _check_snapshot_read(ctx)

@@ -92,6 +92,8 @@ def test_a_validator_refuses_invalid_writes_on_the_primary_and_replicates(rs: Re
                                   "collation": {"locale": "fr", "numericOrdering": True}}]}, 2),
     ({"createIndexes": "r", "indexes": [{"key": {"a": 1}, "name": "a_ci", "collation": {"locale": "en"}}]}, 2),
     ({"aggregate": "r", "pipeline": [{"$match": {}}, {"$out": "o"}, {"$match": {}}], "cursor": {}}, 40601),
+    # An update statement's sort is 8.0's; this server answers as the 7.0 it reports.
+    ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}}, "sort": {"_id": -1}}]}, 40415),
 ])
 def test_what_is_not_implemented_is_refused(rs: ReplicaSet, command: dict[str, object], code: int) -> None:
     db = rs.client().refusals
@@ -100,3 +102,21 @@ def test_what_is_not_implemented_is_refused(rs: ReplicaSet, command: dict[str, o
         db.command(command)
     assert refused.value.code == code
     assert "v" not in db.list_collection_names() and "capped" not in db.list_collection_names()
+
+
+def test_the_max_time_always_times_out_fail_point(rs: ReplicaSet) -> None:
+    """MongoDB's `maxTimeAlwaysTimeOut`: a command that sets maxTimeMS fails with MaxTimeMSExpired at once,
+    one without it runs; off again, nothing times out."""
+    from pymongo.errors import ExecutionTimeout
+
+    coll = rs.client().refusals.timed
+    coll.insert_one({"_id": 1})
+    rs.fail_point(rs.wait_primary(), "maxTimeAlwaysTimeOut", "alwaysOn")
+    try:
+        with pytest.raises(ExecutionTimeout) as timed_out:
+            list(coll.find().max_time_ms(60_000))
+        assert timed_out.value.code == 50
+        assert list(coll.find()) == [{"_id": 1}]
+    finally:
+        rs.fail_point(rs.wait_primary(), "maxTimeAlwaysTimeOut", "off")
+    assert list(coll.find().max_time_ms(60_000)) == [{"_id": 1}]
