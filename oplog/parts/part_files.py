@@ -263,6 +263,11 @@ def shared_location(part_dir: str) -> tuple[str, str] | None:
     return lines[0], lines[1]
 
 
+def _write_location(part_dir: str, url: str, key: str) -> None:
+    """`STORAGE_FILE`: what `shared_location` reads back."""
+    _write_file(os.path.join(part_dir, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+
+
 def data_source(part_dir: str) -> pa.NativeFile:
     """The part's data file, opened: here, or (a zero-copy part) its object in shared storage."""
     shared = shared_location(part_dir)
@@ -278,7 +283,7 @@ def externalize(part_dir: str, url: str, key: str, *, keep_data: bool = False) -
     data file goes - unless `keep_data` (an insert's, until its commit is published: `settle_shared`). Run
     again after a crash, it finds the part published and finishes."""
     shared_storage.for_url(url).put_part(key, part_dir)
-    _write_file(os.path.join(part_dir, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+    _write_location(part_dir, url, key)
     if not keep_data:
         settle_shared(part_dir)
     fsync_path(part_dir)
@@ -317,7 +322,7 @@ def adopt_shared(table_dir: str, name: str, url: str, key: str, recorded: Mappin
         why = storage.verify_file(key, DATA_FILE, stored.checksums[DATA_FILE])
         if why is not None:
             raise MongoError(2, why)
-        _write_file(os.path.join(tmp, STORAGE_FILE), lambda f: f.write(f"{url}\n{key}\n".encode()))
+        _write_location(tmp, url, key)
         fsync_path(tmp)
         publish(table_dir, tmp_name, name)
     except BaseException:

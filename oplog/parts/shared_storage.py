@@ -229,7 +229,8 @@ class SharedStorage:
 
     def verify(self, key: str, recorded: Mapping[str, tuple[int, str]] | None = None) -> str | None:
         """Why the objects under `key` are not a whole, intact part (None: they are), checked against their
-        `checksums.txt` and, given `recorded` (what the part log recorded), against that too."""
+        `checksums.txt` and, given `recorded` (what the part log recorded), against that too.
+        StorageUnavailable when the storage did not answer."""
         try:
             stored = self.published(key)
             if stored is None:
@@ -241,6 +242,8 @@ class SharedStorage:
                 why = self.verify_file(key, file, sums)
                 if why is not None:
                     return why
+        except StorageUnavailable:
+            raise   # nothing is known of the bytes: not damage (as `verify_file`)
         except (OSError, ValueError, MongoError) as exc:
             return f"{key}: {exc}"
         return None
@@ -285,16 +288,6 @@ class SharedStorage:
             raise StorageUnavailable(self.location, f"reading {key}", exc) from None
         fsync_path(target_dir)
         return stored.checksums
-
-    def keys(self, table_uuid: str) -> list[str]:
-        """The keys (published or not) held for a table."""
-        selector = pafs.FileSelector(f"{self._root}/{table_uuid}", allow_not_found=True)
-        try:
-            infos = self._fs.get_file_info(selector)
-        except OSError as exc:
-            raise StorageUnavailable(self.location, f"listing {table_uuid}", exc) from None
-        return sorted(f"{table_uuid}/{info.base_name}" for info in infos
-                      if info.type == pafs.FileType.Directory and not info.base_name.startswith("."))
 
     def stored_keys(self, table_uuid: str) -> dict[str, int]:
         """Every key held for a table (published or not: a write that stopped half way too) -> when its newest
