@@ -108,6 +108,8 @@ def test_the_primary_killed_after_committing_an_insert_leaves_exactly_one_part(r
         primary.start()
     for member in rs3.members:
         wait_for(lambda m=member: len(part_dirs(m, "kp.events")) == 1, 30, f"one part on {member.host}")
+        # The restarted member's directory is there before it answers reads (it may still be recovering).
+        wait_for(lambda m=member: rs3.status(m)["myState"] in (1, 2), 30, f"{member.host} readable")
         assert _log(rs3, member, "kp").count_documents({}) == 1
         got = list(rs3.direct(member).kp.cursor_command("selectParts", "events", columns=["n"]))
         assert sorted(r["n"] for r in got) == [r["n"] for r in rows]
