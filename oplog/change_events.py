@@ -231,9 +231,8 @@ def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) ->
     if name == "dropDatabase":
         if db in INTERNAL_DBS or (scope.db is not None and scope.db != db):
             return []
-        if scope.coll is not None:   # the watched collection went with its database
-            return [event(0, {"operationType": "drop", "ns": {"db": db, "coll": scope.coll}}),
-                    event(1, {"operationType": INVALIDATE}, invalidate=True)]
+        if scope.coll is not None:   # (its collection's own drop entry came first: the stream ended there)
+            return []
         out = [event(0, {"operationType": "dropDatabase", "ns": {"db": db}})]
         if scope.db is not None:
             out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))

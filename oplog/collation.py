@@ -109,6 +109,8 @@ def parse_collation(raw: Any) -> Collation | None:
         return None
     if not isinstance(raw, Mapping):
         raise MongoError(14, "collation must be an object")
+    if not raw:
+        return None  # (an empty collation document asks for none, as mongod reads it)
     locale = raw.get("locale")
     if not isinstance(locale, str) or not locale:
         raise MongoError(9, "collation requires a 'locale' string")

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from base.errors import MongoError
+from oplog.capped import capped_limits
 from oplog.entry import delete_entry, insert_entry, update_entry
 from oplog.query import compile_filter
 from oplog.update import check_stored_document
-from oplog.writes import WriteEnv, ensure_collection, matching_documents, prepare_insert_document
+from oplog.writes import WriteEnv, emit_insert, ensure_collection, matching_documents, prepare_insert_document
 
 WHEN_MATCHED = frozenset({"merge", "replace", "keepExisting", "fail"})
 WHEN_NOT_MATCHED = frozenset({"insert", "discard", "fail"})
@@ -93,7 +94,11 @@ def write_out(env: WriteEnv, stage: OutputStage, results: list[dict[str, Any]]) 
     """Replaces the target's documents with `results`."""
     ns = stage.ns
     ensure_collection(env, ns)
-    ui = env.txn.collection(ns).uuid  # type: ignore[union-attr]
+    info = env.txn.collection(ns)
+    assert info is not None
+    if capped_limits(info.options) is not None:
+        raise MongoError(17152, f"namespace '{ns}' is capped so it can't be used for $out")
+    ui = info.uuid
     for doc in list(env.txn.scan(ns)):
         env.emit(delete_entry(ns, doc["_id"], ui))
     for doc in results:
@@ -113,7 +118,7 @@ def write_merge(env: WriteEnv, stage: OutputStage, results: list[dict[str, Any]]
                 raise MongoError(13113, "$merge could not find a matching document in the target collection "
                                         "for at least one document in the source collection")
             if stage.when_not_matched == "insert":
-                env.emit(insert_entry(ns, prepare_insert_document(doc), ui))
+                emit_insert(env, ns, prepare_insert_document(doc))
             continue
         if stage.when_matched == "fail":
             raise MongoError(11000, f"E11000 duplicate key error collection: {ns}", extra={

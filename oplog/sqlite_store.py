@@ -223,6 +223,27 @@ class _Reader:
             return 0
         return int(self._conn.execute(f"SELECT count(*) FROM {info.table}").fetchone()[0])
 
+    def totals(self, ns: str) -> tuple[int, int]:
+        """(documents, bytes of BSON) a collection holds."""
+        info = self.collection(ns)
+        if info is None:
+            return 0, 0
+        row = self._conn.execute(f"SELECT count(*), coalesce(sum(length(doc)), 0) FROM {info.table}").fetchone()
+        return int(row[0]), int(row[1])
+
+    def oldest_rows(self, ns: str, limit: int) -> list[tuple[int, bytes]]:
+        """The first `limit` (rid, document) rows of a collection in natural (insertion) order."""
+        info = self.collection(ns)
+        if info is None:
+            return []
+        return self._conn.execute(f"SELECT rid, doc FROM {info.table} ORDER BY rid LIMIT ?", (limit,)).fetchall()
+
+    def holds_row(self, ns: str, rid: int) -> bool:
+        """Whether the row `rid` of a collection is still there (a tailing cursor's position)."""
+        info = self.collection(ns)
+        return info is not None and self._conn.execute(
+            f"SELECT 1 FROM {info.table} WHERE rid=?", (rid,)).fetchone() is not None
+
     def stored_rows(self, ns: str) -> Iterator[tuple[bytes, bytes]]:
         """(stored `_id` key, document) of every row of a collection, for `validate`."""
         info = self.collection(ns)

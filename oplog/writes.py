@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import bson
 from bson.binary import Binary
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
 from base.errors import MongoError
+from oplog.capped import CappedLimits, capped_limits, check_capped_insert, note_capped_insert, trim_capped
 from oplog.collation import CollatedMatcher, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.doc_limits import MAX_STORED_DEPTH, MAX_USER_BSON_SIZE, measure
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
@@ -57,6 +59,10 @@ class WriteEnv:
     last_entry: dict[str, Any] | None = None
     bypass_validation: bool = False  # the command's bypassDocumentValidation
     validators: dict[str, Matcher] = field(default_factory=dict)  # compiled once per namespace and write
+    in_transaction: bool = False  # a statement of a multi-document transaction
+    # Capped collections' (documents, bytes), counted once per write (`oplog.capped`); forgotten when a
+    # statement rolls back.
+    capped_totals: dict[str, list[int]] = field(default_factory=dict)
 
     def emit(self, entry: dict[str, Any]) -> dict[str, Any]:
         if self.session_fields and entry["op"] in "iud":
@@ -140,6 +146,7 @@ def _run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResul
             env.txn.rollback_to(sp)
             env.log.undo_to(mark)
             env.last_entry = last_entry
+            env.capped_totals.clear()
             result.write_errors.append(error_doc(i, err))
             if ordered:
                 break
@@ -176,15 +183,41 @@ def _check_id(value: Any) -> None:
 def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> WriteResult:
     result = WriteResult()
     ensure_collection(env, ns)
-    ui = collection_ui(env, ns)
+    info = env.txn.collection(ns)
+    ui = None if info is None else info.uuid
+    limits = None if info is None else capped_limits(info.options)
 
     def run_one(i: int) -> None:
         doc = prepare_insert_document(docs[i])
         check_valid(env, ns, doc)
-        env.emit(insert_entry(ns, doc, ui))
+        if limits is None:
+            env.emit(insert_entry(ns, doc, ui))
+        else:
+            insert_capped(env, ns, doc, limits, ui)
         result.n += 1
 
     return _run_statements(env, len(docs), ordered, result, run_one)
+
+
+def emit_insert(env: WriteEnv, ns: str, doc: dict[str, Any]) -> None:
+    """Logs one inserted document of an existing collection (an upsert's, a `$merge`'s), trimming a
+    capped collection as an insert does."""
+    info = env.txn.collection(ns)
+    ui = None if info is None else info.uuid
+    limits = None if info is None else capped_limits(info.options)
+    if limits is None:
+        env.emit(insert_entry(ns, doc, ui))
+    else:
+        insert_capped(env, ns, doc, limits, ui)
+
+
+def insert_capped(env: WriteEnv, ns: str, doc: dict[str, Any], limits: CappedLimits, ui: Any) -> None:
+    """An insert into a capped collection: the oldest documents it pushes out are deleted (and logged)."""
+    size = len(bson.encode(doc))
+    check_capped_insert(env, ns, limits, size)
+    env.emit(insert_entry(ns, doc, ui))
+    note_capped_insert(env, ns, size)
+    trim_capped(env, ns, limits, ui)
 
 
 def collection_ui(env: WriteEnv, ns: str) -> Any:
@@ -310,7 +343,7 @@ def update_one_statement(env: WriteEnv, ns: str, spec: Any, index: int, result: 
         doc = upsert_document(q, u, env, array_filters)
         check_valid(env, ns, doc)
         ensure_collection(env, ns)
-        env.emit(insert_entry(ns, doc, collection_ui(env, ns)))
+        emit_insert(env, ns, doc)
         result.n += 1
         result.upserted.append({"index": index, "_id": doc["_id"]})
 
@@ -390,7 +423,7 @@ def _find_and_update(env: WriteEnv, ns: str, cmd: Mapping[str, Any], q: Mapping[
         new_doc = upsert_document(q, u, env, array_filters)
         check_valid(env, ns, new_doc)
         ensure_collection(env, ns)
-        env.emit(insert_entry(ns, new_doc, collection_ui(env, ns)))
+        emit_insert(env, ns, new_doc)
         value = new_doc if cmd.get("new") else None
         return {"lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": new_doc["_id"]},
                 "value": value}

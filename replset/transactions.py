@@ -309,7 +309,8 @@ class Transactions:
                 txn.replay(writer)
                 store = _StatementStore(writer, txn)
                 collecting = _CollectingLog()
-                reply = body(WriteEnv(txn=store, log=collecting, term=env.term, now=env.now))  # type: ignore[arg-type]
+                reply = body(WriteEnv(txn=store, log=collecting, term=env.term, now=env.now,  # type: ignore[arg-type]
+                                     in_transaction=True))
             finally:
                 writer.rollback_to(savepoint)
             txn.ids.update(store.ids)

@@ -67,7 +67,7 @@ _needs({CLUSTER_MONITOR, CLUSTER_ADMIN}, "replSetGetStatus", "replSetGetConfig",
        "getLog", "getCmdLineOpts", "getParameter", "partsReplicationQueue")
 _needs({CLUSTER_ADMIN}, "replSetReconfig", "replSetStepDown", "replSetFreeze", "replSetStepUp",
        "replSetSyncFrom", "replSetInitiate", "setParameter", "resync", "killAllSessions", "shutdown",
-       "configureFailPoint")
+       "configureFailPoint", "fsync")
 _needs({INTERNAL}, "replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition", "replSetGetRBID",
        "_partsCommit", "_partsStage")
 

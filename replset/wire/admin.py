@@ -14,6 +14,7 @@ from bson.int64 import Int64
 from base.errors import MongoError
 from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from oplog.apply import COLLMOD_OPTIONS
+from oplog.capped import capped_limits, check_capped_options
 from oplog.entry import command_entry
 from oplog.query import compile_filter
 from oplog.ttl import check_ttl_spec
@@ -98,6 +99,18 @@ async def cmd_get_parameter(ctx: CommandContext) -> dict[str, Any]:
         reply[name] = every[name]
     reply["ok"] = 1.0
     return reply
+
+
+@command("fsync")
+async def cmd_fsync(ctx: CommandContext) -> dict[str, Any]:
+    """Makes every write committed so far durable (the WAL synced to disk) before it answers. `lock`
+    (mongod's fsyncLock, which holds off every write until unlocked) is refused: 115."""
+    if ctx.db != "admin":
+        raise MongoError(13, "fsync may only be run against the admin database.")
+    if ctx.cmd.get("lock"):
+        raise MongoError(115, "fsync with lock is not supported by this server")
+    await ctx.node.writer.submit(lambda txn: None, durable=True, flush=True)
+    return {"numFiles": 1, "ok": 1.0}
 
 
 @command("setParameter")
@@ -260,6 +273,11 @@ def _collection_entries(ctx: CommandContext) -> list[dict[str, Any]]:
     return entries
 
 
+def _cursor_batch_size(cmd: dict[str, Any]) -> int | None:
+    size = (cmd.get("cursor") or {}).get("batchSize")
+    return None if size is None else int(size)
+
+
 @command("listCollections", kind="read")
 async def cmd_list_collections(ctx: CommandContext) -> dict[str, Any]:
     query = ctx.cmd.get("filter") or {}
@@ -268,8 +286,7 @@ async def cmd_list_collections(ctx: CommandContext) -> dict[str, Any]:
     if ctx.cmd.get("nameOnly"):
         entries = [{"name": e["name"], "type": e["type"]} for e in entries]
     cursor = Cursor(id=0, ns=f"{ctx.db}.$cmd.listCollections", source=iter(entries))
-    batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return await first_batch(ctx, cursor, batch_size, False)
+    return await first_batch(ctx, cursor, _cursor_batch_size(ctx.cmd), False)
 
 
 @command("listIndexes", kind="read")
@@ -280,8 +297,7 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(26, f"ns does not exist: {ns}")
     specs = [i.spec for i in reader.indexes(ns)]
     cursor = Cursor(id=0, ns=ns, source=iter(specs))
-    batch_size = int((ctx.cmd.get("cursor") or {}).get("batchSize", 0) or 0)
-    return await first_batch(ctx, cursor, batch_size, False)
+    return await first_batch(ctx, cursor, _cursor_batch_size(ctx.cmd), False)
 
 
 def coll_stats_document(ctx: CommandContext, ns: str, spec: Any, reader: Any) -> dict[str, Any]:
@@ -291,11 +307,17 @@ def coll_stats_document(ctx: CommandContext, ns: str, spec: Any, reader: Any) ->
         size, count = ctx.node.oplog_size_bytes(), ctx.node.oplog_count()
         max_size = ctx.node.options.oplog_size_mb * 1024 * 1024
     else:
-        size, count, max_size = reader.data_size(ns), reader.count(ns), 0
+        info = reader.collection(ns)
+        limits = None if info is None else capped_limits(info.options)
+        size, count = reader.data_size(ns), reader.count(ns)
+        max_size = 0 if limits is None else limits.size
     storage: dict[str, Any] = {"size": Int64(size), "count": Int64(count), "storageSize": Int64(size),
-                               "nindexes": len(reader.indexes(ns)) if ns != OPLOG_NS else 0}
+                               "nindexes": len(reader.indexes(ns)) if ns != OPLOG_NS else 0,
+                               "capped": bool(max_size)}
     if max_size:
-        storage.update(capped=True, maxSize=Int64(max_size))
+        storage.update(maxSize=Int64(max_size))
+        if ns != OPLOG_NS and limits is not None and limits.max_docs:
+            storage["max"] = Int64(limits.max_docs)
     return {"ns": ns, "host": ctx.node.options.me, "localTime": ctx.node.now(),
             "storageStats": storage}
 
@@ -311,8 +333,9 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
         raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
-                              "(no views, capped or time-series collections)")
+                              "(no views or time-series collections)")
     _check_validation_options(options, ctx.node.now())
+    options = check_capped_options(options)
 
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collection(ns) is not None:
@@ -345,7 +368,12 @@ async def cmd_drop_database(ctx: CommandContext) -> dict[str, Any]:
     system_namespaces.check_drop_database(ctx.db)
 
     def body(env: WriteEnv) -> dict[str, Any]:
-        if env.txn.collections(ctx.db):
+        collections = env.txn.collections(ctx.db)
+        if collections:
+            # As mongod 4.2+ logs it: a drop of each collection, then the database's own entry (change
+            # streams report a `drop` event for each, then `dropDatabase`).
+            for info in collections:
+                env.emit(command_entry(ctx.db, {"drop": info.name}, info.uuid))
             env.emit(command_entry(ctx.db, {"dropDatabase": 1}))
         return {"dropped": ctx.db, "ok": 1.0}
 
@@ -362,7 +390,8 @@ def _validate_index_spec(spec: Any) -> dict[str, Any]:
                 "text", "2dsphere", "2d", "hashed"):
             raise MongoError(67, f"Values in the index key pattern can't be 0 or invalid: {field}")
     out = {"v": 2, "key": spec["key"], "name": spec["name"]}
-    out.update({k: v for k, v in spec.items() if k not in ("key", "name", "v", "ns")})
+    # (`dropDups` went in MongoDB 3.0; mongod still takes it and ignores it)
+    out.update({k: v for k, v in spec.items() if k not in ("key", "name", "v", "ns", "dropDups")})
     if out.get("unique") is False:
         del out["unique"]
     unsupported = sorted(set(out) - _INDEX_OPTIONS)
@@ -372,7 +401,17 @@ def _validate_index_spec(spec: Any) -> dict[str, Any]:
     if kinds:
         raise MongoError(67, f"{', '.join(kinds)} indexes are not supported by this server")
     check_ttl_spec(out)
+    if "partialFilterExpression" in out:
+        _check_partial_filter(out["partialFilterExpression"])
     return out
+
+
+def _check_partial_filter(expression: Any) -> None:
+    """A partial index's filter is a query document (14 otherwise); a bad operator in it is refused as a
+    query's is."""
+    if not isinstance(expression, dict):
+        raise MongoError(14, "partialFilterExpression must be an object")
+    compile_filter(expression)
 
 
 # Index options this member honours (`background` and `storageEngine` change nothing observable).
@@ -566,7 +605,8 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
 # The options `create` takes: the validation and pre-image options it acts on, and the others because
 # they change nothing a client can observe here.
 _CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId",
-                             "validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages"})
+                             "validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages",
+                             "capped", "size", "max"})
 
 
 def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -> None:

@@ -104,6 +104,10 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     if any(isinstance(s, dict) and "$changeStream" in s for s in stages):
         raise MongoError(40602, "$changeStream is only valid as the first stage in a pipeline")
     validate_pipeline(stages)
+    concern = ctx.cmd.get("readConcern")
+    if isinstance(concern, dict) and concern.get("level", "majority") != "majority":
+        # (a stream reads majority-committed history: an explicit other level is refused, as mongod's)
+        raise MongoError(72, "Change stream must use majority read concern")
     full_document = spec.get("fullDocument", "default")
     if full_document not in FULL_DOCUMENT:
         raise MongoError(2, f"unknown fullDocument mode {full_document!r}")

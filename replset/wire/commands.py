@@ -19,7 +19,15 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
-from base.codec import OpMsgRequest, OpQueryRequest, Request, encode_op_msg, encode_op_reply
+from base.codec import (
+    FLAG_EXHAUST_ALLOWED,
+    FLAG_MORE_TO_COME,
+    OpMsgRequest,
+    OpQueryRequest,
+    Request,
+    encode_op_msg,
+    encode_op_reply,
+)
 from base.errors import RETRYABLE_CODES, MongoError
 from base.member import MemberState
 from base.read_concern import parse_read_concern, refusal
@@ -146,6 +154,8 @@ def _check_snapshot_read(ctx: CommandContext) -> None:
     """A `snapshot` read concern outside a transaction, on a command that reads at no point in time
     (a write, a catalog listing): InvalidOptions, as mongod."""
     raw = ctx.cmd.get("readConcern")
+    if ctx.name == "getMore":
+        return  # (a getMore reads under the concern of the command that opened its cursor, as mongod's)
     if isinstance(raw, dict) and raw.get("level") == "snapshot" and "autocommit" not in ctx.cmd:
         error = refusal(parse_read_concern(raw), command=ctx.name)
         if error is not None:
@@ -162,6 +172,22 @@ def _app_name(conn: Connection) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _streams(reply: dict[str, Any], cmd: dict[str, Any]) -> bool:
+    """Whether a reply to an exhaustAllowed request goes on as an exhaust stream: a getMore that
+    succeeded and left its cursor open."""
+    if next(iter(cmd), None) != "getMore" or reply.get("ok") != 1:
+        return False
+    cursor = reply.get("cursor")
+    return isinstance(cursor, dict) and bool(cursor.get("id"))
+
+
+def _statement_count(name: str, cmd: dict[str, Any]) -> int:
+    """How many statements a write command carries (1 for findAndModify)."""
+    field = {"insert": "documents", "update": "updates", "delete": "deletes"}.get(name)
+    statements = cmd.get(field) if field else None
+    return max(len(statements), 1) if isinstance(statements, list) else 1
+
+
 class Dispatcher:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -172,6 +198,7 @@ class Dispatcher:
         if isinstance(request, OpQueryRequest):
             return await self._handle_op_query(conn, request)
         assert isinstance(request, OpMsgRequest)
+        cmd: dict[str, Any] = {}
         try:
             cmd = request.command()
         except Exception as exc:
@@ -185,7 +212,34 @@ class Dispatcher:
                                                       secondary_ok=_secondary_ok(cmd)))
         if request.more_to_come:
             return None
-        return encode_op_msg(reply, conn.next_request_id(), request.request_id)
+        reply_id = conn.next_request_id()
+        if request.flags & FLAG_EXHAUST_ALLOWED and _streams(reply, cmd):
+            conn.exhaust = (cmd, reply_id)
+            return encode_op_msg(reply, reply_id, request.request_id, FLAG_MORE_TO_COME)
+        return encode_op_msg(reply, reply_id, request.request_id)
+
+    async def next_exhaust_reply(self, conn: Connection) -> bytes:
+        """The next reply of an exhaust getMore (see `Connection.exhaust`): moreToCome while its cursor
+        stays open, without it on the last one (the cursor done, or an error)."""
+        assert conn.exhaust is not None
+        cmd, answers = conn.exhaust
+        db = cmd["$db"]
+        assert isinstance(db, str)
+        reply = await self.run(CommandContext(self.node, conn, db, cmd, secondary_ok=_secondary_ok(cmd)))
+        reply_id = conn.next_request_id()
+        if _streams(reply, cmd):
+            conn.exhaust = (cmd, reply_id)
+            return encode_op_msg(reply, reply_id, answers, FLAG_MORE_TO_COME)
+        conn.exhaust = None
+        return encode_op_msg(reply, reply_id, answers)
+
+    def abandon_exhaust(self, conn: Connection) -> None:
+        """The client went away in the middle of an exhaust stream: its cursor goes too."""
+        if conn.exhaust is not None:
+            cursor_id = conn.exhaust[0].get("getMore")
+            conn.exhaust = None
+            if isinstance(cursor_id, int):
+                self.node.cursors.kill(cursor_id)
 
     async def _handle_op_query(self, conn: Connection, request: OpQueryRequest) -> bytes:
         query = request.query
@@ -278,8 +332,13 @@ class Dispatcher:
         record = node.store.reader.get(SESSIONS_NS, {"id": lsid["id"]}) if isinstance(lsid, dict) else None
         if record is not None and record.get("txnNum") == ctx.cmd["txnNumber"] and "done" not in record:
             return None  # a retry of a write that ran: answered from its record, nothing is written
-        point = node.failpoints.check("onPrimaryTransactionalWrite")
-        return None if point is None else point.data
+        # The fail point counts statements, as mongod's does (its `skip` is a number of documents): the
+        # command fails if it fires for any of them.
+        for _ in range(_statement_count(ctx.name, ctx.cmd)):
+            point = node.failpoints.check("onPrimaryTransactionalWrite")
+            if point is not None:
+                return point.data
+        return None
 
     @staticmethod
     async def _inject_failure(failure: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from oplog.collation import Collation, collated_matcher, collated_sort, has_stri
 from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.explain import query_planner
 from oplog.expressions import evaluate, filter_evaluates_expressions, projection_evaluates_expressions
+from oplog.index_hint import IndexScan, index_scan, is_natural_hint
 from oplog.output_stages import output_stage, write_merge, write_out
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher
@@ -41,6 +42,7 @@ from replset.auth.access import acts_as_member
 from replset.cursors import Cursor, cursor_reply
 from replset.query_pool import TimeLimit, time_checked
 from replset.wire import change_streams, sessions, system_namespaces
+from replset.wire.capped_tail import capped_tail_source, check_capped_position, check_tailable
 from replset.wire.commands import CommandContext, command
 from replset.wire.oplog_reader import (
     OPLOG_NS,
@@ -259,6 +261,8 @@ def runs_on_loop(ns: str, query: dict[str, Any], tailable: bool, projection: dic
     so does a lookup whose filter or projection evaluates expressions (their cost is the client's)."""
     if ns == OPLOG_NS:
         return tailable or start_key_is_whole_filter(query)
+    if tailable:
+        return True  # (a capped collection: what a tailing cursor reads is bounded by its size)
     return (id_equality(query)[0] and not filter_evaluates_expressions(query)
             and not projection_evaluates_expressions(projection))
 
@@ -314,17 +318,22 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     for option in ("returnKey", "showRecordId"):
         if cmd.get(option):
             raise MongoError(115, f"find's {option} is not supported by this server")
-    query = _with_index_bounds(query, _document_arg(cmd, "min"), _document_arg(cmd, "max"), cmd.get("hint"))
     collation = parse_collation(cmd.get("collation"))
     matcher = collated_matcher(query, collation)
+    scan = hinted_scan(ctx, ns, cmd)
+    if scan is not None:
+        matcher = _InScan(matcher, scan)
+        sort = sort or scan.order
+    elif not sort and is_natural_hint(cmd.get("hint")):
+        sort = {"$natural": cmd["hint"]["$natural"]}  # (a `$natural` hint reads in that direction)
     tailable = bool(cmd.get("tailable"))
     if tailable and ns != OPLOG_NS:
-        raise MongoError(2, "tailable cursor requested on non capped collection")
+        check_tailable(ctx.node.store.reader, ns)
     concern = read_concern_of(ctx)
     limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, limit_left, ns)
     off_loop = not runs_on_loop(ns, query, tailable, projection)
-    tail_state: dict[str, int] = {"last": oplog_start_key(query)}
+    tail_state: dict[str, int] = {"last": oplog_start_key(query) if ns == OPLOG_NS else 0}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
     if raw:
@@ -334,6 +343,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
           and ctx.snapshot is None and ctx.majority_view is None and collation is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
+    elif tailable and ns != OPLOG_NS:  # a capped collection, tailed in natural order
+        source = capped_tail_source(ctx.node.store.reader, ns, tail_state)
+        docs = _query_pipeline(source, matcher, cmd, None, skip, projection)
     else:
         source = collection_source(ctx, ns, query, reverse=_natural_direction(sort) == -1,
                                    tail_state=tail_state, off_loop=off_loop, collation=collation)
@@ -344,31 +356,36 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     if off_loop:
         cursor.time_limit = limit_left
     if tailable:
-        cursor.refill = _tail_refill(ctx, tail_state, None if raw else matcher, projection)
+        cursor.refill = _tail_refill(ctx, ns, tail_state, None if raw else matcher, projection)
         cursor.tail_state = tail_state
-    reply = await first_batch(ctx, cursor, batch_size if batch_size >= 0 else 0, single_batch)
+    reply = await first_batch(ctx, cursor, batch_size if batch_size >= 0 else None, single_batch)
     return _with_repl_data(ctx, ns, reply)
 
 
-def _with_index_bounds(query: dict[str, Any], low: dict[str, Any] | None, high: dict[str, Any] | None,
-                       hint: Any) -> dict[str, Any]:
-    """`min` / `max` (with the `hint` they need) as the range they bound on a one-field index:
-    from `min` inclusive to `max` exclusive, added to the filter. Bounds on a compound index are
-    refused (115)."""
-    if low is None and high is None:
-        return query
-    if hint is None:
-        raise MongoError(51173, "When using min()/max() a hint of which index to use must be specified")
-    fields = {tuple(bound) for bound in (low, high) if bound is not None}
-    if len(fields) != 1 or len(next(iter(fields))) != 1:
-        raise MongoError(115, "min/max are supported on one-field indexes only, with the same field in both")
-    field = next(iter(next(iter(fields))))
-    bounds: dict[str, Any] = {}
-    if low is not None:
-        bounds["$gte"] = low[field]
-    if high is not None:
-        bounds["$lt"] = high[field]
-    return {"$and": [query, {field: bounds}]} if query else {field: bounds}
+def hinted_scan(ctx: CommandContext, ns: str, cmd: dict[str, Any]) -> IndexScan | None:
+    """The index scan a find's `hint` (and `min` / `max`) ask for (see `oplog.index_hint`); None to read
+    in natural order. A collection that does not exist answers nothing, hint or not, as mongod's."""
+    low, high = _document_arg(cmd, "min"), _document_arg(cmd, "max")
+    if ns == OPLOG_NS or (cmd.get("hint") is None and low is None and high is None):
+        return None
+    reader = ctx.txn if ctx.txn is not None else ctx.node.store.reader
+    if reader.collection(ns) is None:
+        return None
+    return index_scan([index.spec for index in reader.indexes(ns)], cmd.get("hint"), low, high)
+
+
+class _InScan:
+    """A find's matcher that also keeps to what a hinted index holds."""
+
+    def __init__(self, matcher: Any, scan: IndexScan) -> None:
+        self._matcher = matcher
+        self._scan = scan
+
+    def matches(self, doc: dict[str, Any]) -> bool:
+        return self._scan.includes(doc) and self._matcher.matches(doc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._matcher, name)
 
 
 def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict[str, Any]:
@@ -378,11 +395,15 @@ def _with_repl_data(ctx: CommandContext, ns: str, reply: dict[str, Any]) -> dict
     return reply
 
 
-def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | None,
+def _tail_refill(ctx: CommandContext, ns: str, state: dict[str, int], matcher: Matcher | None,
                  projection: dict[str, Any] | None) -> Callable[[], Iterator[dict[str, Any]]]:
     reader = ctx.node.store.reader
 
     def refill() -> Iterator[dict[str, Any]]:
+        if ns != OPLOG_NS:
+            assert matcher is not None
+            check_capped_position(reader, ns, state)
+            return _query_pipeline(capped_tail_source(reader, ns, state), matcher, {}, None, 0, projection)
         check_tail_position(reader, state.get("last", 0))
         if matcher is None:
             return raw_oplog_source(reader, state.get("last", 0), state)
@@ -393,17 +414,13 @@ def _tail_refill(ctx: CommandContext, state: dict[str, int], matcher: Matcher | 
 
 
 def _take_batch(cursor: Cursor, batch_size: int) -> tuple[list[Any], bool]:
-    """The next batch, and whether the cursor has more after it (a non-tailable cursor peeks, so one that
-    is drained is not left open). A cursor that is done closes its source here, on the thread that ran
-    the batch: a sort's memory is let go there, not on the event loop."""
+    """The next batch, and whether the cursor stays open after it. As mongod's, a cursor whose batch
+    filled up stays open without looking further (its next getMore may find nothing and close it: an
+    exhaust stream and the driver's command events count on that); one whose source ran dry closes. A
+    cursor that is done closes its source here, on the thread that ran the batch: a sort's memory is
+    let go there, not on the event loop."""
     batch = cursor.next_batch(batch_size)
     more = cursor.tailable or not cursor.exhausted
-    if more and not cursor.tailable and not cursor.pending:
-        nxt = next(cursor.source, None)
-        if nxt is None:
-            more = False
-        else:
-            cursor.pending.append(nxt)
     if not more:
         close = getattr(cursor.source, "close", None)
         if close is not None:
@@ -425,9 +442,15 @@ async def _run_batch(ctx: CommandContext, cursor: Cursor, batch_size: int) -> tu
         cursor.busy = False
 
 
-async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int,
-                       single_batch: bool) -> dict[str, Any]:
-    batch, more = await _run_batch(ctx, cursor, batch_size)
+async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int | None,
+                      single_batch: bool) -> dict[str, Any]:
+    """The command's reply with the first batch (`batch_size` None: the default size). A `batchSize` of 0
+    asks for an open cursor and no documents yet, as mongod answers it: the query runs at the first
+    getMore (raw-batch cursors rely on it)."""
+    if batch_size == 0 and not single_batch:
+        batch, more = [], True
+    else:
+        batch, more = await _run_batch(ctx, cursor, batch_size or 0)
     if cursor.read_concern is not None:
         try:
             await settle_batch(ctx.node, cursor.read_concern, cursor.history_epoch, _wait_limit(ctx, cursor),
@@ -481,6 +504,10 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     registry = ctx.node.cursors
     cursor = registry.get(int(cursor_id), ns, ctx.node.clock.monotonic_ms())
     check_owner(ctx, cursor)
+    if (cursor.time_limit is not None and cursor.time_limit.left_s is not None
+            and ctx.node.failpoints.check("maxTimeAlwaysTimeOut") is not None):
+        registry.kill(cursor.id)  # (a getMore runs under what is left of its cursor's maxTimeMS)
+        raise MongoError(50, "operation exceeded time limit (maxTimeAlwaysTimeOut fail point)")
     report = ctx.cmd.get(POSITIONS_FIELD)
     if report is not None and ns == OPLOG_NS and acts_as_member(ctx.node.options.auth, ctx.conn.auth):
         ctx.node.repl.on_update_position(report)  # a fetcher's positions, riding on its getMore
@@ -511,20 +538,25 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
             registry.kill(cursor.id)
         return _answered_at(ctx, cursor, _with_repl_data(
             ctx, ns, cursor_reply(cursor.id if more else 0, ns, batch, first=False)))
-    batch = cursor.next_batch(batch_size)
-    if not batch and cursor.tailable and cursor.await_data:
-        max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
-        await ctx.node.wait_for_oplog(cursor.tail_state.get("last", 0), max_time_ms / 1000)
-        if cursor.killed:
-            raise MongoError(237, f"cursor id {cursor.id} was killed: {cursor.killed}")
+    try:
+        if cursor.tailable and ns != OPLOG_NS and cursor.refill is not None:
+            # A capped collection's tail reads afresh from its position at each getMore: rows read ahead
+            # earlier may have been trimmed since (and a trimmed position is CappedPositionLost).
+            cursor.source = cursor.refill()
         batch = cursor.next_batch(batch_size)
-    done = cursor.exhausted and not cursor.tailable and not cursor.pending
-    if not done and not cursor.tailable:
-        nxt = next(cursor.source, None)
-        if nxt is None:
-            done = True
-        else:
-            cursor.pending.append(nxt)
+        if not batch and cursor.tailable and cursor.await_data:
+            max_time_ms = _int_arg(ctx.cmd, "maxTimeMS", DEFAULT_AWAIT_DATA_MS) or DEFAULT_AWAIT_DATA_MS
+            if ns == OPLOG_NS:
+                await ctx.node.wait_for_oplog(cursor.tail_state.get("last", 0), max_time_ms / 1000)
+                batch = cursor.next_batch(batch_size)
+            else:
+                batch = await _await_capped(ctx, cursor, batch_size, max_time_ms / 1000)
+    except MongoError:
+        registry.kill(cursor.id)  # (a tailing cursor whose position was trimmed away is dead)
+        raise
+    if cursor.killed:
+        raise MongoError(237, f"cursor id {cursor.id} was killed: {cursor.killed}")
+    done = cursor.exhausted and not cursor.tailable and not cursor.pending  # (no look past a full batch)
     await _settle_more(ctx, cursor)
     if done:
         registry.kill(cursor.id)
@@ -532,6 +564,18 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
         ctx.node.hops.mark("served", cursor.tail_state.get("last", 0))
     return _answered_at(ctx, cursor, _with_repl_data(
         ctx, ns, cursor_reply(0 if done else cursor.id, ns, batch, first=False)))
+
+
+async def _await_capped(ctx: CommandContext, cursor: Cursor, batch_size: int, wait_s: float) -> list[Any]:
+    """An awaitData getMore on a capped collection: waits for writes (any committed entry wakes it) until
+    one brings the cursor documents, or the wait is over."""
+    deadline = ctx.node.clock.monotonic() + wait_s
+    while (left := deadline - ctx.node.clock.monotonic()) > 0 and not cursor.killed:
+        await ctx.node.wait_for_oplog(ctx.node.last_committed_optime.ts_key, left)
+        batch = cursor.next_batch(batch_size)
+        if batch:
+            return batch
+    return []
 
 
 async def _settle_more(ctx: CommandContext, cursor: Cursor) -> None:
@@ -601,12 +645,12 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         documents = await ctx.node.queries.run(lambda: _documents_stage(spec, clock))  # (an expression: off the loop)
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
-    elif target == 1 and source_stage == "$listLocalSessions" and ctx.db == "admin":
+    elif target == 1 and source_stage == "$listLocalSessions":  # (on any database, as mongod's)
         documents = _local_sessions_stage(ctx, pipeline[0]["$listLocalSessions"])
         pipeline = pipeline[1:]
-        ns = "admin.$cmd.aggregate"
+        ns = f"{ctx.db}.$cmd.aggregate"
     elif target == 1 or not isinstance(target, str):
-        raise MongoError(73, "collection-less aggregate is supported with $changeStream, $documents or (on admin) "
+        raise MongoError(73, "collection-less aggregate is supported with $changeStream, $documents or "
                              "$listLocalSessions first")
     else:
         ns = f"{ctx.db}.{target}"
@@ -652,11 +696,12 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
 
         write_reply = await run_write(ctx, body)
         results = iter([])
-    batch_size = _int_arg(cursor_opts or {}, "batchSize", 0)
+    batch_size = _int_arg(cursor_opts or {}, "batchSize", -1)
     cursor = Cursor(id=0, ns=ns, source=results, read_concern=concern, history_epoch=epoch,
                     view=ctx.majority_view)
     cursor.time_limit = limit
-    reply = await first_batch(ctx, cursor, batch_size, False)
+    written_out = output is not None  # (its cursor has nothing to return: it closes at once)
+    reply = await first_batch(ctx, cursor, None if batch_size < 0 or written_out else batch_size, False)
     if "writeConcernError" in write_reply:
         reply["writeConcernError"] = write_reply["writeConcernError"]
     return reply

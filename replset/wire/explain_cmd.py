@@ -17,6 +17,7 @@ from oplog.values import canonical_key
 from oplog.writes import id_equality
 from replset import __version__
 from replset.wire.commands import CommandContext, command
+from replset.wire.crud import hinted_scan
 
 _READS = frozenset({"find", "count", "distinct", "aggregate"})
 
@@ -32,6 +33,8 @@ async def cmd_explain(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, f"verbosity string must be one of {{{', '.join(VERBOSITIES)}}}")
     ns = f"{ctx.db}.{coll}"
     compile_filter(query)  # a bad filter is refused as the command itself would refuse it
+    if name == "find" and isinstance(inner, dict):
+        hinted_scan(ctx, ns, inner)  # (and so is a hint that names no index)
     planner = query_planner(ns, query, sort)
     reply: dict[str, Any] = {"explainVersion": "1", "queryPlanner": planner, "command": dict(inner),
                              "serverInfo": {"host": ctx.node.options.me, "version": __version__}}
@@ -74,6 +77,9 @@ async def cmd_validate(ctx: CommandContext) -> dict[str, Any]:
     if not isinstance(coll, str) or not coll:
         raise MongoError(73, "validate needs a collection name")
     ns = f"{ctx.db}.{coll}"
+    if ctx.cmd.get("background") and ctx.cmd.get("full"):
+        raise MongoError(72, "Running the validate command with both { background: true } and { full: true } "
+                             "is not supported.")
     store = ctx.node.store
 
     def check() -> dict[str, Any]:

@@ -88,6 +88,9 @@ class Connection:
     identify_deadline: float = 0.0  # monotonic time by which a PENDING connection must log in as a member
     claims_member: bool = False  # it sent a message only members send: spared by test fail points, no more
     auth: ConnectionAuth = field(default_factory=ConnectionAuth)  # the users it proved to be
+    # An exhaust getMore being streamed: the command and the request id of the reply sent last (the
+    # next reply answers it), until the cursor is done; None otherwise.
+    exhaust: tuple[dict[str, object], int] | None = None
 
     def next_request_id(self) -> int:
         self.request_ids += 1
@@ -229,6 +232,20 @@ class WireServer:
                 request = reply = None
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER and not await self._drain(conn, writer):
                     return
+                if conn.exhaust is not None and not await self._stream_exhaust(conn, writer):
+                    return
+
+    async def _stream_exhaust(self, conn: Connection, writer: asyncio.StreamWriter) -> bool:
+        """An exhaust cursor's getMore replies, each sent as the client reads the one before, until the
+        cursor is done. False if the client stopped reading (the connection closes and its cursor is
+        killed: the client discards a connection with replies still to come)."""
+        while conn.exhaust is not None:
+            if writer.transport.is_closing() or not await self._drain(conn, writer):
+                self._dispatcher.abandon_exhaust(conn)
+                return False
+            reply = await self._dispatcher.next_exhaust_reply(conn)
+            writer.write(reply)
+        return True
 
     async def _drain(self, conn: Connection, writer: asyncio.StreamWriter) -> bool:
         """Waits for the client to read its replies; False (close it) if it does not in time."""

@@ -8,6 +8,7 @@ list from this run's failures (for the areas run). `--verbose` prints every fail
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import tempfile
 from collections import Counter
@@ -27,6 +28,18 @@ from tests.spec.runner import (
     suite_dir,
 )
 from tests.support.replica_set import make_replica_set
+
+DEFAULT_PORT = 27017
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _table(outcomes: list[Outcome]) -> Table:
@@ -71,6 +84,10 @@ def main() -> int:
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="spec-set-") as base:
         rs = make_replica_set(base, 3)
+        if _port_free(DEFAULT_PORT):
+            # A few of pymongo's own tests connect to localhost:27017 whatever DB_PORT says (as its CI
+            # runs a mongod there): the first member takes that port when nothing else has it.
+            rs.members[0].port = DEFAULT_PORT
         try:
             rs.start()
             rs.initiate()

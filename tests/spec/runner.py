@@ -35,6 +35,8 @@ class Area:
     name: str
     module: str  # a file under the suite's test/ directory
     select: str = ""  # a pytest -k expression, for modules that mix prose tests with spec tests
+    kind: str = "spec"  # "spec": the drivers' spec areas; "module": pymongo's own test modules
+    test_limit_s: int = 20  # one test's time limit (SPEC_TEST_TIMEOUT_S in the child)
 
 
 AREAS = (
@@ -47,6 +49,14 @@ AREAS = (
     Area("retryable_writes", "test_retryable_writes_unified.py"),
     Area("read_write_concern", "test_read_write_concern_spec.py"),
     Area("command_monitoring", "test_command_monitoring.py"),
+    Area("cursor", "test_cursor.py", kind="module"),
+    Area("collection", "test_collection.py", kind="module"),
+    Area("bulk", "test_bulk.py", kind="module"),
+    Area("database", "test_database.py", kind="module"),
+    Area("session", "test_session.py", kind="module"),
+    Area("retryable_writes_module", "test_retryable_writes.py", kind="module", test_limit_s=90),
+    Area("retryable_reads_module", "test_retryable_reads.py", kind="module"),
+    Area("change_stream_module", "test_change_stream.py", "not Unified", kind="module"),
 )
 AREAS_BY_NAME = {area.name: area for area in AREAS}
 
@@ -130,7 +140,7 @@ def run_area(area: Area, suite: Path, host: str, port: int, timeout_s: float = 1
                 "-o", "junit_family=xunit2", "--rootdir", str(suite), "-p", "tests.spec.time_limit"]
         if area.select:
             args += ["-k", area.select]
-        env = {**os.environ, "DB_IP": host, "DB_PORT": str(port)}
+        env = {**os.environ, "DB_IP": host, "DB_PORT": str(port), "SPEC_TEST_TIMEOUT_S": str(area.test_limit_s)}
         env["PYTHONPATH"] = str(REPO_ROOT)  # for the time_limit plugin
         subprocess.run(args, cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=timeout_s, check=False)
