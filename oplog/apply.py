@@ -18,6 +18,7 @@ from base.errors import MongoError
 from oplog import preimages
 from oplog.sqlite_store import StoreTxn
 from oplog.update import apply_oplog_update
+from oplog.views import apply_view_command
 
 # Collection options `collMod` sets (and a logged collMod entry carries).
 COLLMOD_OPTIONS = ("validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages")
@@ -76,6 +77,8 @@ def _apply_update(txn: StoreTxn, entry: Mapping[str, Any], *, replay: bool, inde
 
 def apply_command(txn: StoreTxn, db: str, o: Mapping[str, Any], ui: Any = None) -> None:
     name = next(iter(o))
+    if name in ("create", "collMod", "drop") and apply_view_command(txn, db, o):
+        return
     match name:
         case "create":
             options = {k: v for k, v in o.items() if k not in ("create", "idIndex")}

@@ -221,7 +221,8 @@ def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) ->
             return []
         if name == "create":
             description = {k: v for k, v in o.items() if k != "create"}
-            description.setdefault("idIndex", {"v": 2, "key": {"_id": 1}, "name": "_id_"})
+            if "viewOn" not in description:  # (a view has no _id index)
+                description.setdefault("idIndex", {"v": 2, "key": {"_id": 1}, "name": "_id_"})
         elif name == "createIndexes":
             description = {"indexes": [{k: v for k, v in o.items() if k != "createIndexes"}]}
         else:

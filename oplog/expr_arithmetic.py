@@ -27,7 +27,7 @@ from bson.int64 import Int64
 
 from base.errors import MongoError
 from oplog.expr_dates import _date_ms
-from oplog.expr_eval import Context, _eager
+from oplog.expr_eval import Context, _eager, _lazy, draw_random
 from oplog.expr_values import (
     _DEC_CTX,
     _KIND_DECIMAL,
@@ -327,3 +327,12 @@ def _op_min_max(name: str, vals: list[Any], ctx: Context) -> Any:
         if best is None or compare(value, best) * sign > 0:
             best = value
     return best
+
+
+@_lazy("$rand")
+def _op_rand(name: str, raw: Any, ctx: Context) -> float:
+    """A double in [0, 1), drawn from the runtime's source (`oplog.expr_eval.install_random_source`). A
+    write that uses it logs the value drawn, so every member applies the same one."""
+    if raw != {}:
+        raise MongoError(3040501, "$rand does not currently accept arguments")
+    return draw_random()

@@ -29,6 +29,8 @@ from oplog.expr_values import MISSING, _null_if_missing, type_name
 __all__ = [
     "INTERRUPT_CHECK",
     "Context",
+    "draw_random",
+    "install_random_source",
     "interrupt_point",
     "walk_path",
 ]
@@ -39,6 +41,21 @@ __all__ = [
 INTERRUPT_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "expression_interrupt_check", default=None)
 INTERRUPT_EVERY = 256  # elements between two interrupt points of a loop
+
+
+# `$rand`'s source of numbers in [0, 1): the runtime installs one (`install_random_source`) at start;
+# the core draws only from what it is given.
+_RANDOM_SOURCE: list[Callable[[], float]] = []
+
+
+def install_random_source(source: Callable[[], float]) -> None:
+    _RANDOM_SOURCE[:] = [source]
+
+
+def draw_random() -> float:
+    if not _RANDOM_SOURCE:
+        raise MongoError(2, "$rand has no random source on this process")
+    return _RANDOM_SOURCE[0]()
 
 
 def interrupt_point() -> None:

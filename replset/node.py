@@ -44,6 +44,7 @@ from base.scram import make_credentials
 from base.votes import LastVote
 from oplog.codec_options import DOC_OPTIONS
 from oplog.entry import noop_entry
+from oplog.expr_eval import install_random_source
 from oplog.log_writer import LogWriter
 from oplog.parts import shared_storage
 from oplog.sqlite_store import SQLiteStore, StoreTxn
@@ -127,6 +128,7 @@ class Node:
         self.started_at = self.clock.monotonic()
         self.store = SQLiteStore(options.dbpath, trace_path=options.trace_sql)
         self.rng = random.Random()
+        install_random_source(random.Random().random)  # ($rand's draws)
         self.cursors = CursorRegistry(self.rng)
         # reads whose cost grows with the data run here, not on the loop
         self.queries = QueryPool(clock=self.clock)

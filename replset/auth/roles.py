@@ -69,7 +69,7 @@ _needs({CLUSTER_ADMIN}, "replSetReconfig", "replSetStepDown", "replSetFreeze", "
        "replSetSyncFrom", "replSetInitiate", "setParameter", "resync", "killAllSessions", "shutdown",
        "configureFailPoint", "fsync")
 _needs({INTERNAL}, "replSetHeartbeat", "replSetRequestVotes", "replSetUpdatePosition", "replSetGetRBID",
-       "_partsCommit", "_partsStage")
+       "_partsCommit", "_partsStage", "_aggregateOutput")
 
 ROLE_GRANTS: dict[str, tuple[tuple[str, str | None], ...]] = {
     # role -> (class, database): None is the role's own database

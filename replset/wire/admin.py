@@ -18,6 +18,7 @@ from oplog.capped import capped_limits, check_capped_options
 from oplog.entry import command_entry
 from oplog.query import compile_filter
 from oplog.ttl import check_ttl_spec
+from oplog.views import view_definition
 from oplog.writes import WriteEnv, ensure_collection, new_collection_uuid, validate_namespace
 from replset import __version__
 from replset.cursors import Cursor
@@ -28,6 +29,7 @@ from replset.wire.auth_commands import hello_auth_fields
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
+from replset.wire.views import check_not_view, create_view, drop_view, modify_view, view_entries
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -265,6 +267,7 @@ def _collection_entries(ctx: CommandContext) -> list[dict[str, Any]]:
         entries.append({"name": info.name, "type": "collection", "options": info.options,
                         "info": {"readOnly": False, "uuid": info.uuid},
                         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}})
+    entries.extend(view_entries(ctx.node.store.reader, ctx.db))
     if ctx.db == "local":
         entries.append({"name": "oplog.rs", "type": "collection",
                         "options": {"capped": True, "size": ctx.node.options.oplog_size_mb * 1024 * 1024},
@@ -330,15 +333,17 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "create"}
+    if "viewOn" in options or "pipeline" in options:
+        return await run_write(ctx, lambda env: create_view(env, ctx.db, coll, options))
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
         raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
-                              "(no views or time-series collections)")
+                              "(no time-series or clustered collections)")
     _check_validation_options(options, ctx.node.now())
     options = check_capped_options(options)
 
     def body(env: WriteEnv) -> dict[str, Any]:
-        if env.txn.collection(ns) is not None:
+        if env.txn.collection(ns) is not None or view_definition(env.txn, ns) is not None:
             raise MongoError(48, f"Collection {ns} already exists.")
         env.emit(command_entry(ctx.db, {"create": coll, **options}, new_collection_uuid()))
         return {"ok": 1.0}
@@ -354,6 +359,8 @@ async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
 
     def body(env: WriteEnv) -> dict[str, Any]:
         info = env.txn.collection(ns)
+        if info is None and view_definition(env.txn, ns) is not None:
+            return drop_view(env, ctx.db, coll)
         if info is None:
             raise MongoError(26, "ns not found")
         n_indexes = len(env.txn.indexes(ns))
@@ -424,6 +431,7 @@ async def cmd_create_indexes(ctx: CommandContext) -> dict[str, Any]:
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
+    check_not_view(ctx.node.store.reader, ns, "createIndexes")
     raw = ctx.cmd.get("indexes")
     if not isinstance(raw, list) or not raw:
         raise MongoError(2, "Must specify at least one index to create")
@@ -472,11 +480,13 @@ async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
     """Changes a TTL index's `expireAfterSeconds` and the collection's `validator`,
     `validationLevel`, `validationAction` and `changeStreamPreAndPostImages` (logged, so every
     member changes them); a bare `collMod` changes nothing (it is logged too: change streams show it
-    as `modify`). Every other option is refused (115): this member has no views."""
+    as `modify`); of a view, its `viewOn` and `pipeline`. Every other option is refused (115)."""
     coll = collection_name(ctx)
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "collMod"}
+    if view_definition(ctx.node.store.reader, ns) is not None:
+        return await run_write(ctx, lambda env: modify_view(env, ctx.db, coll, options))
     unsupported = sorted(set(options) - {"index", *COLLMOD_OPTIONS})
     if unsupported:
         raise MongoError(115, f"collMod option(s) {', '.join(unsupported)} not supported by this server")
@@ -549,6 +559,8 @@ async def cmd_rename_collection(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(115, "renaming a collection across databases is not supported")
     if source == target:
         raise MongoError(20, "Can't rename a collection to itself")
+    for ns in (source, target):
+        check_not_view(ctx.node.store.reader, ns, "renameCollection")
     drop_target = bool(ctx.cmd.get("dropTarget"))
     db = source.partition(".")[0]
 

@@ -45,6 +45,7 @@ from oplog.codec_options import DOC_OPTIONS
 from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.preimages import PREIMAGES_NS, preimage_id
 from oplog.update import apply_oplog_update
+from oplog.views import view_definition
 from replset.cursors import Cursor
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ def _scope(ctx: CommandContext, target: Any, all_changes: bool) -> tuple[StreamS
     if isinstance(target, str):
         if ctx.db in ("admin", "config", "local"):
             raise MongoError(73, f"$changeStream may not be opened on the internal {ctx.db} database")
+        if view_definition(ctx.node.store.reader, f"{ctx.db}.{target}") is not None:
+            raise MongoError(166, f"$changeStream is not supported on views: {ctx.db}.{target}")
         return StreamScope(ctx.db, target), f"{ctx.db}.{target}"
     if target != 1:
         raise MongoError(73, "aggregate takes a collection name or 1")

@@ -23,11 +23,12 @@ from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.explain import query_planner
 from oplog.expressions import evaluate, filter_evaluates_expressions, projection_evaluates_expressions
 from oplog.index_hint import IndexScan, index_scan, is_natural_hint
-from oplog.output_stages import output_stage, write_merge, write_out
+from oplog.output_stages import output_stage
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher
 from oplog.sort import sort_payloads
 from oplog.values import canonical_key
+from oplog.views import refuse_on_view, resolve_view, view_definition
 from oplog.writes import (
     WriteEnv,
     delete_documents,
@@ -53,6 +54,7 @@ from replset.wire.oplog_reader import (
     raw_oplog_source,
     start_key_is_whole_filter,
 )
+from replset.wire.output_forward import forward_output, write_output
 from replset.wire.read_waits import (
     before_read,
     bind_view,
@@ -60,6 +62,7 @@ from replset.wire.read_waits import (
     settle_batch,
     stamp_operation_time,
 )
+from replset.wire.views import check_not_view
 from replset.wire.write_batches import (
     CANDIDATE_RETRIES,
     Perform,
@@ -132,6 +135,7 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
 async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
+    check_not_view(ctx.node.store.reader, ns, ctx.name)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
@@ -163,6 +167,7 @@ async def cmd_delete(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
+    check_not_view(ctx.node.store.reader, ns, "findAndModify")
     fields = ctx.cmd.get("fields")
     if fields:
         validate_projection(fields)
@@ -230,6 +235,12 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
     """Documents of a namespace in natural order (the oplog is a virtual collection). `off_loop`: for
     iteration on the query pool's threads (each chunk read through that thread's connection, the
     deadline of the running batch checked as it goes)."""
+    if ns != OPLOG_NS:
+        viewed = resolve_view(lambda name: view_definition(ctx.node.store.reader, name), ns)
+        if viewed is not None:  # a view: its source, through its pipeline
+            source_ns, pipeline = viewed
+            source = collection_source(ctx, source_ns, {}, off_loop=off_loop, collation=collation)
+            return _pipeline_results(ctx, source, pipeline, ctx.node.now(), collation)
     reader: Any = ctx.node.store.any_thread_reader if off_loop else ctx.node.store.reader
     if ctx.txn is not None and ns != OPLOG_NS:
         reader = ctx.txn  # the transaction's snapshot, its own writes over it
@@ -327,19 +338,22 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     elif not sort and is_natural_hint(cmd.get("hint")):
         sort = {"$natural": cmd["hint"]["$natural"]}  # (a `$natural` hint reads in that direction)
     tailable = bool(cmd.get("tailable"))
+    viewed = ns != OPLOG_NS and view_definition(ctx.node.store.reader, ns) is not None
+    if viewed and (tailable or cmd.get("min") is not None or cmd.get("max") is not None):
+        raise refuse_on_view(ns, "a tailable cursor, min or max")
     if tailable and ns != OPLOG_NS:
         check_tailable(ctx.node.store.reader, ns)
     concern = read_concern_of(ctx)
     limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, limit_left, ns)
-    off_loop = not runs_on_loop(ns, query, tailable, projection)
+    off_loop = viewed or not runs_on_loop(ns, query, tailable, projection)
     tail_state: dict[str, int] = {"last": oplog_start_key(query) if ns == OPLOG_NS else 0}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
-    elif (off_loop and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
+    elif (off_loop and not viewed and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
           and ctx.snapshot is None and ctx.majority_view is None and collation is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
         docs = _query_pipeline(_decoded(stored), matcher, cmd, None, skip, projection, sorted_by=sort)
@@ -664,6 +678,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     if pipeline and isinstance(pipeline[0], dict) and "$collStats" in pipeline[0]:
         from replset.wire.admin import coll_stats_document
 
+        check_not_view(ctx.node.store.reader, ns, "$collStats")
         spec = pipeline[0]["$collStats"]
         stats = await ctx.node.queries.run(
             lambda: coll_stats_document(ctx, ns, spec, ctx.node.store.thread_reader()))
@@ -675,9 +690,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
             if concern.level == "linearizable":
                 raise MongoError(72, f"{output.kind} cannot be used with a 'linearizable' read concern level")
             pipeline = pipeline[:-1]
-            if not ctx.node.is_primary:
-                raise MongoError(10107, "not primary")
             system_namespaces.check_write(output.ns)
+            check_not_view(ctx.node.store.reader, output.ns, output.kind)
     validate_pipeline(pipeline)
     first = pipeline[0] if pipeline else {}
     source = iter(documents) if documents is not None else collection_source(
@@ -688,13 +702,12 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     results = _pipeline_results(ctx, source, pipeline, now, collation)
     if output is not None:
         written = await ctx.node.queries.run(lambda: list(results), limit)
-        write = write_out if output.kind == "$out" else write_merge
-
-        def body(env: WriteEnv) -> dict[str, Any]:
-            write(env, output, written)
-            return {"ok": 1.0}
-
-        write_reply = await run_write(ctx, body)
+        if ctx.node.is_primary or ctx.txn is not None:
+            write_reply = await run_write(ctx, lambda env: write_output(env, output, written))
+        else:
+            # As mongod 5.0+: the read ran here, on the secondary the client chose; the write goes to
+            # the primary.
+            write_reply = await forward_output(ctx, output, written)
         results = iter([])
     batch_size = _int_arg(cursor_opts or {}, "batchSize", -1)
     cursor = Cursor(id=0, ns=ns, source=results, read_concern=concern, history_epoch=epoch,
@@ -740,6 +753,8 @@ def _collections_of(ctx: CommandContext) -> Callable[[str], Iterator[dict[str, A
 
     def read(coll: str) -> Iterator[dict[str, Any]]:
         ns = f"{ctx.db}.{coll}"
+        if view_definition(ctx.node.store.reader, ns) is not None:  # (a view: through its pipeline)
+            return collection_source(ctx, ns, {}, off_loop=True)
         return iter(view.scan(ns)) if view is not None else ctx.node.store.scan_from_any_thread(ns)
 
     return read
@@ -779,7 +794,7 @@ async def cmd_count(ctx: CommandContext) -> dict[str, Any]:
     concern = read_concern_of(ctx)
     time_limit = TimeLimit.from_max_time_ms(_int_arg(ctx.cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, time_limit, ns)
-    if not query and ns != OPLOG_NS:
+    if not query and ns != OPLOG_NS and view_definition(ctx.node.store.reader, ns) is None:
         view: Any = ctx.majority_view if ctx.majority_view is not None else ctx.node.store.any_thread_reader
         n = await ctx.node.queries.run(lambda: view.count(ns))
     else:

@@ -56,7 +56,8 @@ def is_protected(ns: str) -> bool:
 
 def check_write(ns: str) -> None:
     """Inserts, updates, deletes, findAndModify, createIndexes, dropIndexes and create."""
-    if is_protected(ns):
+    if is_protected(ns) or ns.partition(".")[2] == "system.views":
+        # (a view is defined through create / collMod / drop, which keep system.views as the view's)
         raise MongoError(INVALID_NAMESPACE, f"cannot write to {ns}")
 
 

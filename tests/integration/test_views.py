@@ -1,0 +1,115 @@
+"""Views (read-only, non-materialised, defined in system.views through create / collMod / drop) and
+`$out` / `$merge` sent to a secondary, on a real three-member set driven by pymongo."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient, ReadPreference
+from pymongo.errors import OperationFailure
+
+from tests.support.replica_set import ReplicaSet
+
+
+@pytest.fixture(scope="module")
+def client(rs: ReplicaSet) -> Iterator[MongoClient[dict[str, Any]]]:
+    with rs.client(w=3) as c:
+        yield c
+
+
+@pytest.fixture()
+def db(client: MongoClient[dict[str, Any]], request: pytest.FixtureRequest) -> Any:
+    name = "views_" + request.node.name.replace("[", "_").replace("]", "_")[:40]
+    client.drop_database(name)
+    db = client[name]
+    db.src.insert_many([{"_id": i, "x": i, "g": i % 3} for i in range(10)])
+    return db
+
+
+def test_a_view_reads_its_source_through_its_pipeline(db: Any) -> None:
+    db.create_collection("big", viewOn="src", pipeline=[{"$match": {"x": {"$gte": 5}}}])
+    db.create_collection("shape", viewOn="big", pipeline=[{"$project": {"g": 1}}])  # a view on a view
+    assert db.big.estimated_document_count() == 5
+    assert db.big.count_documents({"g": 0}) == 2
+    assert [d["_id"] for d in db.big.find({"g": 1}, sort=[("x", -1)])] == [7]
+    assert db.big.find_one({"_id": 2}) is None  # (an _id lookup reads through the view too)
+    assert db.shape.find_one({"_id": 5}) == {"_id": 5, "g": 2}
+    assert db.shape.distinct("g") == [0, 1, 2]
+    assert list(db.big.aggregate([{"$group": {"_id": None, "n": {"$sum": "$x"}}}])) == [{"_id": None, "n": 35}]
+    joined = db.src.aggregate([{"$lookup": {"from": "big", "localField": "_id", "foreignField": "_id", "as": "v"}},
+                               {"$match": {"v": {"$ne": []}}}, {"$count": "n"}])
+    assert list(joined) == [{"n": 5}]
+    db.src.insert_one({"_id": 10, "x": 10, "g": 1})  # not materialised: the view sees it at once
+    assert db.big.count_documents({}) == 6
+    listed = {c["name"]: c for c in db.list_collections()}
+    assert listed["big"]["type"] == "view" and listed["big"]["info"]["readOnly"] is True
+    assert listed["big"]["options"] == {"viewOn": "src", "pipeline": [{"$match": {"x": {"$gte": 5}}}]}
+    assert listed["src"]["type"] == "collection"
+
+
+def test_a_view_is_the_same_on_every_member_and_changes_and_goes_through_the_log(rs: ReplicaSet, db: Any) -> None:
+    db.create_collection("low", viewOn="src", pipeline=[{"$match": {"x": {"$lt": 3}}}])
+    db.command("collMod", "low", viewOn="src", pipeline=[{"$match": {"x": {"$lt": 2}}}])
+    db.src.insert_one({"_id": 11, "x": 0, "g": 0})  # (w:3: every member has the view's change too)
+    for member in rs.members:
+        with rs.direct(member) as direct:
+            reader = direct.get_database(db.name, read_preference=ReadPreference.SECONDARY_PREFERRED)
+            assert sorted(d["_id"] for d in reader.low.find()) == [0, 1, 11]
+    db.low.drop()
+    assert "low" not in db.list_collection_names()
+    with rs.direct(rs.wait_primary()) as direct:
+        creates = list(direct.local["oplog.rs"].find({"ns": f"{db.name}.$cmd", "o.create": "low"}))
+    assert creates and creates[0]["o"]["viewOn"] == "src"
+
+
+def test_writes_and_unsupported_reads_on_a_view_are_refused(db: Any) -> None:
+    db.create_collection("v", viewOn="src", pipeline=[])
+    refusals = [
+        lambda: db.v.insert_one({"x": 1}),
+        lambda: db.v.update_one({}, {"$set": {"y": 1}}),
+        lambda: db.v.delete_many({}),
+        lambda: db.v.find_one_and_delete({}),
+        lambda: db.v.create_index("x"),
+        lambda: db.v.watch(),
+        lambda: list(db.src.aggregate([{"$out": "v"}])),
+    ]
+    for refused in refusals:
+        with pytest.raises(OperationFailure) as err:
+            refused()
+        assert err.value.code == 166
+    with pytest.raises(OperationFailure) as direct_write:
+        db.system.views.insert_one({"_id": f"{db.name}.w", "viewOn": "src", "pipeline": []})
+    assert direct_write.value.code == 73
+    for clash in ({"create": "src", "viewOn": "x", "pipeline": []}, {"create": "v"}):
+        with pytest.raises(OperationFailure) as exists:
+            db.command(clash)
+        assert exists.value.code == 48
+    with pytest.raises(OperationFailure) as bad_stage:
+        db.command("create", "w", viewOn="src", pipeline=[{"$out": "elsewhere"}])
+    assert bad_stage.value.code == 166
+    assert db.src.count_documents({}) == 10  # nothing was written anywhere
+
+
+def test_out_and_merge_sent_to_a_secondary_write_through_the_primary(rs: ReplicaSet, db: Any) -> None:
+    primary = rs.wait_primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    with rs.direct(secondary) as direct:
+        on_secondary = direct.get_database(db.name, read_preference=ReadPreference.SECONDARY_PREFERRED)
+        assert on_secondary.command("hello")["isWritablePrimary"] is False
+        on_secondary.command("aggregate", "src", pipeline=[{"$match": {"x": {"$gte": 7}}}, {"$out": "copied"}],
+                             cursor={}, writeConcern={"w": 3})
+        on_secondary.command("aggregate", "src", pipeline=[{"$match": {"x": 0}}, {"$merge": {"into": "copied"}}],
+                             cursor={}, writeConcern={"w": 3})
+    assert sorted(d["_id"] for d in db.copied.find()) == [0, 7, 8, 9]
+
+
+def test_rand_in_an_update_logs_the_value_drawn(rs: ReplicaSet, db: Any) -> None:
+    db.src.update_many({}, [{"$set": {"r": {"$rand": {}}}}])
+    drawn = {d["_id"]: d["r"] for d in db.src.find()}
+    assert all(0 <= r < 1 for r in drawn.values()) and len(set(drawn.values())) == 10
+    for member in rs.members:  # the oplog carries the results: every member holds the same numbers
+        with rs.direct(member) as direct:
+            reader = direct.get_database(db.name, read_preference=ReadPreference.SECONDARY_PREFERRED)
+            assert {d["_id"]: d["r"] for d in reader.src.find()} == drawn
