@@ -4,6 +4,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
 from tests.support.members import Member
 from tests.support.replica_set import ReplicaSet, running_set
@@ -51,3 +52,18 @@ def rs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
 def rs3(tmp_path: Any) -> Iterator[ReplicaSet]:
     """An initiated three-member set of the test's own (it may kill or partition members)."""
     yield from running_set(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def set_client(rs: ReplicaSet) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A client of the module's set whose writes wait for every member (w: 3)."""
+    with rs.client(w=3) as c:
+        yield c
+
+
+@pytest.fixture()
+def fresh_db(set_client: MongoClient[dict[str, Any]], request: pytest.FixtureRequest) -> Any:
+    """A database of the test's own on the module's set, dropped first."""
+    name = "t_" + request.node.name.replace("[", "_").replace("]", "_")[:50]
+    set_client.drop_database(name)
+    return set_client[name]

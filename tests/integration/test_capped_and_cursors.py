@@ -4,7 +4,6 @@ real three-member set driven by pymongo."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,17 +29,14 @@ class _Commands(monitoring.CommandListener):
         pass
 
 
-@pytest.fixture(scope="module")
-def client(rs: ReplicaSet) -> Iterator[MongoClient[dict[str, Any]]]:
-    with rs.client(w=3) as c:
-        yield c
+@pytest.fixture()
+def db(fresh_db: Any) -> Any:
+    return fresh_db
 
 
 @pytest.fixture()
-def db(client: MongoClient[dict[str, Any]], request: pytest.FixtureRequest) -> Any:
-    name = "capped_" + request.node.name.replace("[", "_").replace("]", "_")[:40]
-    client.drop_database(name)
-    return client[name]
+def client(set_client: MongoClient[dict[str, Any]]) -> MongoClient[dict[str, Any]]:
+    return set_client
 
 
 def _members_docs(rs: ReplicaSet, db_name: str, coll: str) -> list[list[Any]]:

@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pymongo import MongoClient, ReadPreference
+from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
 from tests.support.replica_set import ReplicaSet
 
 
-@pytest.fixture(scope="module")
-def client(rs: ReplicaSet) -> Iterator[MongoClient[dict[str, Any]]]:
-    with rs.client(w=3) as c:
-        yield c
-
-
 @pytest.fixture()
-def db(client: MongoClient[dict[str, Any]], request: pytest.FixtureRequest) -> Any:
-    name = "views_" + request.node.name.replace("[", "_").replace("]", "_")[:40]
-    client.drop_database(name)
-    db = client[name]
-    db.src.insert_many([{"_id": i, "x": i, "g": i % 3} for i in range(10)])
-    return db
+def db(fresh_db: Any) -> Any:
+    fresh_db.src.insert_many([{"_id": i, "x": i, "g": i % 3} for i in range(10)])
+    return fresh_db
 
 
 def test_a_view_reads_its_source_through_its_pipeline(db: Any) -> None:
