@@ -106,3 +106,35 @@ def index_scan(specs: Sequence[Mapping[str, Any]], hint: Any, low: Mapping[str, 
             raise MongoError(51174, "The index chosen is not equal to the index specified by min/max: min and "
                                     "max must name the hinted index's fields, in its order")
     return IndexScan(spec, low, high)
+
+
+def index_for_key(specs: Sequence[Mapping[str, Any]], hint: Any, query: Mapping[str, Any],
+                  sort: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The index a find reads with, for `returnKey`: the hinted one; else one whose key pattern starts
+    with the sort's fields (in either direction throughout); else the `_id` index for a filter on
+    `_id`; None for a collection scan (whose key is an empty document, as mongod's)."""
+    hinted = resolve_hint(specs, hint)
+    if hinted is not None:
+        return hinted
+    if sort:
+        wanted = [(field, 1 if is_number(d) and d > 0 else -1) for field, d in sort.items()]
+        for spec in specs:
+            key = [(field, 1 if is_number(d) and d > 0 else -1) for field, d in (spec.get("key") or {}).items()]
+            if len(key) >= len(wanted) and [f for f, _ in key[:len(wanted)]] == [f for f, _ in wanted]:
+                signs = {a * b for (_, a), (_, b) in zip(key, wanted, strict=False)}
+                if len(signs) == 1 and not spec.get("sparse") and not spec.get("partialFilterExpression"):
+                    return spec
+    if "_id" in query:
+        return next((spec for spec in specs if spec.get("name") == "_id_"), None)
+    return None
+
+
+def key_of(doc: Mapping[str, Any], spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`returnKey`'s document: the index's key fields and the document's values for them."""
+    if spec is None:
+        return {}
+    out: dict[str, Any] = {}
+    for path in spec.get("key") or {}:
+        values = index_values(doc, path)
+        out[path] = values[0] if values else None
+    return out

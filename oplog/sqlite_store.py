@@ -1010,13 +1010,18 @@ def scan_chunked(reader: Callable[[], _ReadConnection | SnapshotReader], ns: str
 def _scan_bson(reader: Callable[[], _ReadConnection | SnapshotReader], ns: str) -> Iterator[bytes]:
     """A collection's stored documents in natural order, `SCAN_CHUNK` rows per statement, each chunk
     read through `reader()` (the same connection, or the reader of whichever thread asks)."""
+    return (blob for _rid, blob in scan_rows(reader, ns))
+
+
+def scan_rows(reader: Callable[[], Any], ns: str, after_rid: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(row id, stored document) of a collection in natural order after row `after_rid`, a chunk at a
+    time, each chunk read through `reader()`."""
     info = reader().collection(ns)
     if info is None:
         return
-    rid = 0
+    rid = after_rid
     while rows := reader().scan_chunk(ns, info.table, rid):
-        for _rid, blob in rows:
-            yield blob
+        yield from rows
         rid = rows[-1][0]
 
 

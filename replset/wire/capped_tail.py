@@ -13,6 +13,7 @@ import bson
 from base.errors import MongoError
 from oplog.capped import capped_limits
 from oplog.codec_options import DOC_OPTIONS
+from oplog.sqlite_store import scan_rows
 
 
 def check_tailable(reader: Any, ns: str) -> None:
@@ -24,15 +25,9 @@ def check_tailable(reader: Any, ns: str) -> None:
 
 def capped_tail_source(reader: Any, ns: str, state: dict[str, int]) -> Iterator[dict[str, Any]]:
     """The collection's documents after row `state["last"]`, recording each returned row there."""
-    info = reader.collection(ns)
-    if info is None:
-        return
-    rid = state.get("last", 0)
-    while rows := reader.scan_chunk(ns, info.table, rid):
-        for row, blob in rows:
-            state["last"] = row
-            yield bson.decode(blob, DOC_OPTIONS)
-        rid = rows[-1][0]
+    for row, blob in scan_rows(lambda: reader, ns, state.get("last", 0)):
+        state["last"] = row
+        yield bson.decode(blob, DOC_OPTIONS)
 
 
 def check_capped_position(reader: Any, ns: str, state: dict[str, int]) -> None:

@@ -22,11 +22,12 @@ from oplog.collation import Collation, collated_matcher, collated_sort, has_stri
 from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
 from oplog.explain import query_planner
 from oplog.expressions import evaluate, filter_evaluates_expressions, projection_evaluates_expressions
-from oplog.index_hint import IndexScan, index_scan, is_natural_hint
+from oplog.index_hint import IndexScan, index_for_key, index_scan, is_natural_hint, key_of
 from oplog.output_stages import output_stage
 from oplog.projection import apply_projection, compile_projection, validate_projection
 from oplog.query import Matcher
 from oplog.sort import sort_payloads
+from oplog.sqlite_store import scan_rows
 from oplog.values import canonical_key
 from oplog.views import refuse_on_view, resolve_view, view_definition
 from oplog.writes import (
@@ -326,9 +327,9 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(2, "skip and batchSize must be non-negative")
     single_batch = bool(cmd.get("singleBatch")) or limit < 0
     limit = abs(limit)
-    for option in ("returnKey", "showRecordId"):
-        if cmd.get(option):
-            raise MongoError(115, f"find's {option} is not supported by this server")
+    return_key, show_record_id = bool(cmd.get("returnKey")), bool(cmd.get("showRecordId"))
+    if (return_key or show_record_id) and (ns == OPLOG_NS or cmd.get("tailable")):
+        raise MongoError(115, "returnKey and showRecordId are for finds on collections here")
     collation = parse_collation(cmd.get("collation"))
     matcher = collated_matcher(query, collation)
     scan = hinted_scan(ctx, ns, cmd)
@@ -346,13 +347,15 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
     concern = read_concern_of(ctx)
     limit_left = TimeLimit.from_max_time_ms(_int_arg(cmd, "maxTimeMS"))
     epoch = await before_read(ctx, concern, limit_left, ns)
-    off_loop = viewed or not runs_on_loop(ns, query, tailable, projection)
+    off_loop = viewed or return_key or show_record_id or not runs_on_loop(ns, query, tailable, projection)
     tail_state: dict[str, int] = {"last": oplog_start_key(query) if ns == OPLOG_NS else 0}
     raw = (ns == OPLOG_NS and start_key_is_whole_filter(query) and not projection and not skip
            and (not sort or _natural_direction(sort) == 1))
     if raw:
         # A sync source serving a fetcher: entries go out as stored, never decoded.
         docs: Iterator[Any] = raw_oplog_source(ctx.node.store.reader, tail_state["last"], tail_state)
+    elif return_key or show_record_id:
+        docs = _keys_or_record_ids(ctx, ns, query, matcher, cmd, sort, skip, projection, collation, return_key)
     elif (off_loop and not viewed and ns != OPLOG_NS and sort and _natural_direction(sort) is None and ctx.txn is None
           and ctx.snapshot is None and ctx.majority_view is None and collation is None):
         stored = time_checked(ctx.node.store.scan_bson_from_any_thread(ns))
@@ -374,6 +377,37 @@ async def cmd_find(ctx: CommandContext) -> dict[str, Any]:
         cursor.tail_state = tail_state
     reply = await first_batch(ctx, cursor, batch_size if batch_size >= 0 else None, single_batch)
     return _with_repl_data(ctx, ns, reply)
+
+
+def _keys_or_record_ids(ctx: CommandContext, ns: str, query: dict[str, Any], matcher: Any, cmd: dict[str, Any],
+                       sort: dict[str, Any] | None, skip: int, projection: dict[str, Any] | None,
+                       collation: Collation | None, return_key: bool) -> Iterator[dict[str, Any]]:
+    """A find with `returnKey` (each result is the key of the index the find reads with; see
+    `oplog.index_hint.index_for_key`) or `showRecordId` (each result carries `$recordId`, its row id,
+    after its projection). Row ids are the store's: not for a transaction's or a snapshot's read (115)."""
+    if return_key:
+        specs = [index.spec for index in ctx.node.store.reader.indexes(ns)]
+        spec = index_for_key(specs, cmd.get("hint"), query, sort)
+        source = collection_source(ctx, ns, query, off_loop=True, collation=collation)
+        return (key_of(doc, spec) for doc in _query_pipeline(source, matcher, cmd, sort, skip, None,
+                                                              collation=collation))
+    if ctx.txn is not None or ctx.snapshot is not None or ctx.majority_view is not None:
+        raise MongoError(115, "showRecordId is not supported in a transaction or a snapshot or majority read here")
+    if view_definition(ctx.node.store.reader, ns) is not None:
+        raise refuse_on_view(ns, "showRecordId")
+    reader = ctx.node.store.any_thread_reader
+    source = time_checked(_with_record_id(bson.decode(blob, DOC_OPTIONS), row)
+                          for row, blob in scan_rows(lambda: reader, ns))
+    docs = _query_pipeline(source, matcher, cmd, sort, skip, None, collation=collation)
+    if not projection:
+        return docs
+    compiled = compile_projection(projection, matcher=matcher)
+    return (_with_record_id(compiled.apply(doc), doc["$recordId"]) for doc in docs)
+
+
+def _with_record_id(doc: dict[str, Any], row: int) -> dict[str, Any]:
+    doc["$recordId"] = Int64(row)
+    return doc
 
 
 def hinted_scan(ctx: CommandContext, ns: str, cmd: dict[str, Any]) -> IndexScan | None:

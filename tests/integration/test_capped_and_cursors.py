@@ -237,3 +237,18 @@ def test_fsync_validate_empty_collation_and_index_options(db: Any, client: Mongo
     for bad in (5, {"x": {"$asdasd": 3}}, {"$and": 5}):
         with pytest.raises(OperationFailure):
             db.v.create_index("x", partialFilterExpression=bad)
+
+
+def test_return_key_and_show_record_id(db: Any) -> None:
+    db.rk.insert_many([{"_id": i, "x": i * 11} for i in range(1, 6)])
+    keys = db.command("find", "rk", sort={"_id": 1}, returnKey=True, showRecordId=True)["cursor"]["firstBatch"]
+    assert keys == [{"_id": i} for i in range(1, 6)]  # (the _id index serves the sort)
+    assert db.command("find", "rk", returnKey=True)["cursor"]["firstBatch"] == [{}] * 5  # a collection scan
+    db.rk.create_index("x")
+    by_x = db.command("find", "rk", sort={"x": -1}, limit=2, returnKey=True)["cursor"]["firstBatch"]
+    assert by_x == [{"x": 55}, {"x": 44}]
+    with_ids = db.command("find", "rk", filter={"x": {"$gt": 20}}, projection={"x": 1, "_id": 0},
+                          showRecordId=True)["cursor"]["firstBatch"]
+    assert [d["x"] for d in with_ids] == [22, 33, 44, 55]
+    assert all(isinstance(d["$recordId"], int) for d in with_ids)
+    assert len({d["$recordId"] for d in with_ids}) == 4  # one row id each, after the projection

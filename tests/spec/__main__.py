@@ -49,10 +49,17 @@ def _table(outcomes: list[Outcome]) -> Table:
     for o in outcomes:
         share = f"{100 * len(o.passed) / o.ran:.1f} %" if o.ran else "-"
         table.add_row(o.area, str(len(o.passed)), str(len(o.failed)), str(len(o.skipped)), share)
-    passed = sum(len(o.passed) for o in outcomes)
-    ran = sum(o.ran for o in outcomes)
-    table.add_row("all", str(passed), str(ran - passed), str(sum(len(o.skipped) for o in outcomes)),
-                  f"{100 * passed / ran:.1f} %" if ran else "-", style="bold")
+    kinds = {area.name: area.kind for area in AREAS}
+    totals = [("spec areas", [o for o in outcomes if kinds.get(o.area) == "spec"]),
+              ("pymongo's modules", [o for o in outcomes if kinds.get(o.area) == "module"]),
+              ("all", outcomes)]
+    for label, group in totals:
+        if not group:
+            continue
+        passed = sum(len(o.passed) for o in group)
+        ran = sum(o.ran for o in group)
+        table.add_row(label, str(passed), str(ran - passed), str(sum(len(o.skipped) for o in group)),
+                      f"{100 * passed / ran:.1f} %" if ran else "-", style="bold")
     return table
 
 

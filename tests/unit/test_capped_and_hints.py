@@ -67,3 +67,17 @@ def test_min_and_max_bound_the_index_order() -> None:
     with pytest.raises(MongoError) as wrong_fields:
         index_scan(SPECS, "j_1_k_1", {"k": 1, "j": 1}, None)
     assert wrong_fields.value.code == 51174
+
+
+def test_the_index_a_find_reads_with_gives_its_key() -> None:
+    from oplog.index_hint import index_for_key, key_of
+
+    assert index_for_key(SPECS, "a_-1", {}, None) is SPECS[1]
+    assert index_for_key(SPECS, None, {}, {"a": 1}) is SPECS[1]  # (read backwards)
+    assert index_for_key(SPECS, None, {}, {"j": -1}) is SPECS[2]
+    assert index_for_key(SPECS, None, {}, {"j": 1, "k": -1}) is None  # mixed directions: no index serves it
+    assert index_for_key(SPECS, None, {}, {"s": 1}) is None  # (a sparse index does not hold every document)
+    assert index_for_key(SPECS, None, {"_id": 3}, None) is SPECS[0]
+    assert index_for_key(SPECS, None, {"x": 3}, None) is None
+    assert key_of({"_id": 1, "j": 2, "k": [5, 6]}, SPECS[2]) == {"j": 2, "k": 5}
+    assert key_of({"_id": 1}, None) == {}
