@@ -62,6 +62,7 @@ from oplog.expressions import (
     type_name,
     validate_expression,
 )
+from oplog.timeseries import UNPACK_STAGE, unpack_bucket, unpack_spec
 from oplog.values import SortKey, canonical_key, compare_values, is_number
 
 __all__ = ["UNSUPPORTED_STAGES", "check_output", "iter_pipeline", "may_grow", "run_pipeline", "validate_pipeline"]
@@ -310,6 +311,13 @@ def _build_skip(spec: Any, env: _Env) -> Transform:
     if skip < 0:
         raise MongoError(15956, "Argument to $skip cannot be negative")
     return lambda stream: itertools.islice(stream, skip, None)
+
+
+@_stage(UNPACK_STAGE)
+def _build_unpack_bucket(spec: Any, env: _Env) -> Transform:
+    """A time-series view's stage: each bucket's measurements (see `oplog.timeseries`)."""
+    time_field, meta_field = unpack_spec(spec)
+    return lambda stream: (doc for bucket in stream for doc in unpack_bucket(bucket, time_field, meta_field))
 
 
 @_stage("$count")

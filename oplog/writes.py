@@ -133,7 +133,7 @@ def error_doc(index: int, err: MongoError) -> dict[str, Any]:
     return doc
 
 
-def _run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResult,
+def run_statements(env: WriteEnv, count: int, ordered: bool, result: WriteResult,
                     run_one: Callable[[int], None]) -> WriteResult:
     for i in range(count):
         sp = env.txn.savepoint()
@@ -196,7 +196,7 @@ def insert_documents(env: WriteEnv, ns: str, docs: list[Any], ordered: bool) -> 
             insert_capped(env, ns, doc, limits, ui)
         result.n += 1
 
-    return _run_statements(env, len(docs), ordered, result, run_one)
+    return run_statements(env, len(docs), ordered, result, run_one)
 
 
 def emit_insert(env: WriteEnv, ns: str, doc: dict[str, Any]) -> None:
@@ -354,7 +354,7 @@ def update_documents(env: WriteEnv, ns: str, updates: list[Any], ordered: bool,
     `matching_documents`)."""
     result = WriteResult()
     found = candidates or {}
-    return _run_statements(
+    return run_statements(
         env, len(updates), ordered, result,
         lambda i: update_one_statement(env, ns, updates[i], i, result, found.get(i)),
     )
@@ -384,7 +384,7 @@ def delete_documents(env: WriteEnv, ns: str, deletes: list[Any], ordered: bool,
     """Runs delete statements; `candidates` as in `update_documents`."""
     result = WriteResult()
     found = candidates or {}
-    return _run_statements(
+    return run_statements(
         env, len(deletes), ordered, result,
         lambda i: delete_one_statement(env, ns, deletes[i], result, found.get(i)),
     )

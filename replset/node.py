@@ -48,6 +48,7 @@ from oplog.expr_eval import install_random_source
 from oplog.log_writer import LogWriter
 from oplog.parts import shared_storage
 from oplog.sqlite_store import SQLiteStore, StoreTxn
+from oplog.timeseries import BucketCatalog
 from oplog.writes import WriteEnv
 from replset.auth.http_auth import member_token
 from replset.auth.keyfile import read_keyfile
@@ -129,6 +130,7 @@ class Node:
         self.store = SQLiteStore(options.dbpath, trace_path=options.trace_sql)
         self.rng = random.Random()
         install_random_source(random.Random().random)  # ($rand's draws)
+        self.buckets = BucketCatalog()  # time-series buckets open for inserts, while primary
         self.cursors = CursorRegistry(self.rng)
         # reads whose cost grows with the data run here, not on the loop
         self.queries = QueryPool(clock=self.clock)

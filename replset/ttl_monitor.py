@@ -17,6 +17,7 @@ from base.errors import MongoError
 from oplog import preimages
 from oplog.preimages import PREIMAGES_NS
 from oplog.query import compile_filter
+from oplog.timeseries import expired_buckets_filter
 from oplog.ttl import expired_filter
 from oplog.writes import WriteEnv, delete_documents
 
@@ -90,6 +91,9 @@ class TTLMonitor:
                 expired = expired_filter(index.spec, node.now())
                 if expired is not None:
                     deleted += await self._delete_expired(info.ns, expired)
+            buckets = expired_buckets_filter(info.options, node.now())  # (a time-series collection's)
+            if buckets is not None:
+                deleted += await self._delete_expired(info.ns, buckets)
         return deleted
 
     async def prune_preimages(self) -> int:

@@ -17,6 +17,7 @@ from oplog.apply import COLLMOD_OPTIONS
 from oplog.capped import capped_limits, check_capped_options
 from oplog.entry import command_entry
 from oplog.query import compile_filter
+from oplog.timeseries import buckets_name
 from oplog.ttl import check_ttl_spec
 from oplog.views import view_definition
 from oplog.writes import WriteEnv, ensure_collection, new_collection_uuid, validate_namespace
@@ -29,7 +30,16 @@ from replset.wire.auth_commands import hello_auth_fields
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
-from replset.wire.views import check_not_view, create_view, drop_view, modify_view, view_entries
+from replset.wire.views import (
+    check_not_view,
+    create_timeseries,
+    create_view,
+    drop_timeseries,
+    drop_view,
+    modify_view,
+    timeseries_of,
+    view_entries,
+)
 
 if TYPE_CHECKING:
     from replset.node import Node
@@ -335,6 +345,8 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "create"}
     if "viewOn" in options or "pipeline" in options:
         return await run_write(ctx, lambda env: create_view(env, ctx.db, coll, options))
+    if "timeseries" in options:
+        return await run_write(ctx, lambda env: create_timeseries(env, ctx.db, coll, options))
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
         raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
@@ -359,6 +371,9 @@ async def cmd_drop(ctx: CommandContext) -> dict[str, Any]:
 
     def body(env: WriteEnv) -> dict[str, Any]:
         info = env.txn.collection(ns)
+        if info is None and timeseries_of(env.txn, ns) is not None:
+            ctx.node.buckets.forget(f"{ctx.db}.{buckets_name(coll)}")
+            return drop_timeseries(env, ctx.db, coll)
         if info is None and view_definition(env.txn, ns) is not None:
             return drop_view(env, ctx.db, coll)
         if info is None:

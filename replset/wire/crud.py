@@ -28,6 +28,8 @@ from oplog.projection import apply_projection, compile_projection, validate_proj
 from oplog.query import Matcher
 from oplog.sort import sort_payloads
 from oplog.sqlite_store import scan_rows
+from oplog.timeseries import BucketCatalog, TimeseriesOptions
+from oplog.timeseries_writes import insert_measurements
 from oplog.values import canonical_key
 from oplog.views import refuse_on_view, resolve_view, view_definition
 from oplog.writes import (
@@ -63,7 +65,7 @@ from replset.wire.read_waits import (
     settle_batch,
     stamp_operation_time,
 )
-from replset.wire.views import check_not_view
+from replset.wire.views import check_not_view, timeseries_of
 from replset.wire.write_batches import (
     CANDIDATE_RETRIES,
     Perform,
@@ -136,7 +138,15 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
 async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
-    check_not_view(ctx.node.store.reader, ns, ctx.name)
+    timeseries = timeseries_of(ctx.node.store.reader, ns)
+    if timeseries is not None:
+        if field != "documents":
+            raise MongoError(72, f"{ctx.name} on the time-series collection {ns} is not supported by this server "
+                                 "(inserts and reads are)")
+        ns, options = timeseries
+        perform = _measurements(options, ctx.node.buckets)
+    else:
+        check_not_view(ctx.node.store.reader, ns, ctx.name)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
@@ -146,6 +156,11 @@ async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dic
                                                              update=field == "updates"), off_loop=evaluates)
     return await run_batch(ctx, ns, statements, ordered, perform, is_update=field == "updates",
                            scanning=field != "documents")
+
+
+def _measurements(options: TimeseriesOptions, catalog: BucketCatalog) -> Perform:
+    """An insert into a time-series collection: into its buckets (see `oplog.timeseries`)."""
+    return lambda env, ns, docs, ordered, _found: insert_measurements(env, ns, docs, ordered, options, catalog)
 
 
 @command("insert", kind="write")
@@ -168,6 +183,8 @@ async def cmd_delete(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
+    if timeseries_of(ctx.node.store.reader, ns) is not None:
+        raise MongoError(72, f"findAndModify on the time-series collection {ns} is not supported by this server")
     check_not_view(ctx.node.store.reader, ns, "findAndModify")
     fields = ctx.cmd.get("fields")
     if fields:

@@ -56,8 +56,9 @@ def is_protected(ns: str) -> bool:
 
 def check_write(ns: str) -> None:
     """Inserts, updates, deletes, findAndModify, createIndexes, dropIndexes and create."""
-    if is_protected(ns) or ns.partition(".")[2] == "system.views":
-        # (a view is defined through create / collMod / drop, which keep system.views as the view's)
+    if is_protected(ns) or ns.partition(".")[2] == "system.views" or ns.partition(".")[2].startswith("system.buckets."):
+        # (views are defined through create / collMod / drop, and a time-series collection's buckets
+        # change through inserts into it)
         raise MongoError(INVALID_NAMESPACE, f"cannot write to {ns}")
 
 

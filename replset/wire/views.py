@@ -7,6 +7,8 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.entry import command_entry
+from oplog.timeseries import BUCKETS_PREFIX, TimeseriesOptions, buckets_name, parse_timeseries
+from oplog.ttl import MAX_EXPIRE_AFTER_SECONDS
 from oplog.views import check_view_options, refuse_on_view, view_definition, views_ns
 from oplog.writes import WriteEnv, new_collection_uuid
 
@@ -21,9 +23,10 @@ def view_entries(reader: Any, db: str) -> list[dict[str, Any]]:
     """`listCollections` entries of the database's views."""
     if reader.collection(views_ns(db)) is None:
         return []
-    return [{"name": view["_id"].split(".", 1)[1], "type": "view",
-             "options": {"viewOn": view["viewOn"], "pipeline": view["pipeline"]}, "info": {"readOnly": True}}
-            for view in reader.scan(views_ns(db))]
+    return [timeseries_entry(reader, db, view) or {
+        "name": view["_id"].split(".", 1)[1], "type": "view",
+        "options": {"viewOn": view["viewOn"], "pipeline": view["pipeline"]}, "info": {"readOnly": True}}
+        for view in reader.scan(views_ns(db))]
 
 
 def create_view(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -52,3 +55,61 @@ def modify_view(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> d
 def drop_view(env: WriteEnv, db: str, coll: str) -> dict[str, Any]:
     env.emit(command_entry(db, {"drop": coll}))
     return {"ns": f"{db}.{coll}", "ok": 1.0}
+
+
+# -- time-series collections (see oplog.timeseries) -----------------------------------------------
+def timeseries_of(reader: Any, ns: str) -> tuple[str, TimeseriesOptions] | None:
+    """(its buckets' namespace, its options) for a time-series collection; None for any other name."""
+    definition = view_definition(reader, ns)
+    if definition is None or not str(definition.get("viewOn", "")).startswith(BUCKETS_PREFIX):
+        return None
+    buckets_ns = f"{ns.split('.', 1)[0]}.{definition['viewOn']}"
+    info = reader.collection(buckets_ns)
+    if info is None or "timeseries" not in info.options:
+        return None
+    return buckets_ns, parse_timeseries(info.options["timeseries"])
+
+
+def create_timeseries(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`create` with `timeseries`: its buckets collection, then the view that unpacks them."""
+    ts = parse_timeseries(options["timeseries"])
+    others = sorted(set(options) - {"timeseries", "expireAfterSeconds"})
+    if others:
+        raise MongoError(115, f"option(s) {', '.join(others)} of a time-series collection are not supported by "
+                              "this server")
+    ns = f"{db}.{coll}"
+    if env.txn.collection(ns) is not None or view_definition(env.txn, ns) is not None:
+        raise MongoError(48, f"Collection {ns} already exists.")
+    bucket_options: dict[str, Any] = {"timeseries": ts.to_document()}
+    if "expireAfterSeconds" in options:
+        expire = options["expireAfterSeconds"]
+        if isinstance(expire, bool) or not isinstance(expire, (int, float)) or not 0 <= expire <= MAX_EXPIRE_AFTER_SECONDS:
+            raise MongoError(2, f"'expireAfterSeconds' must be within [0, {MAX_EXPIRE_AFTER_SECONDS}]")
+        bucket_options["expireAfterSeconds"] = int(expire)
+    if env.txn.collection(views_ns(db)) is None:
+        env.emit(command_entry(db, {"create": "system.views"}, new_collection_uuid()))
+    env.emit(command_entry(db, {"create": buckets_name(coll), **bucket_options}, new_collection_uuid()))
+    env.emit(command_entry(db, {"create": coll, "viewOn": buckets_name(coll), "pipeline": [ts.unpack_stage()]}))
+    return {"ok": 1.0}
+
+
+def drop_timeseries(env: WriteEnv, db: str, coll: str) -> dict[str, Any]:
+    """Drops a time-series collection: its view, then its buckets."""
+    env.emit(command_entry(db, {"drop": coll}))
+    info = env.txn.collection(f"{db}.{buckets_name(coll)}")
+    if info is not None:
+        env.emit(command_entry(db, {"drop": buckets_name(coll)}, info.uuid))
+    return {"ns": f"{db}.{coll}", "ok": 1.0}
+
+
+def timeseries_entry(reader: Any, db: str, view: dict[str, Any]) -> dict[str, Any] | None:
+    """A time-series collection's `listCollections` entry (for its view's definition), as mongod lists it."""
+    found = timeseries_of(reader, view["_id"])
+    if found is None:
+        return None
+    options: dict[str, Any] = {"timeseries": found[1].to_document()}
+    info = reader.collection(found[0])
+    if info is not None and "expireAfterSeconds" in info.options:
+        options["expireAfterSeconds"] = info.options["expireAfterSeconds"]
+    return {"name": view["_id"].split(".", 1)[1], "type": "timeseries", "options": options,
+            "info": {"readOnly": False}}

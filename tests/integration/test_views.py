@@ -1,14 +1,17 @@
-"""Views (read-only, non-materialised, defined in system.views through create / collMod / drop) and
-`$out` / `$merge` sent to a secondary, on a real three-member set driven by pymongo."""
+"""Views (read-only, non-materialised, defined in system.views through create / collMod / drop),
+time-series collections (measurements in buckets, read through a view), `$out` / `$merge` sent to a
+secondary and `$rand`, on a real three-member set driven by pymongo."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
+from replset.cli import wait_until
 from tests.support.replica_set import ReplicaSet
 
 
@@ -103,3 +106,46 @@ def test_rand_in_an_update_logs_the_value_drawn(rs: ReplicaSet, db: Any) -> None
         with rs.direct(member) as direct:
             reader = direct.get_database(db.name, read_preference=ReadPreference.SECONDARY_PREFERRED)
             assert {d["_id"]: d["r"] for d in reader.src.find()} == drawn
+
+
+def test_a_time_series_collection_keeps_measurements_in_buckets(rs: ReplicaSet, fresh_db: Any) -> None:
+    db = fresh_db
+    db.create_collection("weather", timeseries={"timeField": "time", "metaField": "sensor", "granularity": "minutes"})
+    t0 = datetime.datetime(2026, 12, 1, 10, 0)
+    # Measurements need no unique _id: two share one here.
+    db.weather.insert_many([{"_id": 1, "time": t0, "sensor": {"id": "a"}, "temp": 20},
+                            {"_id": 1, "time": t0 + datetime.timedelta(minutes=5), "sensor": {"id": "a"}, "temp": 22}])
+    db.weather.insert_many([{"time": t0 + datetime.timedelta(minutes=i), "sensor": {"id": "b"}, "temp": i}
+                            for i in range(10)])
+    assert db.weather.count_documents({}) == 12
+    assert [d["temp"] for d in db.weather.find({"sensor.id": "a"}, sort=[("time", -1)])] == [22, 20]
+    totals = db.weather.aggregate([{"$group": {"_id": "$sensor.id", "sum": {"$sum": "$temp"}}}, {"$sort": {"_id": 1}}])
+    assert list(totals) == [{"_id": "a", "sum": 42}, {"_id": "b", "sum": 45}]
+    assert db.system.buckets.weather.count_documents({}) == 2  # one bucket per sensor
+    listed = {c["name"]: c for c in db.list_collections()}
+    assert listed["weather"]["type"] == "timeseries"
+    assert listed["weather"]["options"]["timeseries"]["timeField"] == "time"
+    for member in rs.members:
+        with rs.direct(member) as direct:
+            reader = direct.get_database(db.name, read_preference=ReadPreference.SECONDARY_PREFERRED)
+            assert reader.weather.count_documents({}) == 12
+    with pytest.raises(OperationFailure) as no_time:
+        db.weather.insert_one({"sensor": {"id": "a"}, "temp": 1})
+    assert no_time.value.code == 2
+    with pytest.raises(OperationFailure) as update:
+        db.weather.update_many({}, {"$set": {"temp": 0}})
+    assert update.value.code == 72
+    db.weather.drop()
+    assert not [n for n in db.list_collection_names() if "weather" in n]
+
+
+def test_a_time_series_collection_expires_old_buckets(set_client: Any, fresh_db: Any) -> None:
+    db = fresh_db
+    db.create_collection("events", timeseries={"timeField": "at"}, expireAfterSeconds=3600)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    db.events.insert_many([{"at": now - datetime.timedelta(days=2), "n": 1}, {"at": now, "n": 2}])
+    previous = set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
+    try:
+        wait_until(lambda: [d["n"] for d in db.events.find()] == [2], 30, "the old measurement's bucket to expire")
+    finally:
+        set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)
