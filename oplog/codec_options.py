@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from typing import Any
 
 from bson.codec_options import CodecOptions

@@ -10,6 +10,8 @@ order. Pure: the index specs come in.
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product

@@ -24,6 +24,8 @@ mongod's bucket catalog is): a new primary opens new buckets. Pure: no I/O or cl
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 import datetime
 import struct
 from collections.abc import Iterator, Mapping

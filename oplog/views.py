@@ -10,6 +10,8 @@ refused (166). Pure: the catalog comes in through the transaction or reader pass
 
 from __future__ import annotations
 
+__layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
