@@ -15,6 +15,7 @@ from bson.timestamp import Timestamp
 
 from base.errors import MongoError
 from oplog import preimages
+from oplog.clustered import expired_clustered_filter
 from oplog.preimages import PREIMAGES_NS
 from oplog.query import compile_filter
 from oplog.timeseries import expired_buckets_filter
@@ -91,9 +92,11 @@ class TTLMonitor:
                 expired = expired_filter(index.spec, node.now())
                 if expired is not None:
                     deleted += await self._delete_expired(info.ns, expired)
-            buckets = expired_buckets_filter(info.options, node.now())  # (a time-series collection's)
-            if buckets is not None:
-                deleted += await self._delete_expired(info.ns, buckets)
+            # A time-series collection's buckets, a clustered collection's documents by _id:
+            for expired in (expired_buckets_filter(info.options, node.now()),
+                            expired_clustered_filter(info.options, node.now())):
+                if expired is not None:
+                    deleted += await self._delete_expired(info.ns, expired)
         return deleted
 
     async def prune_preimages(self) -> int:

@@ -15,6 +15,7 @@ from base.errors import MongoError
 from base.hello import MAX_BSON_OBJECT_SIZE, build_hello
 from oplog.apply import COLLMOD_OPTIONS
 from oplog.capped import capped_limits, check_capped_options
+from oplog.clustered import check_clustered_options, clustered_index_spec, is_clustered
 from oplog.entry import command_entry
 from oplog.query import compile_filter
 from oplog.timeseries import buckets_name
@@ -274,9 +275,11 @@ async def cmd_list_databases(ctx: CommandContext) -> dict[str, Any]:
 def _collection_entries(ctx: CommandContext) -> list[dict[str, Any]]:
     entries = []
     for info in ctx.node.store.reader.collections(ctx.db):
-        entries.append({"name": info.name, "type": "collection", "options": info.options,
-                        "info": {"readOnly": False, "uuid": info.uuid},
-                        "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}})
+        entry = {"name": info.name, "type": "collection", "options": info.options,
+                 "info": {"readOnly": False, "uuid": info.uuid}}
+        if not is_clustered(info.options):  # (a clustered collection's _id index is the collection)
+            entry["idIndex"] = {"v": 2, "key": {"_id": 1}, "name": "_id_"}
+        entries.append(entry)
     entries.extend(view_entries(ctx.node.store.reader, ctx.db))
     if ctx.db == "local":
         entries.append({"name": "oplog.rs", "type": "collection",
@@ -309,6 +312,9 @@ async def cmd_list_indexes(ctx: CommandContext) -> dict[str, Any]:
     if reader.collection(ns) is None:
         raise MongoError(26, f"ns does not exist: {ns}")
     specs = [i.spec for i in reader.indexes(ns)]
+    options = reader.collection(ns).options
+    if is_clustered(options):  # (its _id index is the clustered one)
+        specs = [clustered_index_spec(options) if spec["name"] == "_id_" else spec for spec in specs]
     cursor = Cursor(id=0, ns=ns, source=iter(specs))
     return await first_batch(ctx, cursor, _cursor_batch_size(ctx.cmd), False)
 
@@ -349,10 +355,9 @@ async def cmd_create(ctx: CommandContext) -> dict[str, Any]:
         return await run_write(ctx, lambda env: create_timeseries(env, ctx.db, coll, options))
     unsupported = sorted(set(options) - _CREATE_OPTIONS)
     if unsupported:
-        raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server "
-                              "(no time-series or clustered collections)")
+        raise MongoError(115, f"create option(s) {', '.join(unsupported)} not supported by this server")
     _check_validation_options(options, ctx.node.now())
-    options = check_capped_options(options)
+    options = check_clustered_options(check_capped_options(options))
 
     def body(env: WriteEnv) -> dict[str, Any]:
         if env.txn.collection(ns) is not None or view_definition(env.txn, ns) is not None:
@@ -633,7 +638,7 @@ async def cmd_repl_set_get_status(ctx: CommandContext) -> dict[str, Any]:
 # they change nothing a client can observe here.
 _CREATE_OPTIONS = frozenset({"idIndex", "storageEngine", "indexOptionDefaults", "collation", "autoIndexId",
                              "validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages",
-                             "capped", "size", "max"})
+                             "capped", "size", "max", "clusteredIndex", "expireAfterSeconds"})
 
 
 def _check_validation_options(options: dict[str, Any], now: datetime.datetime) -> None:

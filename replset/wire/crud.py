@@ -17,6 +17,7 @@ from base.errors import MongoError
 from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
 from oplog.aggregate import Sampler, check_output, iter_pipeline, may_grow, validate_pipeline
+from oplog.clustered import is_clustered
 from oplog.codec_options import DOC_OPTIONS
 from oplog.collation import Collation, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
@@ -275,6 +276,9 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
             doc = reader.get(ns, id_value)
             return iter([] if doc is None else [doc])
         docs = reader.scan(ns)
+        info = reader.collection(ns)
+        if info is not None and is_clustered(info.options):  # (natural order is _id order)
+            docs = iter(collated_sort(list(docs), {"_id": 1}, None))
         if reverse:
             docs = _reversed_lazily(docs)
     return time_checked(docs) if off_loop else docs

@@ -149,3 +149,24 @@ def test_a_time_series_collection_expires_old_buckets(set_client: Any, fresh_db:
         wait_until(lambda: [d["n"] for d in db.events.find()] == [2], 30, "the old measurement's bucket to expire")
     finally:
         set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)
+
+
+def test_a_clustered_collection_reads_in_id_order_and_expires_by_id(set_client: Any, fresh_db: Any) -> None:
+    db = fresh_db
+    db.create_collection("byid", clusteredIndex={"key": {"_id": 1}, "unique": True, "name": "by id"})
+    db.byid.insert_many([{"_id": i} for i in (5, 3, 9, 1)])
+    assert [d["_id"] for d in db.byid.find()] == [1, 3, 5, 9]  # natural order is _id order
+    assert [d["_id"] for d in db.byid.find().sort("$natural", -1)] == [9, 5, 3, 1]
+    [listed] = db.list_collections(filter={"name": "byid"})
+    assert listed["options"]["clusteredIndex"] == {"v": 2, "key": {"_id": 1}, "name": "by id", "unique": True}
+    assert [i["name"] for i in db.byid.list_indexes()] == ["by id"]
+    with pytest.raises(OperationFailure):
+        db.command("create", "notclustered", expireAfterSeconds=5)  # (expiry by _id needs clustering)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    db.create_collection("logs", clusteredIndex={"key": {"_id": 1}, "unique": True}, expireAfterSeconds=3600)
+    db.logs.insert_many([{"_id": now - datetime.timedelta(days=1), "n": 1}, {"_id": now, "n": 2}])
+    previous = set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
+    try:
+        wait_until(lambda: [d["n"] for d in db.logs.find()] == [2], 30, "the day-old document to expire")
+    finally:
+        set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)

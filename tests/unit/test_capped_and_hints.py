@@ -81,3 +81,20 @@ def test_the_index_a_find_reads_with_gives_its_key() -> None:
     assert index_for_key(SPECS, None, {"x": 3}, None) is None
     assert key_of({"_id": 1, "j": 2, "k": [5, 6]}, SPECS[2]) == {"j": 2, "k": 5}
     assert key_of({"_id": 1}, None) == {}
+
+
+def test_clustered_options_as_mongod_checks_them() -> None:
+    import datetime
+
+    from oplog.clustered import check_clustered_options, clustered_index_spec, expired_clustered_filter
+
+    stored = check_clustered_options({"clusteredIndex": {"key": {"_id": 1}, "unique": True}, "expireAfterSeconds": 60})
+    assert stored["clusteredIndex"] == {"v": 2, "key": {"_id": 1}, "name": "_id_", "unique": True}
+    assert clustered_index_spec(stored)["clustered"] is True
+    now = datetime.datetime(2026, 1, 1, 0, 1)
+    assert expired_clustered_filter(stored, now) == {"_id": {"$lt": datetime.datetime(2026, 1, 1)}}
+    assert check_clustered_options({"capped": False}) == {"capped": False}
+    for bad in ({"clusteredIndex": {"key": {"a": 1}, "unique": True}}, {"clusteredIndex": {"key": {"_id": 1}}},
+                {"expireAfterSeconds": 1}, {"clusteredIndex": {"key": {"_id": 1}, "unique": True}, "capped": True}):
+        with pytest.raises(MongoError):
+            check_clustered_options(bad)
