@@ -144,11 +144,7 @@ def test_a_time_series_collection_expires_old_buckets(set_client: Any, fresh_db:
     db.create_collection("events", timeseries={"timeField": "at"}, expireAfterSeconds=3600)
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     db.events.insert_many([{"at": now - datetime.timedelta(days=2), "n": 1}, {"at": now, "n": 2}])
-    previous = set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
-    try:
-        wait_until(lambda: [d["n"] for d in db.events.find()] == [2], 30, "the old measurement's bucket to expire")
-    finally:
-        set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)
+    _wait_for_expiry(set_client, lambda: [d["n"] for d in db.events.find()] == [2], "the old measurement's bucket")
 
 
 def test_a_clustered_collection_reads_in_id_order_and_expires_by_id(set_client: Any, fresh_db: Any) -> None:
@@ -165,8 +161,13 @@ def test_a_clustered_collection_reads_in_id_order_and_expires_by_id(set_client: 
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     db.create_collection("logs", clusteredIndex={"key": {"_id": 1}, "unique": True}, expireAfterSeconds=3600)
     db.logs.insert_many([{"_id": now - datetime.timedelta(days=1), "n": 1}, {"_id": now, "n": 2}])
-    previous = set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
+    _wait_for_expiry(set_client, lambda: [d["n"] for d in db.logs.find()] == [2], "the day-old document")
+
+
+def _wait_for_expiry(client: Any, expired: Any, what: str) -> None:
+    """Waits, with the TTL monitor running every second meanwhile, until `expired()`."""
+    previous = client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
     try:
-        wait_until(lambda: [d["n"] for d in db.logs.find()] == [2], 30, "the day-old document to expire")
+        wait_until(expired, 30, f"{what} to expire")
     finally:
-        set_client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)
+        client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)
