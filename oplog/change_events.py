@@ -30,10 +30,12 @@ from __future__ import annotations
 
 __layer__ = "core"  # pure: no I/O, clock or randomness (tests/unit/test_layering.py)
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import bson
 from bson.timestamp import Timestamp
 
 from base.errors import MongoError
@@ -72,11 +74,13 @@ class ResumePoint:
     index: int = 0
     invalidate: bool = False
     whole: bool = False
+    fragment: int = 0  # after this fragment of a split event (`split_event`); 0: the event as a whole
 
     def token(self) -> dict[str, str]:
         if self.whole:
             return {"_data": f"{self.ts_key:016x}"}
-        return {"_data": f"{self.ts_key:016x}{self.index:04x}{int(self.invalidate)}"}
+        fragment = f"{self.fragment:04x}" if self.fragment else ""
+        return {"_data": f"{self.ts_key:016x}{self.index:04x}{int(self.invalidate)}{fragment}"}
 
     @property
     def ts(self) -> Timestamp:
@@ -91,13 +95,14 @@ class ResumePoint:
 
 def parse_token(token: Any) -> ResumePoint:
     data = token.get("_data") if isinstance(token, Mapping) else None
-    if not isinstance(data, str) or len(data) not in (16, 21):
+    if not isinstance(data, str) or len(data) not in (16, 21, 25):
         raise MongoError(BAD_TOKEN, f"invalid resume token: {token!r}")
     try:
         ts_key = int(data[:16], 16)
         if len(data) == 16:
             return ResumePoint(ts_key, whole=True)
-        return ResumePoint(ts_key, int(data[16:20], 16), invalidate=data[20] == "1")
+        fragment = int(data[21:25], 16) if len(data) == 25 else 0
+        return ResumePoint(ts_key, int(data[16:20], 16), invalidate=data[20] == "1", fragment=fragment)
     except ValueError:
         raise MongoError(BAD_TOKEN, f"invalid resume token: {token!r}") from None
 
@@ -239,3 +244,46 @@ def _command_events(entry: Mapping[str, Any], scope: StreamScope, event: Any) ->
             out.append(event(1, {"operationType": INVALIDATE}, invalidate=True))
         return out
     return []
+
+
+SPLIT_STAGE = "$changeStreamSplitLargeEvent"
+EVENT_SIZE_LIMIT = 16 * 1024 * 1024  # an event (or a fragment of one) fits a document
+
+
+def split_event(event: dict[str, Any], limit: int = EVENT_SIZE_LIMIT) -> list[dict[str, Any]]:
+    """`$changeStreamSplitLargeEvent`: an event too large for a document, as fragments that each fit,
+    in order: each has its own resume token (the event's, with the fragment's number), `splitEvent:
+    {fragment, of}`, and the next top-level fields of the event. A field that cannot fit a fragment on
+    its own is BSONObjectTooLarge (10334)."""
+    if len(bson.encode(event)) <= limit:
+        return [event]
+    point = parse_token(event["_id"])
+    # What every fragment carries beside its fields: its token and splitEvent (sized for the largest).
+    base = len(bson.encode({"_id": dataclasses.replace(point, fragment=0xFFFF).token(),
+                            "splitEvent": {"fragment": 0x7FFFFFFF, "of": 0x7FFFFFFF}}))
+    groups: list[list[tuple[str, Any]]] = [[]]
+    size = base
+    for name, value in event.items():
+        if name == "_id":
+            continue
+        field_size = len(bson.encode({name: value})) - 5
+        if base + field_size > limit:
+            raise MongoError(10334, f"BSONObj size: the change event's field {name!r} alone is larger than a "
+                                    "fragment may be")
+        if groups[-1] and size + field_size > limit:
+            groups.append([])
+            size = base
+        groups[-1].append((name, value))
+        size += field_size
+    return [{"_id": dataclasses.replace(point, fragment=number).token(),
+             "splitEvent": {"fragment": number, "of": len(groups)}, **dict(fields)}
+            for number, fields in enumerate(groups, start=1)]
+
+
+def check_event_size(event: dict[str, Any]) -> None:
+    """An event larger than a document, in a stream that does not split events: 10334, as mongod."""
+    size = len(bson.encode(event))
+    if size > EVENT_SIZE_LIMIT:
+        raise MongoError(10334, f"BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and "
+                                f"{EVENT_SIZE_LIMIT}(16MB) First element: _id: {event['_id']!r}; add "
+                                f"{SPLIT_STAGE} to the pipeline to receive it in fragments")

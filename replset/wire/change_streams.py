@@ -34,10 +34,13 @@ from oplog.aggregate import check_output, iter_pipeline, may_grow, validate_pipe
 from oplog.change_events import (
     COLLECTION_UUID,
     INVALIDATE,
+    SPLIT_STAGE,
     ResumePoint,
     StreamScope,
+    check_event_size,
     events_of,
     parse_token,
+    split_event,
     ts_key_of,
     update_entry_of,
 )
@@ -78,6 +81,7 @@ class ChangeStream:
     pending: list[dict[str, Any]] = field(default_factory=list)
     invalidated: bool = False
     before_change: str = "off"  # fullDocumentBeforeChange
+    split: bool = False  # $changeStreamSplitLargeEvent: events too large for a document come in fragments
 
 
 def is_change_stream(pipeline: list[Any]) -> bool:
@@ -104,6 +108,9 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
     stages = pipeline[1:]
     if any(isinstance(s, dict) and "$changeStream" in s for s in stages):
         raise MongoError(40602, "$changeStream is only valid as the first stage in a pipeline")
+    split = _split_stage(stages)
+    if split:
+        stages = stages[:-1]
     validate_pipeline(stages)
     concern = ctx.cmd.get("readConcern")
     if isinstance(concern, dict) and concern.get("level", "majority") != "majority":
@@ -120,8 +127,11 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
         scope = dataclasses.replace(scope, expanded=True)
     node = ctx.node
     start = _start_point(ctx, spec)
+    if start.fragment and not split:
+        raise MongoError(7182504, f"To resume from a split event, the $changeStream pipeline must include a "
+                                  f"{SPLIT_STAGE} stage")
     stream = ChangeStream(scope, start, start.ts_key if start.whole else start.ts_key - 1, full_document, stages,
-                          node.history_epoch, before_change=before_change)
+                          node.history_epoch, before_change=before_change, split=split)
     cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
     batch = await _take(ctx, stream, _batch_size(cursor_opts))
     cursor.id = node.cursors.new_id()
@@ -231,7 +241,9 @@ async def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> l
         for scanned, (key, entry) in enumerate(_committed_entries(ctx, stream.scanned_key, limit_key)):
             stream.scanned_key = key
             for event in events_of(entry, stream.scope):
-                if not stream.resume.is_after(key, parse_token(event["_id"]).index):
+                index = parse_token(event["_id"]).index
+                resumed_inside = stream.resume.fragment and (key, index) == (stream.resume.ts_key, stream.resume.index)
+                if not stream.resume.is_after(key, index) and not resumed_inside:
                     continue
                 stream.pending.append(event)
                 if event["operationType"] == INVALIDATE:
@@ -240,13 +252,44 @@ async def _take(ctx: CommandContext, stream: ChangeStream, batch_size: int) -> l
             if stream.invalidated or len(stream.pending) >= batch_size or scanned >= MAX_SCAN:
                 break   # MAX_SCAN: one batch reads a bounded run of the oplog on the event loop
     taken, stream.pending = stream.pending[:batch_size], stream.pending[batch_size:]
+    resumed_from = stream.resume
     if taken:
         stream.resume = parse_token(taken[-1]["_id"])
     events = _shaped(ctx, stream, taken)
-    if not stream.stages or not events:
+    if stream.stages and events:
+        clock = ctx.node.clock
+        events = await ctx.node.queries.run(lambda: _through_stages(stream, events, clock))
+    return _sized(stream, events, resumed_from)
+
+
+def _sized(stream: ChangeStream, events: list[dict[str, Any]], resumed_from: ResumePoint) -> list[dict[str, Any]]:
+    """Events as they go out: each fits a document, or (with `$changeStreamSplitLargeEvent`) comes in
+    fragments; a stream resumed from a fragment starts at the next one of that event."""
+    if not stream.split:
+        for event in events:
+            check_event_size(event)
         return events
-    clock = ctx.node.clock
-    return await ctx.node.queries.run(lambda: _through_stages(stream, events, clock))
+    out: list[dict[str, Any]] = []
+    for event in events:
+        for fragment in split_event(event):
+            point = parse_token(fragment["_id"])
+            if resumed_from.fragment and (point.ts_key, point.index) == (resumed_from.ts_key, resumed_from.index) \
+                    and point.fragment <= resumed_from.fragment:
+                continue  # (shown before the stream was resumed)
+            out.append(fragment)
+    return out
+
+
+def _split_stage(stages: list[Any]) -> bool:
+    """Whether the stream splits large events: `$changeStreamSplitLargeEvent: {}`, the last stage."""
+    where = [i for i, stage in enumerate(stages) if isinstance(stage, dict) and SPLIT_STAGE in stage]
+    if not where:
+        return False
+    if where != [len(stages) - 1]:
+        raise MongoError(7182802, f"{SPLIT_STAGE} must be the last stage in the pipeline")
+    if stages[-1][SPLIT_STAGE] != {}:
+        raise MongoError(7182800, f"{SPLIT_STAGE} takes an empty object")
+    return True
 
 
 def _shaped(ctx: CommandContext, stream: ChangeStream, events: list[dict[str, Any]]) -> list[dict[str, Any]]:

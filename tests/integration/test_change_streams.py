@@ -208,3 +208,28 @@ def test_pre_and_post_images_on_every_member(rs: ReplicaSet) -> None:
             for _ in range(50):
                 stream.try_next()
         assert missing.value.code == 47
+
+
+def test_a_large_event_comes_in_fragments_with_split_large_event(rs: ReplicaSet) -> None:
+    with rs.client() as client:
+        db = client.split_events
+        client.drop_database("split_events")
+        coll = db.create_collection("big", changeStreamPreAndPostImages={"enabled": True})
+        coll.insert_one({"_id": 1, "value": "q" * 10 * 1024 * 1024})
+        split = [{"$changeStreamSplitLargeEvent": {}}]
+        with coll.watch(split, full_document_before_change="required") as stream:
+            coll.update_one({"_id": 1}, {"$set": {"value": "z" * 10 * 1024 * 1024}})
+            first, second = stream.next(), stream.next()
+        assert first["splitEvent"] == {"fragment": 1, "of": 2} and second["splitEvent"] == {"fragment": 2, "of": 2}
+        assert first["operationType"] == "update" and second["fullDocumentBeforeChange"]["value"][0] == "q"
+        with coll.watch(split, full_document_before_change="required", resume_after=first["_id"]) as resumed:
+            assert resumed.next()["splitEvent"] == {"fragment": 2, "of": 2}  # resumed inside the event
+        with pytest.raises(OperationFailure) as needs_stage:
+            with coll.watch(full_document_before_change="required", resume_after=first["_id"]) as plain:
+                plain.next()
+        assert needs_stage.value.code == 7182504
+        with pytest.raises(OperationFailure) as too_large:  # (without the stage: as mongod, too large)
+            with coll.watch(full_document_before_change="required", start_at_operation_time=first["clusterTime"]) as plain:
+                plain.next()
+        assert too_large.value.code == 10334
+        client.drop_database("split_events")

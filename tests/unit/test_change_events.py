@@ -121,3 +121,18 @@ def test_a_whole_entry_point_resumes_after_all_its_events() -> None:
 def test_a_token_it_cannot_read_is_refused(token: object) -> None:
     with pytest.raises(MongoError):
         parse_token(token)
+
+
+def test_a_large_event_splits_into_fragments_that_fit_in_order() -> None:
+    from oplog.change_events import split_event
+
+    token = ResumePoint(5 << 32, 2).token()
+    event = {"_id": token, "operationType": "update", "a": "x" * 600, "b": "y" * 600, "c": 1}
+    assert split_event(event, limit=2000) == [event]  # (fits: one piece)
+    pieces = split_event(event, limit=800)
+    assert [p["splitEvent"] for p in pieces] == [{"fragment": i, "of": 2} for i in (1, 2)]
+    assert [[k for k in p if k not in ("_id", "splitEvent")] for p in pieces] == [["operationType", "a"], ["b", "c"]]
+    assert [parse_token(p["_id"]).fragment for p in pieces] == [1, 2]
+    assert all(parse_token(p["_id"]).index == 2 for p in pieces)
+    with pytest.raises(MongoError):
+        split_event({"_id": token, "a": "x" * 900}, limit=800)
