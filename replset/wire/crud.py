@@ -276,7 +276,7 @@ def collection_source(ctx: CommandContext, ns: str, query: dict[str, Any], *, re
             doc = reader.get(ns, id_value)
             return iter([] if doc is None else [doc])
         docs = reader.scan(ns)
-        info = reader.collection(ns)
+        info = ctx.node.store.reader.collection(ns)  # (the catalog: a transaction's reader has none)
         if info is not None and is_clustered(info.options):  # (natural order is _id order)
             docs = iter(collated_sort(list(docs), {"_id": 1}, None))
         if reverse:
@@ -437,10 +437,14 @@ def hinted_scan(ctx: CommandContext, ns: str, cmd: dict[str, Any]) -> IndexScan 
     low, high = _document_arg(cmd, "min"), _document_arg(cmd, "max")
     if ns == OPLOG_NS or (cmd.get("hint") is None and low is None and high is None):
         return None
-    reader = ctx.txn if ctx.txn is not None else ctx.node.store.reader
-    if reader.collection(ns) is None:
+    reader = ctx.node.store.reader  # (the catalog: a transaction's reader has none)
+    if reader.collection(ns) is not None:
+        specs = [index.spec for index in reader.indexes(ns)]
+    elif ctx.txn is not None:  # (created by the transaction itself: it has its _id index)
+        specs = [{"v": 2, "key": {"_id": 1}, "name": "_id_"}]
+    else:
         return None
-    return index_scan([index.spec for index in reader.indexes(ns)], cmd.get("hint"), low, high)
+    return index_scan(specs, cmd.get("hint"), low, high)
 
 
 class _InScan:

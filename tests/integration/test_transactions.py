@@ -106,6 +106,12 @@ def test_a_transaction_is_one_entry_invisible_until_committed(rs: ReplicaSet) ->
         coll.insert_one({"_id": 2}, session=session)
         coll.update_one({"_id": 1}, {"$set": {"paid": True}}, session=session)
         assert coll.count_documents({}, session=session) == 2
+        # Every read path sees the transaction's writes: a filtered find, a hinted one, distinct, aggregate.
+        assert [d["_id"] for d in coll.find({"paid": True}, session=session)] == [1]
+        assert [d["_id"] for d in coll.find({}, session=session).hint("_id_")] == [1, 2]
+        assert [d["_id"] for d in coll.find({}, session=session).hint([("$natural", -1)])] == [2, 1]
+        assert coll.distinct("paid", session=session) == [True]
+        assert list(coll.aggregate([{"$match": {"_id": 2}}], session=session)) == [{"_id": 2}]
         assert coll.find_one({"_id": 1}) is None, "an uncommitted write is visible outside"
         session.commit_transaction()
     assert list(coll.find().sort("_id", 1)) == [{"_id": 1, "paid": True}, {"_id": 2}]
