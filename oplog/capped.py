@@ -35,11 +35,17 @@ class CappedLimits:
     max_docs: int  # 0: no limit on the number of documents
 
 
+MIN_CAPPED_SIZE = 4096
+
+
 def capped_limits(options: Mapping[str, Any]) -> CappedLimits | None:
-    """A collection's limits from its stored options; None for a collection that is not capped."""
+    """A collection's limits from its stored options; None for a collection that is not capped. As
+    mongod's: a size of at most 4096 bytes is 4096, a larger one rounds up to a multiple of 256."""
     if not options.get("capped"):
         return None
-    return CappedLimits(int(options.get("size") or 0), int(options.get("max") or 0))
+    size = int(options.get("size") or 0)
+    size = MIN_CAPPED_SIZE if size <= MIN_CAPPED_SIZE else (size + 0xFF) & ~0xFF
+    return CappedLimits(size, int(options.get("max") or 0))
 
 
 def check_capped_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,6 +102,7 @@ def trim_capped(env: WriteEnv, ns: str, limits: CappedLimits, ui: Any) -> int:
             env.emit(delete_entry(ns, id_value, ui))
             totals[0] -= 1
             totals[1] -= len(blob)
+            env.capped_totals[ns] = totals  # (emitting a delete forgot them: this one is counted here)
             removed += 1
     return removed
 

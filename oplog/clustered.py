@@ -63,3 +63,9 @@ def expired_clustered_filter(options: Mapping[str, Any], now: datetime.datetime)
     if not is_clustered(options) or expire is None or isinstance(expire, bool):
         return None
     return {"_id": {"$lt": now.replace(tzinfo=None) - datetime.timedelta(seconds=float(expire))}}
+
+
+def natural_order(info: Any) -> dict[str, Any] | None:
+    """The sort that natural order is for a collection (`CollectionInfo` or None): `_id` for a clustered
+    collection, None (insertion order) for any other."""
+    return {"_id": 1} if info is not None and is_clustered(info.options) else None

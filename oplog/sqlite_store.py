@@ -405,9 +405,9 @@ class StoreTxn(_Reader):
             (ns, bytes(ui), bson.encode(dict(options or {}))),
         )
         table = f"c{cur.lastrowid}"
-        self._conn.execute(
-            f"CREATE TABLE {table}(rid INTEGER PRIMARY KEY, idkey BLOB UNIQUE NOT NULL, doc BLOB NOT NULL)"
-        )
+        # A capped collection's row ids are never reused (a tailing cursor's position names one).
+        rid = "rid INTEGER PRIMARY KEY AUTOINCREMENT" if (options or {}).get("capped") else "rid INTEGER PRIMARY KEY"
+        self._conn.execute(f"CREATE TABLE {table}({rid}, idkey BLOB UNIQUE NOT NULL, doc BLOB NOT NULL)")
         self._conn.execute(
             "INSERT OR IGNORE INTO indexes(ns, name, spec) VALUES (?, '_id_', ?)",
             (ns, bson.encode({"v": 2, "key": {"_id": 1}, "name": "_id_"})),

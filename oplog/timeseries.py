@@ -161,6 +161,9 @@ class BucketCatalog:
 def check_measurement(doc: Any, ts: TimeseriesOptions) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise MongoError(14, "documents to insert must be objects")
+    bad = next((name for name in doc if "." in name or name.startswith("$")), None)
+    if bad is not None:  # (a bucket's columns are paths: a dotted name would land elsewhere)
+        raise MongoError(2, f"a time-series measurement's field names may not contain '.' or start with '$': {bad!r}")
     when = doc.get(ts.time_field)
     if not isinstance(when, datetime.datetime):
         raise MongoError(2, f"'{ts.time_field}' must be present and contain a valid BSON UTC datetime value")

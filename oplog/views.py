@@ -40,6 +40,9 @@ def check_view_options(view_on: Any, pipeline: Any, options: Mapping[str, Any]) 
     """`create` (or `collMod`) of a view as mongod checks it."""
     if not isinstance(view_on, str) or not view_on:
         raise MongoError(2, "'viewOn' must be a non-empty string")
+    if view_on.startswith("system.buckets."):
+        raise MongoError(2, "a view may not read a time-series collection's buckets (create the time-series "
+                            "collection with 'timeseries')")
     if not isinstance(pipeline, list) or not all(isinstance(stage, dict) for stage in pipeline):
         raise MongoError(14, "'pipeline' must be an array of objects")
     for stage in pipeline:

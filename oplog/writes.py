@@ -24,6 +24,7 @@ from bson.regex import Regex
 
 from base.errors import MongoError
 from oplog.capped import CappedLimits, capped_limits, check_capped_insert, note_capped_insert, trim_capped
+from oplog.clustered import natural_order
 from oplog.collation import CollatedMatcher, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.doc_limits import MAX_STORED_DEPTH, MAX_USER_BSON_SIZE, measure
 from oplog.entry import command_entry, delete_entry, insert_entry, update_entry
@@ -67,6 +68,10 @@ class WriteEnv:
     def emit(self, entry: dict[str, Any]) -> dict[str, Any]:
         if self.session_fields and entry["op"] in "iud":
             entry = entry | self.session_fields
+        if entry["op"] in "ud" and self.capped_totals:
+            # An update or a delete changes a capped collection's size: counted again at its next trim
+            # (a trim's own deletes are accounted for by the trim).
+            self.capped_totals.pop(entry["ns"], None)
         stamped = self.log.write(self.txn, entry, term=self.term, now=self.now)
         self.last_entry = stamped
         return stamped
@@ -264,6 +269,7 @@ def matching_documents(txn: StoreTxn, ns: str, query: Mapping[str, Any], matcher
         found = (txn.get(ns, id_value) for id_value in candidates)
         return (d for d in found if d is not None and matcher.matches(d))
     collation = matcher.collation if isinstance(matcher, CollatedMatcher) else None
+    sort = sort or natural_order(txn.collection(ns))  # (a clustered collection's "first" is by _id)
     exact, id_value = id_equality(query)
     if exact and not (collation is not None and has_strings(id_value)):  # (the _id index is binary)
         doc = txn.get(ns, id_value)

@@ -505,6 +505,8 @@ async def cmd_coll_mod(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{coll}"
     system_namespaces.check_write(ns)
     options = {k: v for k, v in ctx.cmd.items() if k not in _GENERIC_FIELDS and k != "collMod"}
+    if timeseries_of(ctx.node.store.reader, ns) is not None:
+        raise MongoError(72, f"collMod of the time-series collection {ns} is not supported by this server")
     if view_definition(ctx.node.store.reader, ns) is not None:
         return await run_write(ctx, lambda env: modify_view(env, ctx.db, coll, options))
     unsupported = sorted(set(options) - {"index", *COLLMOD_OPTIONS})

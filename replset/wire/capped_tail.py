@@ -24,13 +24,21 @@ def check_tailable(reader: Any, ns: str) -> None:
 
 
 def capped_tail_source(reader: Any, ns: str, state: dict[str, int]) -> Iterator[dict[str, Any]]:
-    """The collection's documents after row `state["last"]`, recording each returned row there."""
+    """The collection's documents after row `state["last"]`, recording each returned row there (and,
+    first, which table the rows are of: `state["table"]`)."""
+    info = reader.collection(ns)
+    if info is None:
+        return
+    state.setdefault("table", int(info.table[1:]))
     for row, blob in scan_rows(lambda: reader, ns, state.get("last", 0)):
         state["last"] = row
         yield bson.decode(blob, DOC_OPTIONS)
 
 
 def check_capped_position(reader: Any, ns: str, state: dict[str, int]) -> None:
+    info = reader.collection(ns)
+    if "table" in state and (info is None or int(info.table[1:]) != state["table"]):
+        raise MongoError(175, f"the capped collection {ns} was dropped or replaced under this tailable cursor")
     last = state.get("last", 0)
     if last and not reader.holds_row(ns, last):
         raise MongoError(136, f"CappedPositionLost: the capped collection {ns} was trimmed past this "

@@ -336,7 +336,7 @@ def _through_stages(stream: ChangeStream, events: list[dict[str, Any]], clock: C
                                     "was modified by the pipeline. Modifying the _id field of an event makes "
                                     "it impossible to resume the stream from that point. Only transformations "
                                     "that retain the unmodified _id field are allowed.")
-        if grows:
+        if grows and not stream.split:  # (a split stream cuts large events into fragments after this)
             check_output(event, MAX_INTERNAL_BSON_SIZE)
     return events
 

@@ -178,7 +178,9 @@ def _streams(reply: dict[str, Any], cmd: dict[str, Any]) -> bool:
     if next(iter(cmd), None) != "getMore" or reply.get("ok") != 1:
         return False
     cursor = reply.get("cursor")
-    return isinstance(cursor, dict) and bool(cursor.get("id"))
+    # (an empty batch ends the stream: a tailable cursor with nothing new would otherwise stream empty
+    # replies without pause; the client asks again when it wants more)
+    return isinstance(cursor, dict) and bool(cursor.get("id")) and bool(cursor.get("nextBatch"))
 
 
 def _statement_count(name: str, cmd: dict[str, Any]) -> int:

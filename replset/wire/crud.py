@@ -17,7 +17,7 @@ from base.errors import MongoError
 from base.messages import POSITIONS_FIELD
 from base.optime import OpTime
 from oplog.aggregate import Sampler, check_output, iter_pipeline, may_grow, validate_pipeline
-from oplog.clustered import is_clustered
+from oplog.clustered import clustered_index_spec, is_clustered
 from oplog.codec_options import DOC_OPTIONS
 from oplog.collation import Collation, collated_matcher, collated_sort, has_strings, parse_collation
 from oplog.doc_limits import MAX_INTERNAL_BSON_SIZE
@@ -438,8 +438,11 @@ def hinted_scan(ctx: CommandContext, ns: str, cmd: dict[str, Any]) -> IndexScan 
     if ns == OPLOG_NS or (cmd.get("hint") is None and low is None and high is None):
         return None
     reader = ctx.node.store.reader  # (the catalog: a transaction's reader has none)
-    if reader.collection(ns) is not None:
+    info = reader.collection(ns)
+    if info is not None:
         specs = [index.spec for index in reader.indexes(ns)]
+        if is_clustered(info.options):  # (named as listIndexes shows it)
+            specs = [clustered_index_spec(info.options) if s["name"] == "_id_" else s for s in specs]
     elif ctx.txn is not None:  # (created by the transaction itself: it has its _id index)
         specs = [{"v": 2, "key": {"_id": 1}, "name": "_id_"}]
     else:
@@ -776,6 +779,8 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
     reply = await first_batch(ctx, cursor, None if batch_size < 0 or written_out else batch_size, False)
     if "writeConcernError" in write_reply:
         reply["writeConcernError"] = write_reply["writeConcernError"]
+    if "operationTime" in write_reply:  # (written through the primary: the time of its write)
+        reply["operationTime"] = write_reply["operationTime"]
     return reply
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import bson
+from bson.timestamp import Timestamp
 
 from base.errors import MongoError
+from base.optime import ts_key
 from oplog.output_stages import OutputStage, write_merge, write_out
 from oplog.writes import WriteEnv
 from replset.wire import system_namespaces
@@ -39,8 +41,9 @@ async def forward_output(ctx: CommandContext, output: OutputStage, docs: list[di
     cmd: dict[str, Any] = {"_aggregateOutput": output.coll, "kind": output.kind, "on": list(output.on),
                            "whenMatched": output.when_matched, "whenNotMatched": output.when_not_matched,
                            "documents": docs}
-    if isinstance(ctx.cmd.get("writeConcern"), dict):
-        cmd["writeConcern"] = ctx.cmd["writeConcern"]
+    for name in ("writeConcern", "bypassDocumentValidation", "comment"):
+        if name in ctx.cmd:
+            cmd[name] = ctx.cmd[name]
     if len(bson.encode(cmd)) > FORWARD_LIMIT:
         raise MongoError(10334, f"the results of {output.kind} are too large to send from a secondary to the "
                                 "primary in one command; run the aggregate on the primary")
@@ -49,7 +52,14 @@ async def forward_output(ctx: CommandContext, output: OutputStage, docs: list[di
     except PeerError as exc:
         raise MongoError(6, f"the primary {host} did not answer the write of {output.kind}'s results; it may or "
                             f"may not have made it ({exc})") from exc
-    return {k: v for k, v in reply.items() if k == "writeConcernError"}
+    # A causally consistent session reads its write next, here: answer once this member has applied it,
+    # with the primary's operation time.
+    written = reply.get("operationTime")
+    if isinstance(written, Timestamp):
+        deadline = node.clock.monotonic() + FORWARD_TIMEOUT_S
+        while node.last_committed_optime.ts_key < ts_key(written) and (left := deadline - node.clock.monotonic()) > 0:
+            await node.wait_for_oplog(node.last_committed_optime.ts_key, left)
+    return {k: v for k, v in reply.items() if k in ("writeConcernError", "operationTime")}
 
 
 @command("_aggregateOutput", kind="write")

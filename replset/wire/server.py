@@ -158,6 +158,7 @@ class WireServer:
         except ProtocolError as exc:
             log.info("closing connection %d from %s: %s", conn.id, conn.peer, exc)
         finally:
+            self._dispatcher.abandon_exhaust(conn)  # (a stream cut off: its cursor goes too)
             self.admission.on_close(conn.id, conn.role)
             self._writers.pop(conn.id, None)
             self._node.connections_open -= 1
@@ -241,10 +242,10 @@ class WireServer:
         killed: the client discards a connection with replies still to come)."""
         while conn.exhaust is not None:
             if writer.transport.is_closing() or not await self._drain(conn, writer):
-                self._dispatcher.abandon_exhaust(conn)
                 return False
             reply = await self._dispatcher.next_exhaust_reply(conn)
             writer.write(reply)
+            await asyncio.sleep(0)  # (a long stream lets other connections in between its replies)
         return True
 
     async def _drain(self, conn: Connection, writer: asyncio.StreamWriter) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.entry import command_entry
-from oplog.timeseries import BUCKETS_PREFIX, TimeseriesOptions, buckets_name, parse_timeseries
+from oplog.timeseries import TimeseriesOptions, buckets_name, parse_timeseries
 from oplog.ttl import MAX_EXPIRE_AFTER_SECONDS
 from oplog.views import check_view_options, refuse_on_view, view_definition, views_ns
 from oplog.writes import WriteEnv, new_collection_uuid
@@ -61,13 +61,16 @@ def drop_view(env: WriteEnv, db: str, coll: str) -> dict[str, Any]:
 def timeseries_of(reader: Any, ns: str) -> tuple[str, TimeseriesOptions] | None:
     """(its buckets' namespace, its options) for a time-series collection; None for any other name."""
     definition = view_definition(reader, ns)
-    if definition is None or not str(definition.get("viewOn", "")).startswith(BUCKETS_PREFIX):
+    if definition is None or definition.get("viewOn") != buckets_name(ns.split(".", 1)[1]):
         return None
     buckets_ns = f"{ns.split('.', 1)[0]}.{definition['viewOn']}"
     info = reader.collection(buckets_ns)
     if info is None or "timeseries" not in info.options:
         return None
-    return buckets_ns, parse_timeseries(info.options["timeseries"])
+    options = parse_timeseries(info.options["timeseries"])
+    if definition.get("pipeline") != [options.unpack_stage()]:
+        return None
+    return buckets_ns, options
 
 
 def create_timeseries(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from base.errors import MongoError
 from base.optime import OpTime
+from oplog.clustered import natural_order
 from oplog.collation import Collation, collated_matcher, parse_collation
 from oplog.sort import sort_payloads
 from oplog.writes import WriteEnv, WriteResult, error_doc, id_equality, statement_evaluates_expressions
@@ -106,6 +107,8 @@ async def find_candidates(ctx: CommandContext, ns: str, query: dict[str, Any], s
     found on the query pool."""
     matcher = collated_matcher(query, collation)
     source = time_checked(ctx.node.store.any_thread_reader.scan(ns))
+    if not sort:
+        sort = natural_order(ctx.node.store.reader.collection(ns))
 
     def find() -> list[Any]:
         matching = ((doc if collation is None else collation.sort_form(doc), doc["_id"])

@@ -79,11 +79,12 @@ def test_capped_refusals(db: Any, client: MongoClient[dict[str, Any]]) -> None:
     with pytest.raises(OperationFailure) as no_size:
         db.create_collection("nosize", capped=True)
     assert no_size.value.code == 72
-    db.create_collection("small", capped=True, size=1000)
+    db.create_collection("small", capped=True, size=1000)  # (4096 bytes: mongod's least)
+    db.small.insert_one({"pad": "p" * 2000})
     with pytest.raises(WriteError) as too_big:
-        db.small.insert_one({"pad": "p" * 2000})
+        db.small.insert_one({"pad": "p" * 5000})
     assert too_big.value.code == 10003
-    assert db.small.count_documents({}) == 0
+    assert db.small.count_documents({}) == 1
     with client.start_session() as session, pytest.raises(OperationFailure) as in_txn:
         with session.start_transaction():
             db.small.insert_one({"x": 1}, session=session)

@@ -83,9 +83,11 @@ def test_a_validator_refuses_invalid_writes_on_the_primary_and_replicates(rs: Re
     ({"createIndexes": "r", "indexes": [{"key": {"body": "text"}, "name": "body_text"}]}, 67),
     ({"createIndexes": "r", "indexes": [{"key": {"at": 1}, "name": "at_1", "hidden": True}]}, 67),
     ({"createIndexes": "r", "indexes": [{"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}]}, 67),
-    ({"create": "v", "viewOn": "r", "pipeline": []}, 115),
-    ({"create": "capped", "capped": True, "size": 4096}, 115),
-    ({"collMod": "r", "viewOn": "x", "pipeline": []}, 115),
+    ({"create": "v", "viewOn": "r", "pipeline": [], "collation": {"locale": "en"}}, 2),  # a view's own collation
+    ({"create": "capped", "timeseries": {"timeField": "t"}, "validator": {"a": 1}}, 115),
+    ({"create": "v", "viewOn": "system.buckets.r", "pipeline": []}, 2),  # (a time-series collection's buckets)
+    ({"collMod": "r", "viewOn": "x", "pipeline": []}, 115),  # (a collection does not become a view)
+    ({"find": "r", "filter": {"$where": "true"}}, 2),
     ({"create": "bad_validator", "validator": {"$jsonSchema": {"format": "email"}}}, 2),
     ({"find": "r", "filter": {"a": "x"}, "collation": {"locale": "en", "strength": 4}}, 2),
     ({"update": "r", "updates": [{"q": {}, "u": {"$set": {"a": 1}},

@@ -93,8 +93,11 @@ def test_out_and_merge_sent_to_a_secondary_write_through_the_primary(rs: Replica
         assert on_secondary.command("hello")["isWritablePrimary"] is False
         on_secondary.command("aggregate", "src", pipeline=[{"$match": {"x": {"$gte": 7}}}, {"$out": "copied"}],
                              cursor={}, writeConcern={"w": 3})
-        on_secondary.command("aggregate", "src", pipeline=[{"$match": {"x": 0}}, {"$merge": {"into": "copied"}}],
-                             cursor={}, writeConcern={"w": 3})
+        reply = on_secondary.command("aggregate", "src", pipeline=[{"$match": {"x": 0}}, {"$merge": {"into": "copied"}}],
+                                     cursor={}, writeConcern={"w": 1})
+        # Answered once this member applied the write (a causal read here after it sees it), at its time.
+        assert sorted(d["_id"] for d in on_secondary.copied.find()) == [0, 7, 8, 9]
+        assert reply["operationTime"] >= on_secondary.command("find", "copied")["operationTime"]
     assert sorted(d["_id"] for d in db.copied.find()) == [0, 7, 8, 9]
 
 
@@ -135,6 +138,13 @@ def test_a_time_series_collection_keeps_measurements_in_buckets(rs: ReplicaSet, 
     with pytest.raises(OperationFailure) as update:
         db.weather.update_many({}, {"$set": {"temp": 0}})
     assert update.value.code == 72
+    with pytest.raises(OperationFailure) as dotted:  # (a bucket's columns are paths)
+        db.weather.insert_one({"time": t0, "sensor": {"id": "a"}, "a.b": 1})
+    assert dotted.value.code == 2
+    with pytest.raises(OperationFailure) as coll_mod:
+        db.command("collMod", "weather", viewOn="x", pipeline=[])
+    assert coll_mod.value.code == 72
+    assert db.weather.count_documents({}) == 12
     db.weather.drop()
     assert not [n for n in db.list_collection_names() if "weather" in n]
 
@@ -156,6 +166,8 @@ def test_a_clustered_collection_reads_in_id_order_and_expires_by_id(set_client: 
     [listed] = db.list_collections(filter={"name": "byid"})
     assert listed["options"]["clusteredIndex"] == {"v": 2, "key": {"_id": 1}, "name": "by id", "unique": True}
     assert [i["name"] for i in db.byid.list_indexes()] == ["by id"]
+    assert [d["_id"] for d in db.byid.find().hint("by id")] == [1, 3, 5, 9]
+    assert db.byid.find_one_and_delete({})["_id"] == 1  # (the first in natural order: by _id)
     with pytest.raises(OperationFailure):
         db.command("create", "notclustered", expireAfterSeconds=5)  # (expiry by _id needs clustering)
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
