@@ -1,6 +1,7 @@
-"""pymongo's own test suites (transactions, change streams; unified format, from the pymongo source
-distribution matching the installed pymongo) against a real three-member set: no test fails that is
-not listed in tests/spec/known_failures.txt. `make spec` runs every area (CRUD among them: a minute
+"""pymongo's own test suites (transactions, change streams: unified format; its test_cursor module:
+capped collections, tailable, exhaust and raw-batch cursors; from the pymongo source distribution
+matching the installed pymongo) against a real three-member set: no test fails that is not listed in
+tests/spec/known_failures.txt. `make spec` runs every area (CRUD among them: a minute
 of its own, left out of `make test`) and prints the table."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 from tests.spec.runner import AREAS_BY_NAME, fixed, known_failures, regressions, run_area, suite_dir
 from tests.support.replica_set import ReplicaSet
 
-IN_MAKE_TEST = ("transactions", "change_streams")
+IN_MAKE_TEST = ("transactions", "change_streams", "cursor")  # (cursor: pymongo's own test_cursor module)
 
 
 @pytest.mark.parametrize("area", IN_MAKE_TEST)

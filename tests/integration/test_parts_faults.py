@@ -278,7 +278,8 @@ def test_a_rolled_back_insert_is_never_read_and_its_block_number_is_taken_again(
 
     rs.direct(old).admin.command("replSetStepDown", 60, force=True)
     new = wait_for(lambda: (p := rs.primary()) is not None and p is not old and p, 30, "a new primary")
-    wait_for(lambda: int(rs.direct(old).admin.command("replSetGetRBID")["rbid"]) == 1, 30, "the rollback")
+    # (60 s: once, under a full parallel run, the old primary's rollback had not come within 30 s)
+    wait_for(lambda: int(rs.direct(old).admin.command("replSetGetRBID")["rbid"]) == 1, 60, "the rollback")
     wait_for(lambda: rs.status(old)["myState"] == 2, 30, "the old primary to be SECONDARY again")
     wait_for(lambda: sorted(r["n"] for r in select(rs, old, "rb")) == list(range(5)), 20,
              "the rolled-back rows gone from reads")
