@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from base.errors import MongoError
-from oplog.ttl import MAX_EXPIRE_AFTER_SECONDS
+from oplog.ttl import expire_after_seconds
 
 INVALID_CLUSTERED = 5979700
 
@@ -39,10 +39,7 @@ def check_clustered_options(options: Mapping[str, Any]) -> dict[str, Any]:
         raise MongoError(72, "a capped collection cannot be clustered")
     out["clusteredIndex"] = {"v": 2, "key": {"_id": 1}, "name": name, "unique": True}
     if "expireAfterSeconds" in options:
-        expire = options["expireAfterSeconds"]
-        if isinstance(expire, bool) or not isinstance(expire, (int, float)) or not 0 <= expire <= MAX_EXPIRE_AFTER_SECONDS:
-            raise MongoError(2, f"'expireAfterSeconds' must be within [0, {MAX_EXPIRE_AFTER_SECONDS}]")
-        out["expireAfterSeconds"] = int(expire)
+        out["expireAfterSeconds"] = expire_after_seconds(options["expireAfterSeconds"])
     return out
 
 

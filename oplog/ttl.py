@@ -21,6 +21,13 @@ from base.errors import MongoError
 MAX_EXPIRE_AFTER_SECONDS = 2**31 - 1
 
 
+def expire_after_seconds(value: Any) -> int:
+    """A collection's `expireAfterSeconds` (a clustered or time-series one's), checked as mongod does."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_EXPIRE_AFTER_SECONDS:
+        raise MongoError(2, f"'expireAfterSeconds' must be within [0, {MAX_EXPIRE_AFTER_SECONDS}], got {value!r}")
+    return int(value)
+
+
 def check_ttl_spec(spec: Mapping[str, Any]) -> None:
     """An index spec's `expireAfterSeconds`, checked as mongod does when the index is created."""
     if "expireAfterSeconds" not in spec:

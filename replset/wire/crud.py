@@ -66,7 +66,7 @@ from replset.wire.read_waits import (
     settle_batch,
     stamp_operation_time,
 )
-from replset.wire.views import check_not_view, timeseries_of
+from replset.wire.views import check_not_view, write_target
 from replset.wire.write_batches import (
     CANDIDATE_RETRIES,
     Perform,
@@ -139,15 +139,13 @@ async def run_write(ctx: CommandContext, body: Callable[[WriteEnv], dict[str, An
 async def _batch_write(ctx: CommandContext, field: str, perform: Perform) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
-    timeseries = timeseries_of(ctx.node.store.reader, ns)
+    timeseries = write_target(ctx.node.store.reader, ns, ctx.name)
     if timeseries is not None:
         if field != "documents":
             raise MongoError(72, f"{ctx.name} on the time-series collection {ns} is not supported by this server "
                                  "(inserts and reads are)")
         ns, options = timeseries
         perform = _measurements(options, ctx.node.buckets)
-    else:
-        check_not_view(ctx.node.store.reader, ns, ctx.name)
     statements = _array_arg(ctx, field)
     ordered = bool(ctx.cmd.get("ordered", True))
     if ctx.txn is not None:
@@ -184,9 +182,8 @@ async def cmd_delete(ctx: CommandContext) -> dict[str, Any]:
 async def cmd_find_and_modify(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx)}"
     system_namespaces.check_write(ns)
-    if timeseries_of(ctx.node.store.reader, ns) is not None:
+    if write_target(ctx.node.store.reader, ns, "findAndModify") is not None:
         raise MongoError(72, f"findAndModify on the time-series collection {ns} is not supported by this server")
-    check_not_view(ctx.node.store.reader, ns, "findAndModify")
     fields = ctx.cmd.get("fields")
     if fields:
         validate_projection(fields)

@@ -68,10 +68,11 @@ async def cmd_aggregate_output(ctx: CommandContext) -> dict[str, Any]:
     from replset.wire.crud import run_write
 
     cmd = ctx.cmd
-    kind, docs = cmd.get("kind"), cmd.get("documents")
-    if kind not in ("$out", "$merge") or not isinstance(docs, list):
-        raise MongoError(9, "_aggregateOutput takes a kind ($out or $merge) and documents")
-    output = OutputStage(str(kind), ctx.db, str(cmd["_aggregateOutput"]), tuple(cmd.get("on") or ("_id",)),
+    kind, docs, on = cmd.get("kind"), cmd.get("documents"), cmd.get("on", ["_id"])
+    if (kind not in ("$out", "$merge") or not isinstance(docs, list) or not isinstance(on, list) or not on
+            or not all(isinstance(field, str) for field in on)):
+        raise MongoError(9, "_aggregateOutput takes a kind ($out or $merge), documents and the fields 'on' names")
+    output = OutputStage(str(kind), ctx.db, str(cmd["_aggregateOutput"]), tuple(on),
                          str(cmd.get("whenMatched", "merge")), str(cmd.get("whenNotMatched", "insert")))
     system_namespaces.check_write(output.ns)
     check_not_view(ctx.node.store.reader, output.ns, output.kind)

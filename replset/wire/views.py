@@ -8,9 +8,21 @@ from typing import Any
 from base.errors import MongoError
 from oplog.entry import command_entry
 from oplog.timeseries import TimeseriesOptions, buckets_name, parse_timeseries
-from oplog.ttl import MAX_EXPIRE_AFTER_SECONDS
+from oplog.ttl import expire_after_seconds
 from oplog.views import check_view_options, refuse_on_view, view_definition, views_ns
 from oplog.writes import WriteEnv, new_collection_uuid
+
+
+def write_target(reader: Any, ns: str, what: str) -> tuple[str, TimeseriesOptions] | None:
+    """Where a write to `ns` goes: None for a collection (or nothing yet), (buckets, options) for a
+    time-series collection; a view refuses it (166). One look at the catalog for all three."""
+    definition = view_definition(reader, ns)
+    if definition is None:
+        return None
+    found = _timeseries_of(reader, ns, definition)
+    if found is None:
+        raise refuse_on_view(ns, what)
+    return found
 
 
 def check_not_view(reader: Any, ns: str, what: str) -> None:
@@ -34,13 +46,18 @@ def create_view(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> d
     pipeline); `system.views` is created first if the database has none."""
     view_on, pipeline = options.get("viewOn"), options.get("pipeline", [])
     check_view_options(view_on, pipeline, options)
+    _claim_view_name(env, db, coll)
+    env.emit(command_entry(db, {"create": coll, "viewOn": view_on, "pipeline": pipeline}))
+    return {"ok": 1.0}
+
+
+def _claim_view_name(env: WriteEnv, db: str, coll: str) -> None:
+    """A new view's name is free (48 otherwise); the database's system.views exists (its own entry first)."""
     ns = f"{db}.{coll}"
     if env.txn.collection(ns) is not None or view_definition(env.txn, ns) is not None:
         raise MongoError(48, f"Collection {ns} already exists.")
     if env.txn.collection(views_ns(db)) is None:
         env.emit(command_entry(db, {"create": "system.views"}, new_collection_uuid()))
-    env.emit(command_entry(db, {"create": coll, "viewOn": view_on, "pipeline": pipeline}))
-    return {"ok": 1.0}
 
 
 def modify_view(env: WriteEnv, db: str, coll: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +78,11 @@ def drop_view(env: WriteEnv, db: str, coll: str) -> dict[str, Any]:
 def timeseries_of(reader: Any, ns: str) -> tuple[str, TimeseriesOptions] | None:
     """(its buckets' namespace, its options) for a time-series collection; None for any other name."""
     definition = view_definition(reader, ns)
-    if definition is None or definition.get("viewOn") != buckets_name(ns.split(".", 1)[1]):
+    return None if definition is None else _timeseries_of(reader, ns, definition)
+
+
+def _timeseries_of(reader: Any, ns: str, definition: dict[str, Any]) -> tuple[str, TimeseriesOptions] | None:
+    if definition.get("viewOn") != buckets_name(ns.split(".", 1)[1]):
         return None
     buckets_ns = f"{ns.split('.', 1)[0]}.{definition['viewOn']}"
     info = reader.collection(buckets_ns)
@@ -80,17 +101,10 @@ def create_timeseries(env: WriteEnv, db: str, coll: str, options: dict[str, Any]
     if others:
         raise MongoError(115, f"option(s) {', '.join(others)} of a time-series collection are not supported by "
                               "this server")
-    ns = f"{db}.{coll}"
-    if env.txn.collection(ns) is not None or view_definition(env.txn, ns) is not None:
-        raise MongoError(48, f"Collection {ns} already exists.")
     bucket_options: dict[str, Any] = {"timeseries": ts.to_document()}
     if "expireAfterSeconds" in options:
-        expire = options["expireAfterSeconds"]
-        if isinstance(expire, bool) or not isinstance(expire, (int, float)) or not 0 <= expire <= MAX_EXPIRE_AFTER_SECONDS:
-            raise MongoError(2, f"'expireAfterSeconds' must be within [0, {MAX_EXPIRE_AFTER_SECONDS}]")
-        bucket_options["expireAfterSeconds"] = int(expire)
-    if env.txn.collection(views_ns(db)) is None:
-        env.emit(command_entry(db, {"create": "system.views"}, new_collection_uuid()))
+        bucket_options["expireAfterSeconds"] = expire_after_seconds(options["expireAfterSeconds"])
+    _claim_view_name(env, db, coll)
     env.emit(command_entry(db, {"create": buckets_name(coll), **bucket_options}, new_collection_uuid()))
     env.emit(command_entry(db, {"create": coll, "viewOn": buckets_name(coll), "pipeline": [ts.unpack_stage()]}))
     return {"ok": 1.0}

@@ -99,6 +99,9 @@ def test_out_and_merge_sent_to_a_secondary_write_through_the_primary(rs: Replica
         assert sorted(d["_id"] for d in on_secondary.copied.find()) == [0, 7, 8, 9]
         assert reply["operationTime"] >= on_secondary.command("find", "copied")["operationTime"]
     assert sorted(d["_id"] for d in db.copied.find()) == [0, 7, 8, 9]
+    with pytest.raises(OperationFailure) as malformed:  # (the member-only command checks what it is sent)
+        db.command({"_aggregateOutput": "copied", "kind": "$merge", "on": "_id", "documents": []})
+    assert malformed.value.code == 9
 
 
 def test_rand_in_an_update_logs_the_value_drawn(rs: ReplicaSet, db: Any) -> None:
