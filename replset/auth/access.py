@@ -1,12 +1,14 @@
 """The check every command passes when auth is on (`--auth`, `--keyFile`): the connection's users,
-their roles as stored now, and what the command needs (replset/auth/roles.py)."""
+their roles as stored now (replset/auth/roles.py), and what the command needs from every namespace it
+touches (replset/auth/privileges.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from replset.auth.roles import authorize
+from replset.auth.privileges import authorize
+from replset.auth.roles import CLUSTER, Resource, database, holds
 from replset.auth.users import INTERNAL_USER, USERS_NS, ConnectionAuth, UserGrants, held_grants, is_loopback
 
 LOCALHOST_EXCEPTION = frozenset({"createUser", "replSetInitiate", "replSetGetStatus", "replSetGetConfig"})
@@ -22,7 +24,7 @@ def check_access(reader: Any, auth: ConnectionAuth, peer: str, name: str, db: st
     excepted = name in LOCALHOST_EXCEPTION or (test_commands and name == "configureFailPoint")
     if not present and excepted and db == "admin" and is_loopback(peer) and reader.count(USERS_NS) == 0:
         return
-    authorize(name, db, cmd, authenticated=present, held=held)
+    authorize(name, db, cmd, authenticated=present, held=held, me=auth.users)
 
 
 def acts_as_member(auth_enabled: bool, auth: ConnectionAuth) -> bool:
@@ -30,3 +32,21 @@ def acts_as_member(auth_enabled: bool, auth: ConnectionAuth) -> bool:
     oplog getMore): with auth on, only once it logged in as the internal user with the keyfile; never
     because a message says so. Without auth there are no identities (as with mongod)."""
     return not auth_enabled or INTERNAL_USER in auth.users
+
+
+def connection_holds(reader: Any, auth: ConnectionAuth, action: str, resource: Resource, *,
+                     cache: UserGrants | None = None) -> bool:
+    """Whether the connection's users may take `action` on `resource` now (a reply that shows only what
+    they may see: listDatabases' databases, others' sessions)."""
+    _present, held = held_grants(reader, auth, cache)
+    return holds(held, action, resource)
+
+
+def visible_databases(reader: Any, auth: ConnectionAuth, names: list[str], *,
+                      cache: UserGrants | None = None) -> list[str]:
+    """The databases `listDatabases` shows a user: all with `listDatabases` on the cluster, else those
+    it holds some privilege on (mongod's `authorizedDatabases`)."""
+    _present, held = held_grants(reader, auth, cache)
+    if holds(held, "listDatabases", CLUSTER):
+        return names
+    return [name for name in names if any(grant.matches(database(name)) for grant in held)]

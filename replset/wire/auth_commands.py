@@ -20,8 +20,8 @@ from base.errors import MongoError
 from base.scram import MECHANISMS, AuthenticationFailed, ScramConversation, make_credentials
 from oplog.entry import delete_entry, update_entry
 from oplog.writes import WriteEnv, collection_ui, insert_documents
-from replset.auth.roles import USER_ADMIN, check_role_name
-from replset.auth.users import INTERNAL_USER, USERS_NS, held_grants, public_user, user_id
+from replset.auth.roles import check_role_name
+from replset.auth.users import INTERNAL_USER, USERS_NS, public_user, user_id
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import run_write
 
@@ -266,7 +266,8 @@ async def cmd_drop_user(ctx: CommandContext) -> dict[str, Any]:
 @command("usersInfo")
 async def cmd_users_info(ctx: CommandContext) -> dict[str, Any]:
     """Users of this database (`1`), or those named (`"name"`, `{user, db}`, or a list of them). A
-    connection sees its own users; others need userAdmin on their database."""
+    connection sees its own users; others (and credentials) need viewUser on their database, which the
+    command's check asks before this runs (replset/auth/privileges.py)."""
     spec = ctx.cmd["usersInfo"]
     wanted: list[tuple[str, str]] | None
     if spec == 1 or spec == 1.0:
@@ -286,12 +287,6 @@ async def cmd_users_info(ctx: CommandContext) -> dict[str, Any]:
         docs = [d for d in reader.scan(USERS_NS) if d.get("db") == ctx.db]
     else:
         docs = [d for d in (reader.get(USERS_NS, user_id(u, d)) for u, d in wanted) if d is not None]
-    if ctx.node.options.auth:
-        _, held = held_grants(reader, ctx.conn.auth, ctx.node.user_grants)
-        own = set(ctx.conn.auth.users)
-        for doc in docs:
-            if (doc["user"], doc["db"]) not in own and not any(g.covers(USER_ADMIN, doc["db"]) for g in held):
-                raise MongoError(13, f"not authorized on {doc['db']} to execute command {{ usersInfo: ... }}")
     show = bool(ctx.cmd.get("showCredentials"))
     return {"users": [public_user(d, show_credentials=show) for d in docs], "ok": 1.0}
 

@@ -12,7 +12,8 @@ import pytest
 
 from base.errors import MongoError
 from base.scram import SHA1, SHA256, AuthenticationFailed, ScramConversation, make_credentials
-from replset.auth.roles import authorize, check_role_name, grants
+from replset.auth.privileges import authorize
+from replset.auth.roles import check_role_name, grants
 
 
 def held(*roles: tuple[str, str]) -> frozenset:
@@ -35,6 +36,7 @@ def held(*roles: tuple[str, str]) -> frozenset:
     ((("clusterAdmin", "admin"),), "replSetStepDown", "admin", True),
     ((("readAnyDatabase", "admin"),), "find", "anything", True),
     ((("readAnyDatabase", "admin"),), "find", "local", False),
+    ((("read", "admin"),), "find", "admin", True),
     ((("readWriteAnyDatabase", "admin"),), "delete", "anything", True),
     ((("root", "admin"),), "dropDatabase", "app", True),
     ((("root", "admin"),), "replSetHeartbeat", "admin", False),  # member to member only
