@@ -47,6 +47,7 @@ from oplog.entry import noop_entry
 from oplog.expr_eval import install_random_source
 from oplog.log_writer import LogWriter
 from oplog.parts import shared_storage
+from oplog.parts.storage_url import redact_url
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.timeseries import BucketCatalog
 from oplog.writes import WriteEnv
@@ -185,7 +186,7 @@ class Node:
         if self.options.parts_storage is not None:
             problem = await asyncio.to_thread(shared_storage.for_url(self.options.parts_storage).probe)
             if problem is None:
-                log.info("parts storage %s: usable", self.options.parts_storage)
+                log.info("parts storage %s: usable", redact_url(self.options.parts_storage))
             else:
                 log.warning("%s", problem)
         self.writer.start()

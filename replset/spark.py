@@ -124,7 +124,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from base.errors import MongoError
 from oplog.parts import part_files
 from oplog.parts.filters import filter_expression
-from oplog.parts.storage_url import part_key
+from oplog.parts.storage_url import REDACTED, part_key
 from oplog.parts.table import TableDef, arrow_type, partition_id
 from replset.spark_collections import (
     CollectionReader,
@@ -436,8 +436,11 @@ class PartsReader(DataSourceReader):
             reply = client[self.db].command({"openPartsSnapshot": self.table, "key": f"{slot.plan}:{query}",
                                              "ttlSecs": ttl})
         # A zero-copy table's objects are read from the storage the member named (or the `partsStorage`
-        # option: the same storage as this host reaches it), no member in the path.
-        storage = self.options.get("partsstorage") or reply.get("partsStorage")
+        # option: the same storage as this host reaches it), no member in the path. The member names it
+        # redacted (oplog/parts/storage_url.py): a URL with a password or key in it comes from the option
+        # only; without the option such a table's parts are fetched from the members.
+        named = reply.get("partsStorage")
+        storage = self.options.get("partsstorage") or (named if named and REDACTED not in named else None)
         return {**reply["snapshot"], "partsStorage": storage}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -48,6 +48,7 @@ from base.errors import MongoError
 from oplog.durable_files import fsync_path
 from oplog.parts import shared_storage
 from oplog.parts.part_info import PartInfo
+from oplog.parts.storage_url import redact_url
 from oplog.parts.table import TableDef, arrow_type, partition_id
 
 DATA_FILE = "data.parquet"
@@ -312,9 +313,9 @@ def adopt_shared(table_dir: str, name: str, url: str, key: str, recorded: Mappin
     storage = shared_storage.for_url(url)
     stored = storage.published(key)
     if stored is None:
-        raise MongoError(2, f"{key} is not published in {url}")
+        raise MongoError(2, f"{key} is not published in {redact_url(url)}")
     if any(stored.checksums.get(file) != sums for file, sums in recorded.items() if file != CHECKSUMS_FILE):
-        raise MongoError(2, f"{key} in {url} holds other bytes than the part log recorded for {name}")
+        raise MongoError(2, f"{key} in {redact_url(url)} holds other bytes than the part log recorded for {name}")
     tmp = os.path.join(table_dir, check_part_dir_name(tmp_name))
     shutil.rmtree(tmp, ignore_errors=True)
     try:

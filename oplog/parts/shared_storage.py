@@ -52,7 +52,7 @@ def _not_found(exc: OSError) -> bool:
 
 class StorageUnavailable(MongoError):
     def __init__(self, location: StorageLocation, what: str, exc: BaseException) -> None:
-        super().__init__(STORAGE_ERROR, f"parts storage {location.url}: {what} failed: {exc}")
+        super().__init__(STORAGE_ERROR, f"parts storage {location.url}: {what} failed: {location.hide(str(exc))}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +342,7 @@ class SharedStorage:
                 back = f.read()
             self._fs.delete_file(path)
         except OSError as exc:
-            return f"parts storage {self.location.url} is not usable: {exc}"
+            return f"parts storage {self.location.url} is not usable: {self.location.hide(str(exc))}"
         if back != data:
             return f"parts storage {self.location.url} did not read back what was written"
         return None

@@ -17,6 +17,7 @@ from oplog.apply import COLLMOD_OPTIONS
 from oplog.capped import capped_limits, check_capped_options
 from oplog.clustered import check_clustered_options, clustered_index_spec, is_clustered
 from oplog.entry import command_entry
+from oplog.parts.storage_url import redact_url
 from oplog.query import compile_filter
 from oplog.timeseries import buckets_name
 from oplog.ttl import check_ttl_spec
@@ -231,7 +232,8 @@ async def cmd_get_cmd_line_opts(ctx: CommandContext) -> dict[str, Any]:
         security["keyFile"] = opts.key_file
     return {"argv": ["replset", "node"], "parsed": {"net": net, **({"security": security} if security else {}),
             "replication": {"replSet": opts.repl_set, "oplogSizeMB": opts.oplog_size_mb},
-            "storage": {"dbPath": opts.dbpath, **({"partsStorage": opts.parts_storage} if opts.parts_storage else {})}},
+            "storage": {"dbPath": opts.dbpath,
+                        **({"partsStorage": redact_url(opts.parts_storage)} if opts.parts_storage else {})}},
             "ok": 1.0}
 
 

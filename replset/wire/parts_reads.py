@@ -23,6 +23,7 @@ from typing import Any
 
 from base.errors import MongoError
 from oplog.parts.filters import filter_expression
+from oplog.parts.storage_url import redact_url
 from replset.cursors import Cursor
 from replset.parts.commit import commit_here
 from replset.parts.insert import load_table
@@ -101,6 +102,9 @@ async def cmd_open_parts_snapshot(ctx: CommandContext) -> dict[str, Any]:
     reply = await node.parts.link.on_primary(ctx.db, forwarded, here)
     if "writeConcernError" in reply:   # not confirmed: another task could get another list
         raise MongoError(64, f"the snapshot {key} was not confirmed: {reply['writeConcernError']}")
-    if node.options.parts_storage is not None:   # a zero-copy table's readers may read the objects there
-        reply = {**reply, "partsStorage": node.options.parts_storage}
+    if node.options.parts_storage is not None:
+        # Where a zero-copy table's objects are, for readers to take them from there, named as it is shown:
+        # a URL with a password or key in it says `***` in its place, and a reader (Spark's executors) then
+        # takes the URL from its own `partsStorage` option, or fetches the parts from the members.
+        reply = {**reply, "partsStorage": redact_url(node.options.parts_storage)}
     return reply
