@@ -10,11 +10,11 @@ tests wait on instead of sleeping.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import math
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
@@ -24,7 +24,8 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from base.errors import MongoError
 from base.scram import SHA256
-from replset.auth.http_auth import HttpAuth, lookup, needed, password_matches, user_grants
+from replset.auth.http_auth import HttpAuth, lookup, needed, user_grants
+from replset.auth.password_checks import PasswordChecks
 from replset.parts.exchange import add_routes as add_part_routes
 from replset.parts.http_tables import add_routes as add_table_routes
 from replset.status import replset_status
@@ -84,7 +85,8 @@ async def _health(request: web.Request) -> web.Response:
 def _auth_middleware(node: Node) -> Any:
     """With auth on: a user (HTTP Basic) or a member's token on every route but `/health`
     (replset/auth/http_auth.py); 401 without, 403 without the privilege."""
-    checker = HttpAuth(node.internal_key)
+    checker = HttpAuth(node.internal_key, node.options.http_address)
+    checks = PasswordChecks()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -92,24 +94,55 @@ def _auth_middleware(node: Node) -> Any:
         if wanted is None:
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        if checker.member(header):
+        refusal = checker.member_refusal(header, request.method, request.path, node.clock.wall_ms())
+        if refusal is None:
             return await handler(request)
-        basic = checker.basic(header)
-        if basic is None:
-            return _unauthorized("authentication required")
-        uid, doc = lookup(node.store.reader, basic[0])
-        stored = None if doc is None else (doc.get("credentials") or {}).get(SHA256)
-        now = node.clock.monotonic()
-        if stored is None or not (checker.remembered(uid, basic[1], now) or
-                                  await asyncio.to_thread(password_matches, stored, doc["user"], basic[1])):
-            return _unauthorized("Authentication failed.")
-        checker.remember(uid, basic[1], now)
+        if refusal.signed:   # a member's token, but expired (clocks apart?) or replayed: the fetcher shows why
+            return _unauthorized(f"member token refused: {refusal.reason}")
+        doc = await _basic_login(node, checker, checks, request.remote or "", header)
+        if isinstance(doc, web.Response):
+            return doc
         if not any(g.covers(*wanted) for g in user_grants(doc)):
             return _json_response(MongoError(13, f"not authorized on {wanted[1]} to use {request.path}").to_document(),
                                   403)
         return await handler(request)
 
     return middleware
+
+
+async def _basic_login(node: Node, checker: HttpAuth, checks: PasswordChecks, source: str,
+                       header: str) -> Mapping[str, Any] | web.Response:
+    """The user HTTP Basic names, if the password is right; else the answer: 401, 429 to an address with
+    too many failures (replset/auth/login_limit.py), 503 while too many checks are under way."""
+    basic = checker.basic(header)
+    if basic is None:
+        return _unauthorized("authentication required")
+    limit = checker.failed_logins
+    wait_s = limit.retry_after(source, node.clock.monotonic())
+    if wait_s is not None:
+        return _retry_later(429, f"too many failed logins from {source}", wait_s)
+    uid, doc = lookup(node.store.reader, basic[0])
+    stored = None if doc is None else (doc.get("credentials") or {}).get(SHA256)
+    if doc is not None and stored is not None and checker.remembered(uid, basic[1], node.clock.monotonic()):
+        return doc
+    if checks.busy():
+        return _retry_later(503, "too many password checks under way", 1.0)
+    right = False
+    limit.begin(source)
+    try:
+        right = doc is not None and stored is not None and await checks.matches(stored, doc["user"], basic[1])
+    finally:
+        limit.end(source, failed=not right, now=node.clock.monotonic())
+    if not right or doc is None:
+        return _unauthorized("Authentication failed.")
+    checker.remember(uid, basic[1], node.clock.monotonic())
+    return doc
+
+
+def _retry_later(status: int, message: str, wait_s: float) -> web.Response:
+    response = _json_response(MongoError(18, message).to_document(), status)
+    response.headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
+    return response
 
 
 def _unauthorized(message: str) -> web.Response:

@@ -24,6 +24,7 @@ import datetime
 import logging
 import os
 import random
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -51,8 +52,8 @@ from oplog.parts.storage_url import redact_url
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.timeseries import BucketCatalog
 from oplog.writes import WriteEnv
-from replset.auth.http_auth import member_token
 from replset.auth.keyfile import read_keyfile
+from replset.auth.member_token import make_token
 from replset.auth.users import INTERNAL_USER, USERS_NS, UserGrants
 from replset.committed_snapshots import CommittedSnapshots
 from replset.cursors import CursorRegistry
@@ -73,6 +74,7 @@ from replset.transactions import Transactions
 from replset.ttl_monitor import TTLMonitor
 from replset.write_concern import WriteConcern
 from sync.initial_sync import INITIAL_SYNC_META
+from sync.part_fetch import RequestAuth
 from sync.peer import PeerClient, PeerError
 from sync.rollback_runner import load_min_valid, load_rbid
 
@@ -387,11 +389,23 @@ class Node:
                           internal_key=self.internal_key, tls=self.peer_tls)
 
     def http_session(self) -> aiohttp.ClientSession:
-        """For fetching from the other members' HTTP ports: their certificates checked with TLS on, and
-        with a keyfile the token that proves this member (replset/auth/http_auth.py)."""
+        """For fetching from the other members' HTTP ports: their certificates checked with TLS on (with a
+        keyfile each request carries its own token: `member_auth`)."""
         connector = aiohttp.TCPConnector(ssl=self.peer_tls) if self.peer_tls is not None else None
-        headers = None if self.internal_key is None else {"Authorization": f"Bearer {member_token(self.internal_key)}"}
-        return aiohttp.ClientSession(connector=connector, headers=headers)
+        return aiohttp.ClientSession(connector=connector)
+
+    def member_auth(self, audience: str) -> RequestAuth | None:
+        """With a keyfile, what proves this member on a request to the member whose HTTP address (as the
+        config names it, before any `peerRoutes`) is `audience`: a token for that method and path, made
+        when the request is sent, with a nonce from `secrets` (replset/auth/member_token.py)."""
+        key = self.internal_key
+        if key is None:
+            return None
+
+        def headers(method: str, path: str) -> dict[str, str]:
+            return {"Authorization": make_token(key, audience=audience, method=method, path=path,
+                                                now_ms=self.clock.wall_ms(), nonce=secrets.token_hex(16))}
+        return headers
 
     @property
     def http_scheme(self) -> str:

@@ -1,12 +1,15 @@
 """Who may use the HTTP port when auth is on: every route but `/health` needs a user (HTTP Basic,
 checked against the same `admin.system.users` credentials as SCRAM logins: the password's SCRAM-SHA-256
-ClientKey must hash to the StoredKey) or, for members fetching parts from each other, the token the
-keyfile gives (`Authorization: Bearer <HMAC-SHA-256 of a fixed label under the key>`: it proves the key
-without sending it). The route then needs what the same request would need on the wire port: the
-status routes clusterMonitor, a table's routes read (GET) or readWrite (POST) on its database.
+ClientKey must hash to the StoredKey) or, for members fetching parts from each other, a token the keyfile
+makes for that one request (`Authorization: Bearer <expiry>.<nonce>.<HMAC-SHA-256>`, bound to this member,
+the method and the path, good for a minute and once: replset/auth/member_token.py explains why it cannot
+be replayed). The route then needs what the same request would need on the wire port: the status routes
+clusterMonitor, a table's routes read (GET) or readWrite (POST) on its database.
 
-A password check costs 15,000 PBKDF2 rounds, so it runs off the event loop and a success is
-remembered for `REMEMBER_S` (keyed by the user and a hash of the password, never the password).
+A password check costs 15,000 PBKDF2 rounds, so it runs off the event loop, a few at a time
+(`replset.auth.password_checks`), and a success is remembered for `REMEMBER_S` (keyed by the user and a
+hash of the password, never the password). An address with too many failed checks is answered 429 before
+its password is looked at (`replset.auth.login_limit`).
 """
 
 from __future__ import annotations
@@ -18,15 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from base.scram import SHA256, mechanism_password
+from replset.auth.login_limit import FailedLogins
+from replset.auth.member_token import Refused, TokenCheck
 from replset.auth.roles import CLUSTER_MONITOR, READ, WRITE, Grant, grants
 from replset.auth.users import USERS_NS, user_id
 
 REMEMBER_S = 60.0
-_TOKEN_LABEL = b"replset member http"
-
-
-def member_token(key: str) -> str:
-    return hmac.new(key.encode(), _TOKEN_LABEL, hashlib.sha256).hexdigest()
 
 
 def password_matches(stored: Mapping[str, Any], user: str, password: str) -> bool:
@@ -52,12 +52,18 @@ def needed(method: str, path: str) -> tuple[str, str] | None:
 
 
 class HttpAuth:
-    def __init__(self, internal_key: str | None) -> None:
-        self._token = None if internal_key is None else member_token(internal_key)
+    def __init__(self, internal_key: str | None, audience: str) -> None:
+        """`audience`: this member's HTTP address as the config names it (what members' tokens name)."""
+        self._tokens = None if internal_key is None else TokenCheck(internal_key, audience)
         self._remembered: dict[tuple[str, str], float] = {}  # (user id, password hash) -> until
+        self.failed_logins = FailedLogins()
 
-    def member(self, header: str) -> bool:
-        return self._token is not None and hmac.compare_digest(header, f"Bearer {self._token}")
+    def member_refusal(self, header: str, method: str, path: str, now_ms: int) -> Refused | None:
+        """None when `header` is a member's token for this request (its nonce is then spent), else why not;
+        `now_ms` is the wall clock (tokens cross members)."""
+        if self._tokens is None:
+            return Refused("this member has no keyfile", signed=False)
+        return self._tokens.check(header, method, path, now_ms)
 
     @staticmethod
     def basic(header: str) -> tuple[str, str] | None:

@@ -882,7 +882,7 @@ class PartsManager:
             await fetch_part(self._session, node.failpoints.peer_route(http), rt.table.ns, part.name,
                              checksums, rt.directory,
                              progress_timeout_s=rt.table.settings.fetch_progress_timeout_ms / 1000,
-                             scheme=node.http_scheme)
+                             scheme=node.http_scheme, auth=node.member_auth(http))
         except FetchFailed as exc:
             if self.tables.get(rt.table.ns) is rt:
                 rt.fetch_failed(entry.new_part.name, part.name, http, missing=isinstance(exc, PartMissing),
