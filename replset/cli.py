@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from base.clock import SYSTEM_CLOCK
 from base.errors import MongoError
 from base.member import MemberState
+from oplog.parts.block_size import DEFAULT_MAX_DECODED_BYTES
 from oplog.parts.storage_url import parse_storage_url
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
@@ -55,6 +56,12 @@ def _node_parser(sub: Any) -> None:
                    help="shared storage for the part files of zeroCopy tables (docs/zero-copy.md): file:///dir (a "
                         "directory every member reaches at that path) or s3://bucket/prefix?endpoint=http://host:"
                         "port&region=r (credentials from the AWS environment variables); the same on every member")
+    p.add_argument("--maxDecodedBlockBytes", dest="max_decoded_block_bytes", type=int,
+                   default=DEFAULT_MAX_DECODED_BYTES, metavar="N",
+                   help="the most an insert block (insertBlock, stagePartsBlock, the HTTP insert) may take "
+                        "decoded - its Arrow stream decompressed, its rows in the table's schema - measured "
+                        "before it is decoded; past it the insert is refused (BSONObjectTooLarge, 10334). "
+                        "0: no limit. Default %(default)s (256 MiB)")
     p.add_argument("--logLevel", dest="log_level", default="INFO")
     p.add_argument("--logFormat", dest="log_format", default="text", choices=("text", "json"),
                    help="json: MongoDB-style structured lines (t, s, c, id, ctx, msg, attr)")
@@ -154,12 +161,15 @@ def cmd_node(args: argparse.Namespace) -> int:
         return 2
     if not _storage_url_ok(args.parts_storage):
         return 2
+    if args.max_decoded_block_bytes < 0:
+        print("--maxDecodedBlockBytes must be 0 (no limit) or a number of bytes", file=sys.stderr)
+        return 2
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath,
                          bind_ip="*" if args.bind_ip_all else args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
                          auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls,
-                         parts_storage=args.parts_storage),
+                         parts_storage=args.parts_storage, max_decoded_block_bytes=args.max_decoded_block_bytes),
              WireLimits(max_conns=args.max_conns, max_idle=max(1, args.max_idle_conns),
                         stalled_message_timeout_s=args.stalled_message_timeout_s,
                         write_stall_timeout_s=args.write_stall_timeout_s))

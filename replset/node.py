@@ -48,6 +48,7 @@ from oplog.entry import noop_entry
 from oplog.expr_eval import install_random_source
 from oplog.log_writer import LogWriter
 from oplog.parts import shared_storage
+from oplog.parts.block_size import DEFAULT_MAX_DECODED_BYTES
 from oplog.parts.storage_url import redact_url
 from oplog.sqlite_store import SQLiteStore, StoreTxn
 from oplog.timeseries import BucketCatalog
@@ -100,6 +101,7 @@ class NodeOptions:
     key_file: str | None = None  # members authenticate to each other as __system with its key
     tls: TlsSettings = field(default_factory=TlsSettings)
     parts_storage: str | None = None  # the shared storage of zeroCopy tables' part files (a URL)
+    max_decoded_block_bytes: int = DEFAULT_MAX_DECODED_BYTES  # an insert block decoded, at most (0: no limit)
 
     @property
     def me(self) -> str:

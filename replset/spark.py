@@ -17,7 +17,9 @@ runs in Spark's Python workers; the member is reached as any client reaches it
 Iceberg use it; one job is one part-log commit (`replset.parts.jobs`). The
 writer is made once per `save()` and pickled to every task attempt, so the
 write id it draws (or the `writeId` option) is the job's. A task attempt cuts
-its rows into blocks of `blockRows` (100,000) and stages each with
+its rows into blocks of `blockRows` (100,000), each cut again where its rows
+fall into more than the table's `maxPartitionsPerInsertBlock` partitions (100),
+and stages each with
 `stagePartsBlock` (stage key `<Spark partition>:<task attempt id>:<block
 index>`): written on the member, recorded through the primary, read by nobody.
 Its commit message lists its stages, its rows and an order-free digest of them
@@ -270,6 +272,7 @@ class PartsWriter(DataSourceArrowWriter):
         self.db, self.table = _table_name(options)
         with _client(options) as client:
             status = client[self.db].command({"partsJobStatus": self.table, "writeId": self.write_id})
+            self.definition = load_definition(client, self.db, self.table)   # (a document: pickled to tasks)
         # A write id committed before: the tasks only count and digest their rows, the commit compares.
         self.committed: dict[str, Any] | None = dict(status) if status.get("committed") else None
         self.overwrite = overwrite   # the table's rows replaced by the job's in its commit
@@ -280,16 +283,20 @@ class PartsWriter(DataSourceArrowWriter):
         attempt = context.taskAttemptId() if context is not None else uuid.uuid4().int >> 64
         stages: list[str] = []
         rows = digest = 0
+        table = TableDef.from_document(self.db, self.definition)
+        index = 0
         with _client(self.options) as client:
             db = client[self.db]
-            for index, block in enumerate(_blocks(iterator, self.block_rows)):
+            for block in _blocks(iterator, self.block_rows):
                 rows += block.num_rows
                 digest = (digest + rows_digest(block)) % (1 << 64)
                 if self.committed is not None:
                     continue
-                reply = db.command({"stagePartsBlock": self.table, "arrow": _ipc(block), "writeId": self.write_id,
-                                    "stageKey": f"{partition}:{attempt}:{index}"})
-                stages.extend(str(s["stage"]) for s in reply["stages"])
+                for piece in partition_pieces(table, block):
+                    reply = db.command({"stagePartsBlock": self.table, "arrow": _ipc(piece),
+                                        "writeId": self.write_id, "stageKey": f"{partition}:{attempt}:{index}"})
+                    stages.extend(str(s["stage"]) for s in reply["stages"])
+                    index += 1
         return BlocksStaged(partition, attempt, stages, rows, digest)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -332,6 +339,26 @@ class PartsWriter(DataSourceArrowWriter):
         except PyMongoError as exc:
             log.warning("replset write %s into %s.%s failed and its abort failed too (%s): the primary removes "
                         "its staged blocks after stagedPartsTimeoutSecs", self.write_id, self.db, self.table, exc)
+
+
+def partition_pieces(table: TableDef, block: pa.Table) -> Iterator[pa.Table]:
+    """`block`, cut so that no piece's rows fall into more than the table's `maxPartitionsPerInsertBlock`
+    partitions (a member refuses a block over more: TooManyParts), partitions in id order."""
+    limit = table.settings.max_partitions_per_insert_block
+    if not limit or table.partition.column is None:
+        yield block
+        return
+    try:
+        parts = part_files.split_by_partition(table, part_files.conform(table, block))
+    except MongoError:
+        yield block   # rows the table refuses: the member says why
+        return
+    if len(parts) <= limit:
+        yield block
+        return
+    ids = sorted(parts)
+    for start in range(0, len(ids), limit):
+        yield pa.concat_tables([parts[pid] for pid in ids[start:start + limit]])
 
 
 def _ipc(block: pa.Table) -> bytes:

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from base.errors import MongoError
 from oplog.durable_files import fsync_path
 from oplog.parts import shared_storage
+from oplog.parts.block_size import check_partitions
 from oplog.parts.part_info import PartInfo
 from oplog.parts.storage_url import redact_url
 from oplog.parts.table import TableDef, arrow_type, partition_id
@@ -62,6 +63,7 @@ TMP_INSERT, TMP_MERGE, TMP_FETCH = "tmp_insert_", "tmp_merge_", "tmp-fetch_"
 TEMPORARY_PREFIXES = (TMP_INSERT, TMP_MERGE, TMP_FETCH, "tmp_")
 COMPRESSION = "zstd"
 ROW_GROUP_ROWS = 1_000_000
+PARTITION_VALUES_STEP = 1024   # distinct partition-key values turned into partition ids at a time
 INSECURE_PATH = 2  # BadValue: a file name that would leave the part directory
 
 
@@ -108,7 +110,7 @@ def conform(table: TableDef, data: pa.Table) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise MongoError(2, f"column {column.name!r}: {exc}") from None
         else:
-            arrays.append(pa.array([column.default] * data.num_rows, type=type_))
+            arrays.append(pa.repeat(pa.scalar(column.default, type=type_), data.num_rows))   # no list of rows
     return pa.Table.from_arrays(arrays, schema=arrow_schema(table))
 
 
@@ -122,8 +124,10 @@ def sort_rows(table: TableDef, data: pa.Table) -> pa.Table:
     return data.take(indices)
 
 
-def split_by_partition(table: TableDef, data: pa.Table) -> dict[str, pa.Table]:
-    """The rows of each partition, sorted by the order key; partitions in id order."""
+def split_by_partition(table: TableDef, data: pa.Table, *, insert: bool = False) -> dict[str, pa.Table]:
+    """The rows of each partition, sorted by the order key; partitions in id order. An `insert` block's
+    rows may fall into `maxPartitionsPerInsertBlock` partitions at most (TooManyParts past it, found
+    before a partition's rows are copied)."""
     key = table.partition
     if key.column is None:
         return {"all": sort_rows(table, data)}
@@ -131,23 +135,37 @@ def split_by_partition(table: TableDef, data: pa.Table) -> dict[str, pa.Table]:
     if key.by_month:   # computed by Arrow over the whole column; one Python step per distinct month
         column = pc.add(pc.multiply(pc.year(column), 10_000), pc.multiply(pc.month(column), 100))
     encoded = pc.dictionary_encode(column).combine_chunks()
-    groups: dict[str, list[int]] = {}
-    for index, value in enumerate(encoded.dictionary.to_pylist()):
-        pid = f"{value // 10_000:04d}{value // 100 % 100:02d}" if key.by_month else partition_id(key, value)
-        groups.setdefault(pid, []).append(index)
+    nulls = pc.is_null(encoded.indices)
+    has_nulls = bool(pc.any(nulls).as_py())
+    if has_nulls and key.by_month:
+        raise MongoError(2, f"toYYYYMM({key.column}): a row has no value (null is not a date)")
+    groups = _partition_groups(table, encoded.dictionary, insert=insert)
+    if insert and has_nulls:
+        check_partitions(table, len(groups | {partition_id(key, None): []}))
     out = {}
     for pid, indices in sorted(groups.items()):
         mask = pc.is_in(encoded.indices, pa.array(indices, encoded.indices.type))
         out[pid] = sort_rows(table, data.filter(mask))
-    nulls = pc.is_null(encoded.indices)
-    if pc.any(nulls).as_py():
-        if key.by_month:
-            raise MongoError(2, f"toYYYYMM({key.column}): a row has no value (null is not a date)")
+    if has_nulls:
         pid = partition_id(key, None)
         rows = data.filter(nulls)
         out[pid] = sort_rows(table, pa.concat_tables([out[pid].select(rows.column_names), rows])) if pid in out \
             else sort_rows(table, rows)
     return dict(sorted(out.items()))
+
+
+def _partition_groups(table: TableDef, values: pa.Array, *, insert: bool) -> dict[str, list[int]]:
+    """The partition of each distinct partition-key value, as the indices of the values in each; an
+    insert's counted as they are found (a key of a million values stops at the limit)."""
+    key = table.partition
+    groups: dict[str, list[int]] = {}
+    for start in range(0, len(values), PARTITION_VALUES_STEP):
+        for index, value in enumerate(values.slice(start, PARTITION_VALUES_STEP).to_pylist(), start):
+            pid = f"{value // 10_000:04d}{value // 100 % 100:02d}" if key.by_month else partition_id(key, value)
+            groups.setdefault(pid, []).append(index)
+        if insert:
+            check_partitions(table, len(groups))
+    return groups
 
 
 def rows_bytes(data: pa.Table) -> bytes:

@@ -96,6 +96,7 @@ class TableSettings:
     staged_parts_timeout_secs: int = 3600       # a job's staged blocks, uncommitted this long after its last: removed
     zero_copy: bool = False                     # part files once in the set's shared storage (docs/zero-copy.md)
     zero_copy_grace_secs: int = 600             # ... and an object nothing marks stays this long after its write
+    max_partitions_per_insert_block: int = 100  # partitions one insert block may write (0: no limit)
 
     NAMES = {"oldPartsLifetimeSecs": "old_parts_lifetime_secs", "partsToDelayInsert": "parts_to_delay_insert",
              "partsToThrowInsert": "parts_to_throw_insert", "maxDelayToInsertMS": "max_delay_to_insert_ms",
@@ -105,7 +106,8 @@ class TableSettings:
              "fetchProgressTimeoutMS": "fetch_progress_timeout_ms", "quorumLostAfterMS": "quorum_lost_after_ms",
              "cleanupDelayPeriodSecs": "cleanup_delay_period_secs",
              "stagedPartsTimeoutSecs": "staged_parts_timeout_secs", "zeroCopy": "zero_copy",
-             "zeroCopyGraceSecs": "zero_copy_grace_secs"}
+             "zeroCopyGraceSecs": "zero_copy_grace_secs",
+             "maxPartitionsPerInsertBlock": "max_partitions_per_insert_block"}
     FLAGS = frozenset({"zero_copy"})   # true or false; the others are non-negative integers
 
     def to_document(self) -> dict[str, int | bool]:

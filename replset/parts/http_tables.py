@@ -5,9 +5,11 @@ for inserts), and the views `GET /tables/<db>.<table>/parts` and `/replication_q
 The body is either an Arrow IPC stream (`Content-Type: application/vnd.apache.arrow.stream`) or
 JSON lines, one row per line, in MongoDB Extended JSON so dates and 64-bit integers keep their types
 (anything else). It may be far larger than aiohttp's 1 MiB default: it is read as a stream, up to
-`MAX_BODY_BYTES` (413 past that), and decoded off the event loop. Query parameters are the
-`insertBlock` command's: `insertQuorum`, `quorumTimeoutMS`, `dedupToken`, and `w` / `wtimeoutMS` for
-the commit's write concern (`w: "majority"` unless given).
+`MAX_BODY_BYTES` (413 past that), and decoded off the event loop once the table is known to exist,
+within the member's `--maxDecodedBlockBytes` (413, BSONObjectTooLarge 10334, past it:
+`replset.parts.payload`). Query parameters are the `insertBlock` command's: `insertQuorum`,
+`quorumTimeoutMS`, `dedupToken`, and `w` / `wtimeoutMS` for the commit's write concern
+(`w: "majority"` unless given).
 
 Bodies being read share one budget of `INSERT_BUFFER_BYTES` (a member must not buffer as many
 gigabyte bodies as clients send at once): a request that says its length waits up to
@@ -15,8 +17,8 @@ gigabyte bodies as clients send at once): a request that says its length waits u
 503 with ExceededMemoryLimit (146), to be sent again later.
 
 The reply is the `insertBlock` reply as relaxed Extended JSON; an error is MongoDB's error document
-with status 400 (bad input), 404 (no such table) or 503 (no primary to commit through, shutting
-down, or no room to buffer the body), so a client can tell what to retry.
+with status 400 (bad input), 404 (no such table), 413 (decodes past the limit) or 503 (no primary to
+commit through, shutting down, or no room to buffer the body), so a client can tell what to retry.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from aiohttp import web
 from bson import json_util
 
 from base.errors import RETRYABLE_CODES, MongoError
+from oplog.parts.block_size import BSON_OBJECT_TOO_LARGE
 from replset.parts.commit import QUORUM_TIMEOUT_MS, insert_rows, parse_quorum
-from replset.parts.insert import load_table, table_from_arrow, table_from_rows
+from replset.parts.insert import load_table
+from replset.parts.payload import decode_block
 from replset.parts.views import parts_status, replication_queue
 from replset.write_concern import MAJORITY, parse_write_concern
 
@@ -54,7 +57,7 @@ def _reply(doc: dict[str, Any], status: int = 200) -> web.Response:
 
 def _error(exc: MongoError) -> web.Response:
     retry_later = exc.code in RETRYABLE_CODES or exc.code == EXCEEDED_MEMORY_LIMIT
-    status = 404 if exc.code == 26 else 503 if retry_later else 400
+    status = 404 if exc.code == 26 else 503 if retry_later else 413 if exc.code == BSON_OBJECT_TOO_LARGE else 400
     return _reply(exc.to_document(), status)
 
 
@@ -84,16 +87,6 @@ class BodyBudget:
         self.used -= n
         async with self._freed:
             self._freed.notify_all()
-
-
-def rows_of_json_lines(body: bytes) -> pa.Table:
-    try:
-        rows = [json_util.loads(line) for line in body.splitlines() if line.strip()]
-    except (ValueError, TypeError) as exc:
-        raise MongoError(2, f"the body is not JSON lines: {exc}") from None
-    if not all(isinstance(r, dict) for r in rows):
-        raise MongoError(2, "each line of the body must be a JSON object (one row)")
-    return table_from_rows(rows)
 
 
 def _int_param(query: Any, name: str, default: int) -> int:
@@ -152,10 +145,12 @@ def add_routes(app: web.Application, node: Node, *, buffer_bytes: int = INSERT_B
             if not db or not table:
                 raise MongoError(2, f"{request.match_info['ns']!r} is not <db>.<table>")
             options = _insert_options(node, request.query)
+            load_table(node.store.reader, db, table)   # 404 before the body is read
             body, taken = await _read_body(request, budget)
             try:
-                decode = table_from_arrow if request.content_type == ARROW_STREAM else rows_of_json_lines
-                data = await asyncio.to_thread(decode, body)
+                arrow = request.content_type == ARROW_STREAM
+                data = await decode_block(node, db, table, arrow=body if arrow else None,
+                                          json_lines=None if arrow else body, what=f"insert into {db}.{table}")
             finally:
                 del body
                 await budget.give_back(taken)

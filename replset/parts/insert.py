@@ -119,7 +119,7 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
                                     "has none: start it with --partsStorage")
     rows = part_files.conform(table, data)
     blocks = []
-    for index, (pid, block_rows) in enumerate(part_files.split_by_partition(table, rows).items()):
+    for index, (pid, block_rows) in enumerate(part_files.split_by_partition(table, rows, insert=True).items()):
         if dedup_token is not None:
             block_id = block_id_of_token(pid, dedup_token, index)
         else:
@@ -132,30 +132,6 @@ def prepare_blocks(directory: str, table: TableDef, data: pa.Table, dedup_token:
                                    part_key(table.uuid, pid, files.checksums), keep_data=True)
         blocks.append(Block(pid, block_id, tmp_name, files, metadata_version=table.metadata_version))
     return blocks
-
-
-def table_from_rows(rows: list[Any]) -> pa.Table:
-    """An insert's rows given as documents; BadValue if they do not make a table."""
-    try:
-        data = pa.Table.from_pylist(rows)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
-    return _not_empty(data)
-
-
-def table_from_arrow(stream: bytes) -> pa.Table:
-    """An insert's rows given as an Arrow IPC stream; BadValue if it is not one."""
-    try:
-        data = pa.ipc.open_stream(stream).read_all()
-    except (pa.ArrowException, OSError, TypeError, ValueError) as exc:  # OSError: a malformed IPC stream
-        raise MongoError(BAD_VALUE, f"insertBlock: the rows cannot be read as a table: {exc}") from None
-    return _not_empty(data)
-
-
-def _not_empty(data: pa.Table) -> pa.Table:
-    if data.num_rows == 0:
-        raise MongoError(BAD_VALUE, "insertBlock: no rows")
-    return data
 
 
 def next_counter(env: WriteEnv, ns: str, counter: str, **also: Any) -> int:

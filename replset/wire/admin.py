@@ -173,6 +173,7 @@ def _server_parameters(node: Node) -> dict[str, Any]:
         "ttlMonitorSleepSecs": int(node.ttl.sleep_s),
         "ttlMonitorEnabled": node.ttl.enabled,
         "requireApiVersion": False,
+        "maxDecodedBlockBytes": node.options.max_decoded_block_bytes,   # --maxDecodedBlockBytes
     }
 
 

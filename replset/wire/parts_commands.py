@@ -17,7 +17,10 @@ them but cannot write them (`system_namespaces`).
   reply lists each block's part and whether it was `deduplicated`. With a quorum above 1 the reply
   waits until that many members hold each new part, or says `quorumStatus: "pending"` when
   `quorumTimeoutMS` (ClickHouse's `insert_quorum_timeout`, 600 s) passes first - never an ambiguous
-  failure: `insertStatus` answers later. A quorum insert is bounded:
+  failure: `insertStatus` answers later. The table is looked up before the rows are decoded (26 if it
+  does not exist); they are decoded off the event loop and measured before the memory is taken (10334
+  past `--maxDecodedBlockBytes`: `replset.parts.payload`), and one block writes at most
+  `maxPartitionsPerInsertBlock` partitions (96, TooManyParts). A quorum insert is bounded:
   - a quorum above the data-bearing members this member sees alive (itself and those whose
     heartbeats answer, in any state) is refused at once, before anything is written:
     100 `UnsatisfiableWriteConcern`, "too few live replicas" (ClickHouse's TOO_FEW_LIVE_REPLICAS;
@@ -54,7 +57,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_delay, wait_exponential
 
 from base.errors import MongoError
@@ -71,8 +73,9 @@ from replset.parts.commit import (
     parse_quorum,
     primary_body,
 )
-from replset.parts.insert import Block, load_table, logged_block, table_from_arrow, table_from_rows
+from replset.parts.insert import Block, load_table, logged_block
 from replset.parts.names import state_ns, tables_ns
+from replset.parts.payload import decode_block
 from replset.parts.registry import REACHED
 from replset.parts.views import mutations_view
 from replset.wire.commands import CommandContext, command
@@ -132,19 +135,13 @@ async def cmd_drop_parts_table(ctx: CommandContext) -> dict[str, Any]:
     return await run_write(ctx, body)
 
 
-def _rows(ctx: CommandContext) -> pa.Table:
-    rows, arrow = ctx.cmd.get("rows"), ctx.cmd.get("arrow")
-    if (rows is None) == (arrow is None):
-        raise MongoError(BAD_VALUE, "insertBlock takes exactly one of 'rows' (an array of documents) and "
-                                    "'arrow' (Arrow IPC stream bytes)")
-    return table_from_rows(list(rows)) if rows is not None else table_from_arrow(bytes(arrow))
-
-
 @command("insertBlock")
 async def cmd_insert_block(ctx: CommandContext) -> dict[str, Any]:
     name = ctx.cmd["insertBlock"]
     quorum = parse_quorum(ctx.cmd.get("insertQuorum", 0), ctx.node.config)
-    data = _rows(ctx)
+    # The table first, then the rows: decoded off the event loop, bounded by their decoded size.
+    data = await decode_block(ctx.node, ctx.db, name, rows=ctx.cmd.get("rows"), arrow=ctx.cmd.get("arrow"),
+                              what="insertBlock")
     _majority_by_default(ctx)
     return await insert_rows(ctx.node, ctx.db, name, data, wc=parse_write_concern(ctx.cmd["writeConcern"]),
                              dedup_token=ctx.cmd.get("dedupToken"), quorum=quorum,

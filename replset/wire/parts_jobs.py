@@ -27,7 +27,7 @@ from typing import Any
 from base.errors import MongoError
 from oplog.parts.jobs import job_id_of
 from replset.parts.commit import QUORUM_TIMEOUT_MS, check_live_quorum, commit_here, new_attempt, parse_quorum
-from replset.parts.insert import Block, load_table, table_from_arrow
+from replset.parts.insert import Block, load_table
 from replset.parts.jobs import (
     STAGE_WRITE_CONCERN,
     abort_job_body,
@@ -36,6 +36,7 @@ from replset.parts.jobs import (
     stage_body,
     stage_rows,
 )
+from replset.parts.payload import decode_block
 from replset.parts.registry import PENDING, REACHED
 from replset.wire.commands import CommandContext, command
 from replset.wire.parts_commands import _on_primary, member_source
@@ -54,7 +55,7 @@ def _write_id(ctx: CommandContext) -> str:
 @command("stagePartsBlock")
 async def cmd_stage_parts_block(ctx: CommandContext) -> dict[str, Any]:
     name = ctx.cmd["stagePartsBlock"]
-    data = table_from_arrow(bytes(ctx.cmd["arrow"]))
+    data = await decode_block(ctx.node, ctx.db, name, arrow=ctx.cmd["arrow"], what="stagePartsBlock")
     return await stage_rows(ctx.node, ctx.db, name, data, write_id=_write_id(ctx), stage_key=str(ctx.cmd["stageKey"]))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pymongo import CursorType, MongoClient
 
-from tests.support.members import Member, wait_for
+from tests.support.members import Member, rss_kb, wait_for
 
 
 def test_tailable_await_data_cursor_sees_a_write_within_50ms(member: Member) -> None:
@@ -61,14 +61,6 @@ def test_print_replication_info_pieces(member: Member) -> None:
         assert client.local["system.replset"].count_documents({}) == 1
 
 
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 @pytest.fixture()
 def small_oplog_member(start_member: Callable[..., Member]) -> Member:
     return start_member("--oplogSizeMB", "1")
@@ -82,7 +74,7 @@ def test_capped_oplog_keeps_the_newest_entries_and_flat_memory(small_oplog_membe
         rss = []
         for round_ in range(6):
             coll.insert_many([{"round": round_, "i": i, "pad": "x" * 40} for i in range(5000)])
-            rss.append(_rss_kb(m.process.pid))
+            rss.append(rss_kb(m.process.pid))
         oplog = client.local["oplog.rs"]
 
         def trimmed() -> bool:

@@ -187,6 +187,17 @@ def test_a_job_of_many_blocks_with_a_killed_task_retried_in_another_order_loads_
     assert _read(spark, rs, "sp.many").count() == 2_400
 
 
+def test_blocks_over_more_partitions_than_a_block_may_write_are_cut(spark: SparkSession, rs: ReplicaSet) -> None:
+    """A member refuses a block whose rows fall into more than `maxPartitionsPerInsertBlock` partitions
+    (100): the writer stages such a block as pieces of at most 100, and the job loads every row."""
+    rs.client().sp.command({"createPartsTable": "days", "columns": [{"name": "day", "type": "int32"},
+                            {"name": "n", "type": "int64"}], "partitionBy": "day", "orderBy": ["n"]})
+    df = spark.createDataFrame([(i % 250, i) for i in range(1_000)], "day int, n long").repartition(1)
+    _writer(df, rs, "sp.days").mode("append").save()
+    rows = rs.direct(rs.wait_primary()).sp.cursor_command("selectParts", "days", columns=["day", "n"])
+    assert sorted((r["n"], r["day"]) for r in rows) == [(i, i % 250) for i in range(1_000)]
+
+
 def test_a_committed_write_id_with_other_rows_fails_the_job(spark: SparkSession, rs: ReplicaSet) -> None:
     rs.client().sp.command({"createPartsTable": "reused", **TABLE})
     _writer(_events(spark, 1_000, 2), rs, "sp.reused", writeId="reused-1").mode("append").save()

@@ -59,6 +59,15 @@ def free_port() -> int:
 wait_for = wait_until
 
 
+def rss_kb(pid: int) -> int:
+    """The resident memory of process `pid` (its VmRSS), in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
 @dataclass
 class Member:
     dbpath: str
