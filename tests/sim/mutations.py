@@ -34,6 +34,7 @@ from replset.write_concern import WriteConcern, check_satisfiable
 from sync import fetching, rollback_flow, sync_source
 from sync import rollback as rollback_rules
 from sync.fetching import Verdict
+from sync.ping_stats import ALPHA, PingStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,11 @@ def _drain_ignores_rollback(self: Candidacy) -> None:
 
 def _level_never_ok(inputs: Any, member: Any) -> bool:
     return False
+
+
+def _ping_plain_average(self: PingStats, rtt_ms: float) -> PingStats:
+    value = rtt_ms if self.value_ms is None else ALPHA * rtt_ms + (1.0 - ALPHA) * self.value_ms
+    return PingStats(value_ms=value, samples=self.samples + 1, failures=0)
 
 
 def _primary_liveness_unchecked(self: Replica) -> None:
@@ -239,6 +245,11 @@ MUTATIONS: dict[str, Mutation] = {
         "nobody is, so a secondary keeps its source however far its ping drifts (the headline feature "
         "quietly stopped, and every safety checker passed).",
         ((sync_source, "_level_ok", _level_never_ok),), "sync_sources_follow_ping"),
+    "ping-remembers-stalls": Mutation(
+        "The smoothed ping is MongoDB's plain average, with no cap by the recent round trips: one reply "
+        "held up for seconds by a stall (a paused process) still weighs a hundred milliseconds 18 "
+        "heartbeats later, and a secondary keeps a source 50 ms slower than a member next to it.",
+        ((PingStats, "record", _ping_plain_average),), "sync_sources_follow_ping"),
     "cut-off-primary-stays": Mutation(
         "A primary never checks whether it still sees a majority of voters: cut off, it stays PRIMARY "
         "(taking w:1 writes that will roll back) until it hears of a newer term.",

@@ -26,6 +26,7 @@ CATCHING_SEEDS: dict[str, int] = {
     "cursor-survives-rollback": 15,
     "term-adopted-while-becoming-primary": 951,
     "idle-source-ignores-ping": 1,
+    "ping-remembers-stalls": 20219,   # no seed of 0..199 has a stall sample left at the ping phase
     "cut-off-primary-stays": 13,
     "commit-point-from-applied": 0,
 }

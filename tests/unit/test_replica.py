@@ -31,6 +31,7 @@ from base.votes import LastVote, VoteRequest, VoteResponse
 from replset import actions as act
 from replset.replica import Replica
 from replset.write_concern import MAJORITY, WriteConcern
+from tests.sim import mutations
 
 A, B, C = "a:1", "b:1", "c:1"
 CONFIG = parse_config({"_id": "rs0", "version": 1, "term": 1,
@@ -261,3 +262,66 @@ def test_a_member_at_the_largest_term_does_not_stand() -> None:
     r.vote_request(20, vote_request(VoteRequest("rs0", False, MAX_TERM, 1, 1, 1, AT)), reply_to="B")
     (persist,) = of(act.Persist, r.take_actions())
     assert persist.last_vote == LastVote(MAX_TERM, 1)
+
+
+# -- the sync source follows the ping ----------------------------------------------------------------------
+
+M0, M1, M2 = "m0:1", "m1:1", "m2:1"
+IDLE_SET = parse_config({"_id": "rs0", "version": 1, "term": 1,
+                         "members": [{"_id": i, "host": h} for i, h in enumerate((M0, M1, M2))]})
+
+
+def replies_of_an_idle_set(peer: int) -> dict[str, Any]:
+    """m2 is the primary; m0 is a secondary level with everyone that syncs from it."""
+    if peer == 2:
+        return heartbeat_reply(HeartbeatReply("rs0", MemberState.PRIMARY, 1, AT, AT, 1, 1, "", AT, 2))
+    return heartbeat_reply(HeartbeatReply("rs0", MemberState.SECONDARY, 1, AT, AT, 1, 1, M2, AT, 2))
+
+
+def heartbeats_from_m1(round_trips_ms: dict[int, list[int]], until_ms: int) -> list[tuple[int, str]]:
+    """m1's core, syncing from m2, with its heartbeats answered after the given round trips (one list per
+    member, one per heartbeat, the last repeating): the changes of sync source it asks for, with their times."""
+    r = Replica(me=M1, config=IDLE_SET, state=MemberState.STARTUP, term=1, last_vote=None, applied=AT,
+                durable=AT, min_valid=None, rng=random.Random(7), now=0)
+    r.set_state(MemberState.SECONDARY)
+    r.start(0)
+    r.fetcher_moved(0, source=M2, last_fetched=AT)
+    answered = dict.fromkeys(round_trips_ms, 0)
+    in_flight: list[tuple[int, int, dict[str, Any]]] = []   # (when the answer arrives, call, answer)
+    changes: list[tuple[int, str]] = []
+    now = 0
+    while now <= until_ms:
+        for send in of(act.Send, r.take_actions()):
+            if send.kind is act.CallKind.HEARTBEAT:
+                trips = round_trips_ms[send.to]
+                rtt = trips[min(answered[send.to], len(trips) - 1)]
+                answered[send.to] += 1
+                in_flight.append((now + rtt, send.call, replies_of_an_idle_set(send.to)))
+            else:
+                in_flight.append((now + 1, send.call, {"ok": 1.0}))
+        in_flight.sort(key=lambda answer: answer[0])
+        now = min([r.next_deadline(), *(at for at, _, _ in in_flight[:1])])
+        if in_flight and in_flight[0][0] == now:
+            _, call, doc = in_flight.pop(0)
+            r.reply(now, call, doc)
+        else:
+            r.tick(now)
+        changes += [(now, a.reason) for a in r.actions if isinstance(a, act.ChangeSyncSource)]
+    return changes
+
+
+def test_m1_leaves_m2_for_m0_once_m0_is_54_ms_closer_for_five_heartbeat_intervals() -> None:
+    """Simulator seed 20219: m1's first heartbeat to m0 after a restart was answered 7,666 ms later (m1
+    was paused and the reply waited); since then m0 answers in 3 ms and the primary m2, m1's source, in 57.
+    MongoDB's plain average keeps m0 above 52 ms for 23 heartbeats (0.8 ** 22 * 7,666 = 57); capped by the
+    slowest of the last five round trips, the stall is gone after five, and m1 moves to m0 (which syncs
+    from the primary, level with m1 on the idle set)."""
+    interval = IDLE_SET.settings.heartbeat_interval_ms
+    stall = {0: [7_666, 3], 2: [57]}
+    changes = heartbeats_from_m1(stall, until_ms=7_666 + 18 * interval)
+    assert changes, "m1 stayed on m2 for 18 heartbeat intervals"
+    when, reason = changes[0]
+    assert reason.startswith(f"{M0} (ping 3.0 ms) is closer than sync source {M2}")
+    assert 7_666 + 4 * interval < when <= 7_666 + 5 * interval + 100   # the fifth prompt answer
+    with mutations.applied(["ping-remembers-stalls"]):   # MongoDB's average, uncapped
+        assert heartbeats_from_m1(stall, until_ms=7_666 + 18 * interval) == []

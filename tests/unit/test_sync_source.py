@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from base.config import parse_config
 from base.member import MemberState
 from base.optime import OpTime
-from sync.ping_stats import ALPHA, PingStats
+from sync.ping_stats import ALPHA, RECENT_SAMPLES, PingStats
 from sync.sync_source import (
     MemberSnapshot,
     SyncSourceInputs,
@@ -342,14 +342,34 @@ def test_ping_stats_is_immutable_and_rejects_bad_samples() -> None:
 
 
 @given(st.lists(st.floats(0, 1000, allow_nan=False), min_size=1, max_size=30))
-def test_ping_stats_is_an_ewma_bounded_by_its_samples(samples: list[float]) -> None:
+def test_ping_stats_is_an_ewma_capped_by_its_recent_samples(samples: list[float]) -> None:
     stats, expected = PingStats(), samples[0]
-    for rtt in samples[1:]:
-        expected = ALPHA * rtt + (1 - ALPHA) * expected
+    for i, rtt in enumerate(samples[1:], start=2):
+        expected = min(ALPHA * rtt + (1 - ALPHA) * expected, max(samples[max(0, i - RECENT_SAMPLES):i]))
     for rtt in samples:
         stats = stats.record(rtt)
     assert stats.value_ms == pytest.approx(expected)
-    assert min(samples) - 1e-9 <= stats.value_ms <= max(samples) + 1e-9
+    assert min(samples) - 1e-9 <= stats.value_ms <= max(samples[-RECENT_SAMPLES:]) + 1e-9
+    assert len(stats.recent_ms) == min(len(samples), RECENT_SAMPLES)
+
+
+def test_ping_stats_forget_a_stall_after_five_round_trips() -> None:
+    """A reply held up 7.7 s by a paused process, then round trips of 3 ms: MongoDB's average alone would
+    still say 138 ms after 18 of them; capped by the slowest recent round trip, 3 ms after five."""
+    stats = PingStats().record(7_666.0)
+    for _ in range(RECENT_SAMPLES - 1):
+        stats = stats.record(3.0)
+        assert stats.value_ms is not None and stats.value_ms > 1_000
+    assert stats.record(3.0).value_ms == 3.0
+
+
+def test_ping_stats_follow_a_slower_link_as_mongodb_does() -> None:
+    """Steady or rising round trips: the average stays under the slowest recent one, and is MongoDB's."""
+    stats, average = PingStats().record(5.0), 5.0
+    for _ in range(18):
+        stats, average = stats.record(57.0), ALPHA * 57.0 + (1 - ALPHA) * average
+        assert stats.value_ms == pytest.approx(average)
+    assert stats.record_failure().recent_ms == stats.recent_ms
 
 
 # --- the naive twin ---------------------------------------------------------------------------------
