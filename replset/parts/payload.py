@@ -166,4 +166,5 @@ async def decode_block(node: Node, db: str, name: str, *, rows: Any = None, arro
     if json_lines is not None:
         return await asyncio.to_thread(lambda: table_from_row_steps(json_line_steps(json_lines, what), table,
                                                                     limit, what))
-    return await asyncio.to_thread(table_from_arrow, bytes(arrow), table, limit, what)
+    stream = arrow if isinstance(arrow, bytes) else bytes(arrow)   # BSON binData is bytes: not copied
+    return await asyncio.to_thread(table_from_arrow, stream, table, limit, what)
