@@ -16,7 +16,7 @@ from tests.sim.mutations import MUTATIONS
 from tests.sim.runner import run_seed, run_seeds
 
 
-def _replay_command(seed: int, bugs: list[str]) -> str:
+def replay_command(seed: int, bugs: list[str]) -> str:
     flags = "".join(f" --mutate {b}" for b in bugs)
     return f"python -m tests.sim --seed {seed}{flags}"
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             if result.failures:
                 failed += 1
                 print(f"seed {result.seed} FAILED: {result.failures[0]} ({len(result.failures)} violations) "
-                      f"-- replay: {_replay_command(result.seed, args.mutate)}", flush=True)
+                      f"-- replay: {replay_command(result.seed, args.mutate)}", flush=True)
     print(f"{args.seeds} seeds, {failed} failures", flush=True)
     print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
     return 1 if failed else 0

@@ -60,6 +60,7 @@ import datetime
 import itertools
 import random
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,7 @@ from replset.parts import commit
 from replset.parts.registry import FAILED, PENDING, REACHED, quorum_status
 from replset.write_concern import WriteConcern, timeout_error, write_concern_error_field
 from sync.peer import PeerError
+from tests.sim.pool import in_processes
 
 STEP_MS = 20
 LIVENESS_STEP_MS = 100
@@ -1069,17 +1071,22 @@ class PartSim:
                     self.events.append(f"{self.now} restart {member.name}")
             self.step()
             if self.violations:
-                return Result(self.seed, False, 0, self.describe())
+                return self.failed(0)
         self.heal()
         healed = self.now
         while not self.converged():
             if self.now - healed > LIVENESS_BOUND_MS or self.violations:
-                return Result(self.seed, False, self.now - healed, self.describe())
+                return self.failed(self.now - healed)
             self.step(STEP_MS if self.now - healed < 10_000 else LIVENESS_STEP_MS)
         self.check_answers()
         if self.violations:
-            return Result(self.seed, False, self.now - healed, self.describe())
+            return self.failed(self.now - healed)
         return Result(self.seed, True, self.now - healed, "")
+
+    def failed(self, catch_up_ms: int) -> Result:
+        reason = self.violations[0] if self.violations else (
+            f"not converged {LIVENESS_BOUND_MS} ms after the heal (members' parts or queues differ)")
+        return Result(self.seed, False, catch_up_ms, self.describe(), reason)
 
     def describe(self) -> str:
         want = self.expected()
@@ -1117,6 +1124,7 @@ class Result:
     ok: bool
     catch_up_ms: int
     report: str
+    reason: str = ""   # the first violation (or the exception), for a one-line summary
 
 
 def run_seed(seed: int, *, rule: str = "random") -> Result:
@@ -1126,16 +1134,27 @@ def run_seed(seed: int, *, rule: str = "random") -> Result:
     try:
         return sim.run()
     except Exception as exc:   # a scheduler exception fails the seed, with what led to it
-        return Result(seed, False, 0, f"{type(exc).__name__}: {exc}\n{sim.describe()}")
+        why = f"{type(exc).__name__}: {exc}"
+        return Result(seed, False, 0, f"{why}\n{sim.describe()}", why)
 
 
-def main() -> None:
+def run_seeds(seeds: list[int], *, jobs: int = 1) -> list[Result]:
+    """Runs `seeds` (in `jobs` processes when > 1); results come back in seed order."""
+    return in_processes(run_seed, seeds, jobs)
+
+
+def replay_command(seed: int) -> str:
+    return f"python -m tests.sim.parts --seed {seed}"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
     parser.add_argument("--compare-sources", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     if args.compare_sources:
         totals = {}
@@ -1146,15 +1165,19 @@ def main() -> None:
             print(f"{rule:>6}: catch-up after the heal, {len(seeds)} seeds: total {totals[rule] / 1000:.1f} s "
                   f"simulated, mean {totals[rule] / len(seeds) / 1000:.2f} s, failures {failed}")
         print(f"ratio seed/random: {totals['seed'] / max(1, totals['random']):.2f}")
-        return
+        return 0
     failures = 0
-    for seed in seeds:
-        result = run_seed(seed)
-        if not result.ok:
-            failures += 1
-            print(result.report if args.seed is not None else f"seed {seed}: FAILED")
+    chunk = max(1, args.jobs) * 16
+    for i in range(0, len(seeds), chunk):  # chunks: failures print as they are found
+        for result in run_seeds(seeds[i:i + chunk], jobs=args.jobs):
+            if not result.ok:
+                failures += 1
+                print(result.report if args.seed is not None else
+                      f"seed {result.seed} FAILED: {result.reason} -- replay: {replay_command(result.seed)}",
+                      flush=True)
     print(f"{len(seeds)} seeds, {failures} failures")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -60,6 +60,7 @@ from tests.sim.history import (
 )
 from tests.sim.network import Network
 from tests.sim.node import INF, SimNode
+from tests.sim.pool import in_processes
 from tests.sim.scenario import Fault, Scenario, make_scenario
 from tests.sim.workload import Client
 
@@ -610,10 +611,4 @@ def _run_one(args: tuple[int, frozenset[str]]) -> RunResult:
 
 def run_seeds(seeds: list[int], *, bugs: frozenset[str] = frozenset(), jobs: int = 1) -> list[RunResult]:
     """Runs `seeds` (in `jobs` processes when > 1); results come back in seed order."""
-    work = [(seed, bugs) for seed in seeds]
-    if jobs <= 1 or len(seeds) < 2:
-        return [_run_one(w) for w in work]
-    import multiprocessing
-
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        return pool.map(_run_one, work, chunksize=max(1, len(work) // (jobs * 8)))
+    return in_processes(_run_one, [(seed, bugs) for seed in seeds], jobs)

@@ -1,44 +1,57 @@
-"""Long runs, behind `make soak`: 10,000 simulator seeds beyond the ones `make test` runs.
+"""Long runs, behind `make soak`: 10,000 fresh seeds of each simulator, beyond the fixed ones of `make test`.
 
-`SIM_SOAK_SEEDS` and `SIM_SOAK_START` change the range (the same seeds replay
-identically: `python -m tests.sim --seed S`).
+Each sweep starts at a random base, printed first, so every soak explores seeds no run has seen;
+`SIM_SOAK_START` / `PART_SOAK_START` run a sweep's range again, `SIM_SOAK_SEEDS` / `PART_SOAK_SEEDS` change
+how many seeds it runs. Every failing seed is printed with the command that replays it
+(`python -m tests.sim --seed S`, `python -m tests.sim.parts --seed S`) as it is found, and all of them
+are listed again in the assertion.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
+from collections.abc import Callable
 
 import pytest
 
+from tests.sim import parts
+from tests.sim.__main__ import replay_command
 from tests.sim.runner import run_seeds
-from tests.sim.test_seeds import CI_SEEDS
 
 pytestmark = pytest.mark.soak
 
-SEEDS = int(os.environ.get("SIM_SOAK_SEEDS", "10000"))
-START = int(os.environ.get("SIM_SOAK_START", str(CI_SEEDS.stop)))
+FRESH_BASES = range(1_000_000, 1_000_000_000)   # far beyond the seeds make test runs (0..199, 0..99, regressions)
 CHUNK = 200
+JOBS = min(2, os.cpu_count() or 1)
+Failures = Callable[[list[int]], list[tuple[int, str]]]   # seeds -> (seed, first violation) of those that failed
 
 
-def test_ten_thousand_seeds() -> None:
-    started = time.monotonic()
-    failed = []
-    for first in range(START, START + SEEDS, CHUNK):
-        seeds = list(range(first, min(first + CHUNK, START + SEEDS)))
-        failed += [r for r in run_seeds(seeds, jobs=min(2, os.cpu_count() or 1)) if r.failures]
-    print(f"\n{SEEDS} seeds from {START}: {len(failed)} failures in {time.monotonic() - started:.0f} s")
-    assert not failed, "\n".join(f"seed {r.seed}: {r.failures[0]} -- replay: python -m tests.sim --seed {r.seed}"
-                                 for r in failed[:20])
+def _start(variable: str) -> int:
+    given = os.environ.get(variable)
+    return int(given) if given else random.SystemRandom().choice(FRESH_BASES)
 
 
-def test_part_log_seeds() -> None:
-    """10,000 part-log simulator seeds beyond the 100 of `make test` (`python -m tests.sim.parts --seed S`;
-    `PART_SOAK_SEEDS` changes how many)."""
-    from tests.sim.parts import run_seed
+def _soak(what: str, variable: str, count: int, replay: Callable[[int], str], failures_of: Failures) -> None:
+    start = _start(variable)
+    print(f"\n{what}: {count} seeds from {start} ({variable}={start} runs them again)", flush=True)
+    started, failed = time.monotonic(), []
+    for first in range(start, start + count, CHUNK):
+        for seed, why in failures_of(list(range(first, min(first + CHUNK, start + count)))):
+            failed.append(f"seed {seed} FAILED: {why} -- replay: {replay(seed)}")
+            print(failed[-1], flush=True)
+    print(f"{what}: {count} seeds from {start}, {len(failed)} failures in {time.monotonic() - started:.0f} s")
+    assert not failed, "\n".join(failed)
 
-    count = int(os.environ.get("PART_SOAK_SEEDS", "10000"))
-    started = time.monotonic()
-    failed = [r for r in map(run_seed, range(100, 100 + count)) if not r.ok]
-    print(f"\n{count} part-log seeds from 100: {len(failed)} failures in {time.monotonic() - started:.0f} s")
-    assert not failed, failed[0].report
+
+def test_ten_thousand_fresh_seeds() -> None:
+    _soak("simulator", "SIM_SOAK_START", int(os.environ.get("SIM_SOAK_SEEDS", "10000")),
+          lambda seed: replay_command(seed, []),
+          lambda seeds: [(r.seed, r.failures[0]) for r in run_seeds(seeds, jobs=JOBS) if r.failures])
+
+
+def test_ten_thousand_fresh_part_log_seeds() -> None:
+    _soak("part-log simulator", "PART_SOAK_START", int(os.environ.get("PART_SOAK_SEEDS", "10000")),
+          parts.replay_command,
+          lambda seeds: [(r.seed, r.reason) for r in parts.run_seeds(seeds, jobs=JOBS) if not r.ok])
