@@ -2,9 +2,13 @@
 
 A cursor owns a lazy iterator of documents. `next_batch` takes up to `batch_size`
 documents (at most ~16 MiB); a tailable cursor also has a `refill` function that
-yields newly committed documents. The registry is bounded (oldest idle cursors are
-dropped first) and idle cursors expire, like mongod's 10-minute cursor timeout.
-Pure with respect to time: callers pass `now_ms`.
+yields newly committed documents. Idle cursors expire, like mongod's 10-minute cursor
+timeout. The registry is bounded per owner (a user with access control on, a connection
+without it: `maxOpenCursorsPerUser`) and in all (`MAX_CURSORS`, memory): a cursor past
+either bound is refused, and no open cursor is ever dropped to make room for another
+(`replset.owner_shares`). Members' cursors (oplog tailing, initial sync) count apart, so
+no client's cursors can keep a member from replicating. Pure with respect to time:
+callers pass `now_ms`.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ import bson
 from bson.int64 import Int64
 
 from base.errors import MongoError
+from replset.owner_shares import Shares
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 DEFAULT_FIRST_BATCH = 101
-MAX_CURSORS = 10_000
+MAX_CURSORS = 10_000  # clients' cursors, all together
+MAX_CURSORS_PER_USER = 1_000  # the default share of each (`maxOpenCursorsPerUser`)
+MAX_MEMBER_CURSORS = 1_000  # members' cursors (one or two per fetching member), apart from clients'
 IDLE_TIMEOUT_MS = 10 * 60 * 1000
 
 
@@ -53,6 +60,8 @@ class Cursor:
     change_stream: Any = None  # a change stream's state (`replset.wire.change_streams.ChangeStream`)
     view: Any = None  # a majority cursor's committed snapshot (`replset.committed_snapshots.MajorityView`)
     owners: tuple[tuple[str, str], ...] = ()  # with auth on: the users whose connection opened it
+    counted_as: str = ""  # whose share of open cursors it takes: a user's full name, or a connection's
+    member: bool = False  # a member's (counted apart from clients')
 
     def next_batch(self, batch_size: int) -> list[dict[str, Any]]:
         """Up to `batch_size` documents (0 = the default size), respecting limit and 16 MiB."""
@@ -91,21 +100,34 @@ class Cursor:
 
 
 class CursorRegistry:
-    def __init__(self, rng: random.Random, max_cursors: int = MAX_CURSORS) -> None:
-        self._cursors: OrderedDict[int, Cursor] = OrderedDict()
+    def __init__(self, rng: random.Random, max_cursors: int = MAX_CURSORS,
+                 per_owner: int = MAX_CURSORS_PER_USER) -> None:
+        self._cursors: OrderedDict[int, Cursor] = OrderedDict()  # least recently used first
         self._rng = rng
-        self._max = max_cursors
+        self.shares = Shares("open cursors", "maxOpenCursorsPerUser", per_owner=per_owner, total=max_cursors)
+        self._members = Shares("open cursors of members", "members' cursors", per_owner=MAX_MEMBER_CURSORS,
+                               total=MAX_MEMBER_CURSORS)
         self._ids = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._cursors)
 
+    def _shares_of(self, cursor: Cursor) -> Shares:
+        return self._members if cursor.member else self.shares
+
     def register(self, cursor: Cursor, now_ms: int) -> None:
+        """Keeps `cursor` open, or raises (96) when its owner holds its share, or the member its bound."""
         self.expire(now_ms)
-        while len(self._cursors) >= self._max:
-            self._cursors.popitem(last=False)
+        self._shares_of(cursor).take(cursor.counted_as)
         cursor.last_used_ms = now_ms
         self._cursors[cursor.id] = cursor
+
+    def _pop(self, cursor_id: int) -> Cursor | None:
+        """The one way a cursor leaves the registry: its place in its owner's share is free again."""
+        cursor = self._cursors.pop(cursor_id, None)
+        if cursor is not None:
+            self._shares_of(cursor).give_back(cursor.counted_as)
+        return cursor
 
     def new_id(self) -> int:
         while True:
@@ -119,7 +141,7 @@ class CursorRegistry:
     def get(self, cursor_id: int, ns: str, now_ms: int) -> Cursor:
         cursor = self._cursors.get(cursor_id)
         if cursor is None or (now_ms - cursor.last_used_ms > IDLE_TIMEOUT_MS):
-            self._cursors.pop(cursor_id, None)
+            self._pop(cursor_id)
             raise MongoError(43, f"cursor id {cursor_id} not found")
         if cursor.ns != ns:
             raise MongoError(13, f"Requested getMore on namespace '{ns}', but cursor belongs to a "
@@ -129,11 +151,11 @@ class CursorRegistry:
         return cursor
 
     def kill(self, cursor_id: int) -> bool:
-        return self._cursors.pop(cursor_id, None) is not None
+        return self._pop(cursor_id) is not None
 
     def take(self, cursor_id: int) -> Cursor | None:
         """Removes and returns a cursor (the caller lets its source go where it chooses)."""
-        return self._cursors.pop(cursor_id, None)
+        return self._pop(cursor_id)
 
     def kill_all(self, reason: str) -> int:
         """Kills every cursor, including those a getMore is waiting on (they report `reason`).
@@ -145,6 +167,8 @@ class CursorRegistry:
             cursor.killed = reason
         count = len(self._cursors)
         self._cursors.clear()
+        self.shares.clear()
+        self._members.clear()
         return count
 
     def expire(self, now_ms: int) -> None:
@@ -152,7 +176,7 @@ class CursorRegistry:
             cid, cursor = next(iter(self._cursors.items()))
             if now_ms - cursor.last_used_ms <= IDLE_TIMEOUT_MS:
                 break
-            del self._cursors[cid]
+            self._pop(cid)
 
 
 def cursor_reply(cursor_id: int, ns: str, batch: list[dict[str, Any]], *, first: bool) -> dict[str, Any]:

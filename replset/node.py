@@ -61,7 +61,7 @@ from replset.cursors import CursorRegistry
 from replset.failpoints import FailPoints
 from replset.group_commit import GroupCommitWriter
 from replset.hops import Hops
-from replset.local_sessions import LocalSessions
+from replset.local_sessions import MAX_SESSIONS, MAX_SESSIONS_PER_USER, LocalSessions
 from replset.member_http import MemberHttp
 from replset.metrics import Metrics
 from replset.parts.manager import PartsManager
@@ -173,7 +173,8 @@ class Node:
         self.ttl = TTLMonitor(self)
         self.snapshot_reads = SnapshotReads(self)
         self.committed_snapshots = CommittedSnapshots(self.store, self.clock.monotonic)  # majority reads
-        self.local_sessions = LocalSessions()
+        # (without access control every session is the one empty user's: its share is the whole)
+        self.local_sessions = LocalSessions(MAX_SESSIONS_PER_USER if options.auth else MAX_SESSIONS)
         # What proves `__system@local` (the keyfile's key as its password), and that key for this
         # member's own connections to the others; None without a keyfile.
         self.internal_key = read_keyfile(options.key_file) if options.key_file else None

@@ -21,6 +21,11 @@ Theory of operation.
 - **Ends.** A transaction is aborted by `abortTransaction`, by an error in any of its statements
   (as in mongod), by a newer transaction on its session, by `transactionLifetimeLimitSeconds`
   (60 s) and by the member leaving PRIMARY; its snapshot is closed then.
+- **Shares.** Each owner (a user with access control on, a connection without it) may hold
+  `maxOpenTransactionsPerUser` open transactions, all together `MAX_OPEN`: the one past either is refused
+  (96) and everyone else's go on. Ended transactions are remembered (to answer their sessions' late
+  statements) up to `MAX_REMEMBERED_PER_USER` each and `MAX_REMEMBERED` in all; past that, the owner's
+  own oldest are forgotten, or the oldest of whoever keeps most (`replset.owner_shares`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from oplog.entry import SESSIONS_NS, command_entry, update_entry
 from oplog.sqlite_store import SnapshotReader, StoreTxn
 from oplog.values import canonical_key
 from oplog.writes import WriteEnv
+from replset.owner_shares import Remembered, Shares
 from replset.txn_rules import NO_SUCH_TRANSACTION, WRITE_CONFLICT, TxnCall, TxnState, judge
 
 if TYPE_CHECKING:
@@ -50,7 +56,9 @@ log = logging.getLogger(__name__)
 
 LIFETIME_LIMIT_S = 60.0
 MAX_OPEN = 1000  # open transactions (each holds a snapshot: a SQLite connection and its read lock)
+MAX_OPEN_PER_USER = 100  # the default share of each owner (`maxOpenTransactionsPerUser`)
 MAX_REMEMBERED = 10_000  # ended transactions kept to answer their sessions' late statements
+MAX_REMEMBERED_PER_USER = 1_000
 DocKey = tuple[str, bytes]  # (namespace, canonical _id)
 
 
@@ -151,6 +159,7 @@ class Transaction:
     ids: dict[DocKey, Any] = field(default_factory=dict)
     commit_optime: OpTime | None = None
     expiry: asyncio.TimerHandle | None = None
+    owner: str = ""  # whose share it takes: a user's full name, or a connection's (without access control)
 
     # -- reads: the snapshot with this transaction's writes over it --------------------------------
     def _snapshot(self) -> SnapshotReader:
@@ -214,6 +223,9 @@ class Transactions:
         # conflicts at once (as in mongod, where the first holds the document's write intent).
         self._holders: dict[DocKey, Transaction] = {}
         self._open: set[Transaction] = set()  # the transactions in progress
+        self.shares = Shares("open transactions", "maxOpenTransactionsPerUser", per_owner=MAX_OPEN_PER_USER,
+                             total=MAX_OPEN)
+        self._remembered: Remembered[bytes] = Remembered(per_owner=MAX_REMEMBERED_PER_USER, total=MAX_REMEMBERED)
         self.lifetime_limit_s = lifetime_limit_s
 
     def _key(self, lsid: dict[str, Any]) -> bytes:
@@ -222,9 +234,10 @@ class Transactions:
     def open_count(self) -> int:
         return len(self._open)
 
-    def enter(self, call: TxnCall, cmd: dict[str, Any]) -> Transaction | None:
-        """The transaction `cmd` runs in (starting it if asked), or None when the command is a commit
-        retried after its transaction committed and ended (the caller answers from the stored record)."""
+    def enter(self, call: TxnCall, cmd: dict[str, Any], owner: str = "") -> Transaction | None:
+        """The transaction `cmd` runs in (starting it if asked, in `owner`'s share), or None when the command
+        is a commit retried after its transaction committed and ended (the caller answers from the stored
+        record)."""
         node = self._node
         key = self._key(cmd["lsid"])
         current = self._by_session.get(key)
@@ -239,21 +252,39 @@ class Transactions:
         if verdict.action == "start":
             if current is not None and current.state is TxnState.IN_PROGRESS:
                 self._abort(current, f"transaction {call.number} started on its session")
-            if self.open_count() >= MAX_OPEN:
-                raise MongoError(96, f"too many open transactions ({MAX_OPEN}): commit or abort some first")
-            if len(self._by_session) >= MAX_REMEMBERED:
-                self._by_session = {k: t for k, t in self._by_session.items() if t.state is TxnState.IN_PROGRESS}
-            txn = Transaction({"id": cmd["lsid"]["id"]}, call.number, node.term, node.store.snapshot())
-            txn.expiry = asyncio.get_running_loop().call_later(
-                self.lifetime_limit_s, self._abort, txn,
-                "it ran longer than transactionLifetimeLimitSeconds")
-            self._by_session[key] = txn
-            self._open.add(txn)
-            return txn
+            return self._start(key, cmd["lsid"], call.number, owner)
         if verdict.action == "answer_committed":
             return current if current is not None and current.number == call.number else None
         assert current is not None
         return current
+
+    def _start(self, key: bytes, lsid: dict[str, Any], number: int, owner: str) -> Transaction:
+        self.shares.take(owner)  # (refused past the owner's share: nobody else's transaction ends for it)
+        node = self._node
+        try:
+            txn = Transaction({"id": lsid["id"]}, number, node.term, node.store.snapshot(), owner=owner)
+        except BaseException:
+            self.shares.give_back(owner)
+            raise
+        txn.expiry = asyncio.get_running_loop().call_later(
+            self.lifetime_limit_s, self._abort, txn, "it ran longer than transactionLifetimeLimitSeconds")
+        self._forget(key)
+        self._by_session[key] = txn
+        self._open.add(txn)
+        return txn
+
+    def _forget(self, key: bytes) -> None:
+        """The session's transaction is no longer kept (replaced by a newer one, or its session ended)."""
+        txn = self._by_session.pop(key, None)
+        if txn is not None:
+            self._remembered.discard(txn.owner, key)
+
+    def _remember(self, txn: Transaction) -> None:
+        """An ended transaction is kept for its session's late statements, within its owner's share."""
+        for key in self._remembered.add(txn.owner, self._key(txn.lsid)):
+            kept = self._by_session.get(key)
+            if kept is not None and kept.state is not TxnState.IN_PROGRESS:
+                del self._by_session[key]
 
     def _stored(self, lsid: dict[str, Any]) -> tuple[int, TxnState] | None:
         """The session's last committed transaction, from its replicated record (a retryable write's
@@ -276,13 +307,17 @@ class Transactions:
     def _end(self, txn: Transaction, state: TxnState) -> None:
         """Ends an open transaction: its documents are free for others, its snapshot closed."""
         txn.state = state
-        self._open.discard(txn)
+        if txn in self._open:  # (once: a commit may end a transaction its lifetime limit ended meanwhile)
+            self._open.discard(txn)
+            self.shares.give_back(txn.owner)
         for key in txn.overlay:
             if self._holders.get(key) is txn:
                 del self._holders[key]
         txn.entries.clear()
         txn.overlay.clear()
         txn.close()
+        if self._by_session.get(self._key(txn.lsid)) is txn:
+            self._remember(txn)
 
     def abort(self, txn: Transaction) -> None:
         self._abort(txn, "abortTransaction")
@@ -293,9 +328,11 @@ class Transactions:
 
     def end_sessions(self, session_ids: list[Any], reason: str) -> None:
         for session_id in session_ids:
-            txn = self._by_session.pop(canonical_key(session_id), None)
+            key = canonical_key(session_id)
+            txn = self._by_session.get(key)
             if txn is not None:
                 self._abort(txn, reason)
+                self._forget(key)
 
     async def run_statement(self, txn: Transaction, body: Callable[[WriteEnv], dict[str, Any]], *,
                             off_loop: bool = False) -> dict[str, Any]:

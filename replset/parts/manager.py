@@ -86,7 +86,7 @@ from replset.parts.leader import Leader
 from replset.parts.names import PART_LOG, state_ns, table_dir
 from replset.parts.registry import PENDING, REACHED, HeldReports, parse_held, quorum_status
 from replset.parts.runtime import adopt_temporary, local_parts, part_damage, trust_sizes
-from replset.parts.snapshots import pin_of
+from replset.parts.snapshots import PinOwners, pin_of
 from replset.pulse import Pulse
 from sync.part_fetch import FetchFailed, PartMissing, fetch_part
 
@@ -129,6 +129,7 @@ class PartsManager:
         self.held = HeldReports(node.options.me, node.options.http_address)
         self.leader = Leader(node, self.tables, clock=self.clock)
         self.registry_moved = Pulse()   # a holder registered or a quorum record changed
+        self.pin_owners = PinOwners()   # whose each read snapshot is (`openPartsSnapshot`'s per-user share)
         self._dropped: set[str] = set()  # tables whose drop was applied since the last rebuild
         self._next_outdated_check = 0.0
         self._stages_gone: dict[tuple[str, str], OpTime] = {}   # (ns, stage id) -> the optime its record went at
@@ -276,6 +277,7 @@ class PartsManager:
             else:
                 await asyncio.to_thread(trust_sizes, rt)
         self.held.own.clear()
+        self.pin_owners.clear()   # (counted again from the snapshots read below)
         self._stages_gone.clear()   # (a removal a rollback undid did not happen; what did is swept by age)
         for rt in self.tables.values():
             db, name = rt.table.db, rt.table.name
@@ -538,19 +540,21 @@ class PartsManager:
         forgotten."""
         if op == "d":
             rt.unpin(str(entry["o"].get("_id")))
+            self.pin_owners.unpinned(rt.table.ns, str(entry["o"].get("_id")))
             return
         key = entry["o"]["_id"] if op == "i" else entry.get("o2", {}).get("_id")
         doc = self.node.store.reader.get(ns, key)
         if doc is not None:
             self._pin(rt, doc)
 
-    @staticmethod
-    def _pin(rt: TableReplica, doc: dict[str, Any]) -> None:
+    def _pin(self, rt: TableReplica, doc: dict[str, Any]) -> None:
         key, parts, until_ms = pin_of(doc)
         if doc.get("expired"):
             rt.unpin(key, expired_at=until_ms)
+            self.pin_owners.unpinned(rt.table.ns, key)
         else:
             rt.pin(key, parts, until_ms)
+            self.pin_owners.pinned(rt.table.ns, key, str(doc.get("owner", "")))
 
     @staticmethod
     def _stages_in_use(rt: TableReplica) -> set[str]:

@@ -16,6 +16,11 @@ they are merged away (`TableReplica.expire` keeps them), so a long scan still
 finds them. The primary's leader marks expired pins so (their parts then go as
 any old part) and keeps their keys a week: a late task of a query that outlived
 its pin is refused (SnapshotTooOld, 239), never handed another list.
+
+A pin belongs to the user who opened it (`owner`, the user's full name; "" without access control):
+each user may hold `maxPartsSnapshotsPerUser` unexpired pins (`PinOwners`, counted by every member from
+the pins it applies, answered by the primary's), and a pin lasts at most a day (`MAX_TTL_S`): past the
+share the user's next snapshot is refused, and nobody else's is touched.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from base.errors import MongoError
 from oplog.entry import insert_entry
 from oplog.parts import part_files
 from oplog.writes import WriteEnv, ensure_collection
+from replset.owner_shares import Shares
 from replset.parts.insert import load_table
 from replset.parts.names import state_ns, tables_ns
 from replset.parts.registry import checksum_docs
@@ -43,6 +49,35 @@ BAD_VALUE = 2
 SNAPSHOT_TOO_OLD = 239
 PIN_WRITE_CONCERN = WriteConcern(w=MAJORITY)   # a pin a failover lost would give a query's later tasks other parts
 DEFAULT_TTL_S = 3600
+# A pin keeps the parts it names on every member's disk, merged away or not, for its whole life: a day is
+# far longer than any one query (Spark's default is an hour) and bounds what a forgotten pin holds.
+MAX_TTL_S = 86_400
+MAX_PINS_PER_USER = 1_000   # unexpired pins each user may hold (`maxPartsSnapshotsPerUser`)
+MAX_PINS = 100_000   # all users' together
+
+
+class PinOwners:
+    """Whose each unexpired pin is, counted per user: every member keeps it from the pins it applies
+    (`PartsManager`); the primary's answers `openPartsSnapshot`."""
+
+    def __init__(self) -> None:
+        self.shares = Shares("read snapshots", "maxPartsSnapshotsPerUser", per_owner=MAX_PINS_PER_USER,
+                             total=MAX_PINS)
+        self._owners: dict[tuple[str, str], str] = {}   # (table ns, key) -> owner
+
+    def pinned(self, ns: str, key: str, owner: str) -> None:
+        if (ns, key) not in self._owners:
+            self._owners[(ns, key)] = owner
+            self.shares.add(owner)   # (counted, never refused: the pin is there)
+
+    def unpinned(self, ns: str, key: str) -> None:
+        owner = self._owners.pop((ns, key), None)
+        if owner is not None:
+            self.shares.give_back(owner)
+
+    def clear(self) -> None:
+        self._owners.clear()
+        self.shares.clear()
 
 
 async def visible_parts(node: Node, db: str, name: str) -> list[dict[str, Any]]:
@@ -76,9 +111,10 @@ def _checksums_here(path: str) -> dict[str, tuple[int, str]]:
         return {}
 
 
-def pin_body(db: str, name: str, key: str, parts: list[dict[str, Any]],
-             ttl_s: int) -> Callable[[WriteEnv], dict[str, Any]]:
-    """The primary's transaction: the pin of `key` as it was first recorded, or recorded now."""
+def pin_body(db: str, name: str, key: str, parts: list[dict[str, Any]], ttl_s: int, *,
+             owner: str = "", shares: Shares | None = None) -> Callable[[WriteEnv], dict[str, Any]]:
+    """The primary's transaction: the pin of `key` as it was first recorded, or recorded now as `owner`'s
+    (refused past its share of `shares`)."""
     def body(env: WriteEnv) -> dict[str, Any]:
         load_table(env.txn, db, name)
         ns = state_ns(db, name, "snapshots")
@@ -90,9 +126,13 @@ def pin_body(db: str, name: str, key: str, parts: list[dict[str, Any]],
                                                "this task of its query started: run the query again with a "
                                                "larger snapshotTtlSecs")
         if existing is None:
+            error = None if shares is None else shares.refusal(owner)
+            if error is not None:
+                raise error
             ensure_collection(env, ns)
             existing = {"_id": key, "parts": parts, "definition": env.txn.get(tables_ns(db), name),
-                        "createTime": env.now, "expiresAt": env.now + datetime.timedelta(seconds=ttl_s)}
+                        "createTime": env.now, "expiresAt": env.now + datetime.timedelta(seconds=ttl_s),
+                        "owner": owner}
             env.emit(insert_entry(ns, existing))
         return {"snapshot": existing, "ok": 1.0}
     return body
@@ -117,6 +157,6 @@ def _expired(doc: dict[str, Any], now: datetime.datetime) -> bool:
 def parse_ttl(raw: Any) -> int:
     if raw is None:
         return DEFAULT_TTL_S
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or int(raw) != raw or not 0 < raw <= 7 * 86400:
-        raise MongoError(BAD_VALUE, f"ttlSecs must be a whole number of seconds from 1 to 604800, not {raw!r}")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or int(raw) != raw or not 0 < raw <= MAX_TTL_S:
+        raise MongoError(BAD_VALUE, f"ttlSecs must be a whole number of seconds from 1 to {MAX_TTL_S}, not {raw!r}")
     return int(raw)

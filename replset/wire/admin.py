@@ -32,6 +32,7 @@ from replset.wire.auth_commands import hello_auth_fields
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import collection_name, first_batch, run_write
 from replset.wire.oplog_reader import OPLOG_NS
+from replset.wire.ownership import sessions_of_users, sessions_to_end, set_share, share_parameters
 from replset.wire.views import (
     check_not_view,
     create_timeseries,
@@ -140,6 +141,10 @@ async def cmd_set_parameter(ctx: CommandContext) -> dict[str, Any]:
     reply: dict[str, Any] = {}
     node = ctx.node
     for name, value in given.items():
+        was = set_share(node, name, value)  # (each owner's share of cursors, transactions, pins)
+        if was is not None:
+            reply["was"] = was
+            continue
         if name not in _SETTABLE:
             raise MongoError(72, f"attempted to set unrecognized parameter [{name}], use help:true to see "
                                  "options")
@@ -173,6 +178,7 @@ def _server_parameters(node: Node) -> dict[str, Any]:
         "ttlMonitorSleepSecs": int(node.ttl.sleep_s),
         "ttlMonitorEnabled": node.ttl.enabled,
         "requireApiVersion": False,
+        **{name: shares.per_owner for name, shares in share_parameters(node).items()},
         "maxDecodedBlockBytes": node.options.max_decoded_block_bytes,   # --maxDecodedBlockBytes
     }
 
@@ -243,11 +249,13 @@ async def cmd_sessions(ctx: CommandContext) -> dict[str, Any]:
     if ctx.name == "startSession":
         return {"id": {"id": Binary(uuid.uuid4().bytes, 4)}, "timeoutMinutes": 30, "ok": 1.0}
     if ctx.name == "killAllSessions":
-        ctx.node.transactions.abort_all(f"the sessions were killed ({ctx.name})")
+        named = sessions_of_users(ctx)
+        if named is None:
+            ctx.node.transactions.abort_all(f"the sessions were killed ({ctx.name})")
+        else:
+            ctx.node.transactions.end_sessions(named, f"its session was killed ({ctx.name})")
     elif ctx.name in ("endSessions", "killSessions"):
-        sessions = ctx.cmd.get(ctx.name)
-        ids = [lsid["id"] for lsid in sessions if isinstance(lsid, dict) and "id" in lsid] if isinstance(
-            sessions, list) else []
+        ids = sessions_to_end(ctx)  # (the caller's own: others' are left alone)
         ctx.node.transactions.end_sessions(ids, f"its session ended ({ctx.name})")
         ctx.node.local_sessions.ended(ids)
     return {"ok": 1.0}

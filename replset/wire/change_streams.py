@@ -50,6 +50,7 @@ from oplog.preimages import PREIMAGES_NS, preimage_id
 from oplog.update import apply_oplog_update
 from oplog.views import view_definition
 from replset.cursors import Cursor
+from replset.wire.ownership import register_cursor
 
 if TYPE_CHECKING:
     from replset.wire.commands import CommandContext
@@ -134,9 +135,7 @@ async def open_stream(ctx: CommandContext, target: Any, pipeline: list[Any],
                           node.history_epoch, before_change=before_change, split=split)
     cursor = Cursor(id=0, ns=cursor_ns, source=iter(()), tailable=True, await_data=True, change_stream=stream)
     batch = await _take(ctx, stream, _batch_size(cursor_opts))
-    cursor.id = node.cursors.new_id()
-    cursor.owners = tuple(ctx.conn.auth.users)
-    node.cursors.register(cursor, node.clock.monotonic_ms())   # the cursor registry's clock
+    register_cursor(ctx, cursor)   # (refused past its owner's share of open cursors)
     return _reply(cursor, stream, batch, first=True)
 
 

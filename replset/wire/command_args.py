@@ -314,7 +314,8 @@ _PARTS: dict[str, CommandArgs] = {
         "sequentialConsistency": _bool(),
     }),
     "partsStatus": _collection_command({}),
-    "openPartsSnapshot": _collection_command({"key": _str(required=True), "ttlSecs": _num(minimum=1)}),
+    "openPartsSnapshot": _collection_command({"key": _str(required=True), "ttlSecs": _num(minimum=1),
+                                              "owner": _str()}),   # (owner: from a member only)
     "partsMutations": _collection_command({}),
     "killPartsMutation": _collection_command({"mutation": _str(required=True), "attempt": _str()}),
     "alterDelete": _collection_command({"filter": _obj(required=True), "sync": _num(), "attempt": _str()}),

@@ -37,6 +37,7 @@ from oplog.let_vars import bind_command
 from replset.auth.access import check_access
 from replset.txn_rules import ENDS_TRANSACTION, error_labels, txn_call
 from replset.wire.command_args import check_command
+from replset.wire.ownership import claim_session, quota_owner
 from replset.write_concern import parse_write_concern, write_concern_error_field
 
 if TYPE_CHECKING:
@@ -263,13 +264,12 @@ class Dispatcher:
         if spec is None:
             return MongoError(59, f"no such command: '{ctx.name}'").to_document()
         _gossip_in(ctx)
-        if "lsid" in ctx.cmd:
-            ctx.node.local_sessions.used(ctx.cmd["lsid"], ctx.node.now())
         failure = self._fail_command(ctx)
         try:
             if ctx.node.options.auth:
                 check_access(ctx.node.store.reader, ctx.conn.auth, ctx.conn.peer, ctx.name, ctx.db, ctx.cmd,
                              test_commands=ctx.node.options.enable_test_commands, cache=ctx.node.user_grants)
+            claim_session(ctx)  # (another user's session: 13, before anything runs under it)
             if failure is not None:
                 await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
@@ -392,7 +392,7 @@ class Dispatcher:
             raise MongoError(72, "Cannot set write concern after starting a transaction.")
         if "readConcern" in ctx.cmd and not call.start:
             raise MongoError(72, "Only the first command in a transaction may specify a readConcern")
-        ctx.txn = ctx.node.transactions.enter(call, ctx.cmd)
+        ctx.txn = ctx.node.transactions.enter(call, ctx.cmd, quota_owner(ctx))
 
     @staticmethod
     def _label(ctx: CommandContext, reply: dict[str, Any]) -> None:

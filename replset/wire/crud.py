@@ -59,6 +59,7 @@ from replset.wire.oplog_reader import (
     start_key_is_whole_filter,
 )
 from replset.wire.output_forward import forward_output, write_output
+from replset.wire.ownership import check_cursor_owner, list_local_sessions, register_cursor
 from replset.wire.read_waits import (
     before_read,
     bind_view,
@@ -532,9 +533,11 @@ async def first_batch(ctx: CommandContext, cursor: Cursor, batch_size: int | Non
             await _release(ctx, cursor)
             raise
     if more and not single_batch:
-        cursor.id = ctx.node.cursors.new_id()
-        cursor.owners = tuple(ctx.conn.auth.users)
-        ctx.node.cursors.register(cursor, ctx.node.clock.monotonic_ms())
+        try:
+            register_cursor(ctx, cursor)
+        except MongoError:  # (past its owner's share of open cursors: refused, its source let go)
+            await _release(ctx, cursor)
+            raise
     elif more:
         await _release(ctx, cursor)
     reply = _answered_at(ctx, cursor, cursor_reply(cursor.id, cursor.ns, batch, first=True))
@@ -576,7 +579,7 @@ async def cmd_get_more(ctx: CommandContext) -> dict[str, Any]:
     ns = f"{ctx.db}.{collection_name(ctx, 'collection')}"
     registry = ctx.node.cursors
     cursor = registry.get(int(cursor_id), ns, ctx.node.clock.monotonic_ms())
-    check_owner(ctx, cursor)
+    check_cursor_owner(ctx, cursor)
     if (cursor.time_limit is not None and cursor.time_limit.left_s is not None
             and ctx.node.failpoints.check("maxTimeAlwaysTimeOut") is not None):
         registry.kill(cursor.id)  # (a getMore runs under what is left of its cursor's maxTimeMS)
@@ -664,27 +667,25 @@ async def _settle_more(ctx: CommandContext, cursor: Cursor) -> None:
         raise
 
 
-def check_owner(ctx: CommandContext, cursor: Cursor) -> None:
-    """With auth on, a cursor is its users' only: another connection's getMore or killCursors is 13."""
-    if ctx.node.options.auth and not set(cursor.owners) <= set(ctx.conn.auth.users):
-        raise MongoError(13, f"cursor id {cursor.id} was not created by the authenticated user")
-
-
 @command("killCursors")
 async def cmd_kill_cursors(ctx: CommandContext) -> dict[str, Any]:
     """Kills the listed cursors of the namespace named; as in mongod, a cursor of another namespace is
-    left alone and reported in `cursorsNotFound`."""
+    left alone and reported in `cursorsNotFound`, and one of another user makes the whole command
+    Unauthorized (13) before any is killed."""
     ns = f"{ctx.db}.{collection_name(ctx)}"
     ids = ctx.cmd.get("cursors")
     if not isinstance(ids, list):
         raise MongoError(9, "killCursors requires a 'cursors' array")
+    for cid in ids:
+        found = ctx.node.cursors.peek(int(cid))
+        if found is not None and found.ns == ns:
+            check_cursor_owner(ctx, found, kill=True)
     killed, not_found = [], []
     for cid in ids:
         found = ctx.node.cursors.peek(int(cid))
         if found is None or found.ns != ns:
             not_found.append(Int64(cid))
             continue
-        check_owner(ctx, found)
         cursor = ctx.node.cursors.take(int(cid))
         (killed if cursor is not None else not_found).append(Int64(cid))
         if cursor is not None:
@@ -719,7 +720,7 @@ async def cmd_aggregate(ctx: CommandContext) -> dict[str, Any]:
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
     elif target == 1 and source_stage == "$listLocalSessions":  # (on any database, as mongod's)
-        documents = _local_sessions_stage(ctx, pipeline[0]["$listLocalSessions"])
+        documents = list_local_sessions(ctx, pipeline[0]["$listLocalSessions"])
         pipeline = pipeline[1:]
         ns = f"{ctx.db}.$cmd.aggregate"
     elif target == 1 or not isinstance(target, str):
@@ -827,15 +828,6 @@ def _explain_aggregate(ctx: CommandContext, target: Any, pipeline: list[Any]) ->
     first = pipeline[0] if pipeline and isinstance(pipeline[0], dict) else {}
     planner = query_planner(f"{ctx.db}.{target}", first.get("$match") or {})
     return {"explainVersion": "1", "stages": [{"$cursor": {"queryPlanner": planner}}, *pipeline], "ok": 1.0}
-
-
-def _local_sessions_stage(ctx: CommandContext, spec: Any) -> list[dict[str, Any]]:
-    """`$listLocalSessions`: the sessions this member has seen in the last 30 minutes (without
-    authentication every session is every user's: `{}`, `allUsers` and `users` list them all)."""
-    if not isinstance(spec, dict) or set(spec) - {"allUsers", "users"}:
-        raise MongoError(40414 if not isinstance(spec, dict) else 40415,
-                         "$listLocalSessions takes an object with 'allUsers' or 'users'")
-    return ctx.node.local_sessions.listing(ctx.node.now())
 
 
 def _documents_stage(expr: Any, clock: Clock) -> list[dict[str, Any]]:

@@ -10,7 +10,9 @@ ClickHouse query on one replica:
 - `{partsStatus: <table>}`: this member's parts, ClickHouse's `system.parts` columns.
 - `{openPartsSnapshot: <table>, key: <string>, ttlSecs: N}`: the parts a query reads, the same for every
   task that sends the same key (the primary's visible parts when the first one came, each with its
-  copies), pinned for `ttlSecs` (3600): no member removes a pinned part (`replset.parts.snapshots`).
+  copies), pinned for `ttlSecs` (3600, at most a day): no member removes a pinned part
+  (`replset.parts.snapshots`). The pin is the user's, within its share (`maxPartsSnapshotsPerUser`);
+  forwarded to the primary, the command names that user (`owner`, which only a member may name).
 - `{partsReplicationQueue: <table>}`: this member's queue, `system.replication_queue` columns,
   with why each waiting task waits (`postpone_reason`) and why a failed one failed
   (`last_exception`).
@@ -38,6 +40,7 @@ from replset.parts.views import (
 from replset.query_pool import TimeLimit
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import first_batch
+from replset.wire.ownership import snapshot_owner
 
 BAD_VALUE = 2
 DEFAULT_BATCH = 101
@@ -91,14 +94,20 @@ async def cmd_open_parts_snapshot(ctx: CommandContext) -> dict[str, Any]:
     if not isinstance(key, str) or not key:
         raise MongoError(BAD_VALUE, "openPartsSnapshot needs a non-empty string key")
     ttl_s = parse_ttl(ctx.cmd.get("ttlSecs"))
+    owner = snapshot_owner(ctx)
     load_table(ctx.node.store.reader, ctx.db, name)
     node = ctx.node
 
     async def here() -> dict[str, Any]:   # on the primary
         parts = await visible_parts(node, ctx.db, name)
-        return await commit_here(node, PIN_WRITE_CONCERN, pin_body(ctx.db, name, key, parts, ttl_s))
+        pins = node.parts.pin_owners
+        reply = await commit_here(node, PIN_WRITE_CONCERN, pin_body(ctx.db, name, key, parts, ttl_s, owner=owner,
+                                                                    shares=pins.shares))
+        # (counted at once, not when the parts runner reads the entry: the owner's next one sees it)
+        pins.pinned(f"{ctx.db}.{name}", key, str(reply["snapshot"].get("owner", owner)))
+        return reply
 
-    forwarded = {"openPartsSnapshot": name, "key": key, "ttlSecs": ttl_s}
+    forwarded = {"openPartsSnapshot": name, "key": key, "ttlSecs": ttl_s, "owner": owner}
     reply = await node.parts.link.on_primary(ctx.db, forwarded, here)
     if "writeConcernError" in reply:   # not confirmed: another task could get another list
         raise MongoError(64, f"the snapshot {key} was not confirmed: {reply['writeConcernError']}")

@@ -7,7 +7,9 @@ serves whatever follows the cursor's last key, waiting (awaitData) until the nex
 `maxTimeMS`. Cursors live in memory (a crash loses them: CursorNotFound, 43).
 The rollback runner's reads (our optimes newest first; the documents to
 refetch with the source's top) need a readable member too. Bounded: at most
-`MAX_CURSORS` cursors and `MAX_PARKED_FETCHES` waiting getMores.
+`MAX_CURSORS` cursors (members' cursors, as the product counts them apart from clients'; a cursor
+idle for `IDLE_TIMEOUT_MS` expires, and past the bound a new one is refused, never an open one
+dropped) and `MAX_PARKED_FETCHES` waiting getMores.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from base.errors import MongoError
 from base.member import MemberState
 from base.optime import OpTime
 from replset import events as ev
+from replset.cursors import IDLE_TIMEOUT_MS, MAX_MEMBER_CURSORS
 from tests.sim import rpc
 from tests.sim.disk import Entry
 
 if TYPE_CHECKING:
     from tests.sim.node import SimNode
 
-MAX_CURSORS = 1000
+MAX_CURSORS = MAX_MEMBER_CURSORS
 MAX_PARKED_FETCHES = 64
 INF = 1 << 62
 
@@ -45,6 +48,7 @@ class OplogSource:
     def __init__(self, node: SimNode) -> None:
         self.node = node
         self.cursors: collections.OrderedDict[int, int] = collections.OrderedDict()  # id -> last key served
+        self.used_at: dict[int, int] = {}  # id -> when it was last used (the cursors least recently used first)
         self.parked: list[tuple[rpc.Request, int]] = []
         self.reports_received = 0   # positions that rode on a getMore
 
@@ -81,20 +85,28 @@ class OplogSource:
 
     def kill_cursors(self) -> None:
         self.cursors.clear()
+        self.used_at.clear()
         for req, _deadline in self.parked:
             self.node.reply(req, None, error="43")
         self.parked = []
 
     def _new_cursor(self, last_key: int) -> int:
+        while self.cursors:   # idle cursors expire (`CursorRegistry.expire`)
+            oldest = next(iter(self.cursors))
+            if self.node.now - self.used_at[oldest] <= IDLE_TIMEOUT_MS:
+                break
+            del self.cursors[oldest], self.used_at[oldest]
+        if len(self.cursors) >= MAX_CURSORS:   # refused, as the product refuses it: none is dropped
+            raise MongoError(96, f"this member holds {len(self.cursors)} open cursors of members")
         cursor = self.node.new_id()
         self.cursors[cursor] = last_key
-        while len(self.cursors) > MAX_CURSORS:
-            self.cursors.popitem(last=False)
+        self.used_at[cursor] = self.node.now
         return cursor
 
     def _next_batch(self, cursor: int, limit: int) -> list[Entry]:
         last_key = self.cursors[cursor]
         self.cursors.move_to_end(cursor)
+        self.used_at[cursor] = self.node.now
         disk = self.node.disk
         index = disk.first_index_at_or_after(last_key + 1)
         batch = disk.oplog[index:index + limit]
