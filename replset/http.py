@@ -24,8 +24,9 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from base.errors import MongoError
 from base.scram import SHA256
-from replset.auth.http_auth import HttpAuth, lookup, needed, user_grants
+from replset.auth.http_auth import HttpAuth, lookup, mirrored_command, user_grants
 from replset.auth.password_checks import PasswordChecks
+from replset.auth.privileges import authorize
 from replset.parts.exchange import add_routes as add_part_routes
 from replset.parts.http_tables import add_routes as add_table_routes
 from replset.status import replset_status
@@ -90,8 +91,8 @@ def _auth_middleware(node: Node) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        wanted = needed(request.method, request.path)
-        if wanted is None:
+        mirrored = mirrored_command(request.method, request.path)
+        if mirrored is None:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         refusal = checker.member_refusal(header, request.method, request.path, node.clock.wall_ms())
@@ -102,9 +103,10 @@ def _auth_middleware(node: Node) -> Any:
         doc = await _basic_login(node, checker, checks, request.remote or "", header)
         if isinstance(doc, web.Response):
             return doc
-        if not any(g.covers(*wanted) for g in user_grants(doc)):
-            return _json_response(MongoError(13, f"not authorized on {wanted[1]} to use {request.path}").to_document(),
-                                  403)
+        try:
+            authorize(*mirrored, authenticated=True, held=user_grants(doc), me=[(doc["user"], doc["db"])])
+        except MongoError as refused:
+            return _json_response(refused.to_document(), 403)
         return await handler(request)
 
     return middleware

@@ -3,8 +3,8 @@ checked against the same `admin.system.users` credentials as SCRAM logins: the p
 ClientKey must hash to the StoredKey) or, for members fetching parts from each other, a token the keyfile
 makes for that one request (`Authorization: Bearer <expiry>.<nonce>.<HMAC-SHA-256>`, bound to this member,
 the method and the path, good for a minute and once: replset/auth/member_token.py explains why it cannot
-be replayed). The route then needs what the same request would need on the wire port: the status routes
-clusterMonitor, a table's routes read (GET) or readWrite (POST) on its database.
+be replayed). The route then needs what the wire command it mirrors needs (`mirrored_command`), checked by
+the same `replset.auth.privileges.authorize`.
 
 A password check costs 15,000 PBKDF2 rounds, so it runs off the event loop, a few at a time
 (`replset.auth.password_checks`), and a success is remembered for `REMEMBER_S` (keyed by the user and a
@@ -23,7 +23,7 @@ from typing import Any
 from base.scram import SHA256, mechanism_password
 from replset.auth.login_limit import FailedLogins
 from replset.auth.member_token import Refused, TokenCheck
-from replset.auth.roles import CLUSTER_MONITOR, READ, WRITE, Grant, grants
+from replset.auth.roles import Grant, grants
 from replset.auth.users import USERS_NS, user_id
 
 REMEMBER_S = 60.0
@@ -40,15 +40,30 @@ def password_matches(stored: Mapping[str, Any], user: str, password: str) -> boo
     return hmac.compare_digest(hashlib.sha256(client_key).digest(), base64.b64decode(stored["storedKey"]))
 
 
-def needed(method: str, path: str) -> tuple[str, str] | None:
-    """The privilege a route needs (class, database); None for `/health`."""
+Mirrored = tuple[str, str, dict[str, Any]]  # (command, database, command document)
+_TABLE_ROUTES = {("GET", "parts"): "partsStatus", ("GET", "replication_queue"): "partsReplicationQueue",
+                 ("POST", "insert"): "insertBlock"}
+_MONITORING = ("replSetGetStatus", "admin", {"replSetGetStatus": 1})
+
+
+def mirrored_command(method: str, path: str) -> Mirrored | None:
+    """The wire command a route does the work of, so that it needs exactly what that command needs
+    (replset/auth/privileges.py); None for `/health`, which needs no user. A part file is what a
+    `selectParts` reads; a table's routes are its `partsStatus`, `partsReplicationQueue` and
+    `insertBlock`; the status page, `/replSetGetStatus` and `/hello` are the status command's;
+    `/metrics` and `/hops` `serverStatus`'s; anything else the status command's too."""
     if path == "/health":
         return None
     parts = path.strip("/").split("/")
-    if len(parts) >= 2 and parts[0] in ("parts", "tables"):
-        db = parts[1].partition(".")[0]
-        return (WRITE if method == "POST" else READ), db
-    return CLUSTER_MONITOR, "admin"
+    db, _, table = parts[1].partition(".") if len(parts) >= 2 else ("", "", "")
+    if parts[0] == "parts" and len(parts) == 4 and method == "GET":
+        return "selectParts", db, {"selectParts": table}
+    if parts[0] == "tables" and len(parts) == 3 and (method, parts[2]) in _TABLE_ROUTES:
+        name = _TABLE_ROUTES[(method, parts[2])]
+        return name, db, {name: table}
+    if parts[0] in ("metrics", "hops"):
+        return "serverStatus", "admin", {"serverStatus": 1}
+    return _MONITORING
 
 
 class HttpAuth:

@@ -137,8 +137,10 @@ def _stages(pipeline: Any) -> Iterator[tuple[str, Any]]:
                 yield "", stage  # malformed: the argument check refuses it
 
 
-def pipeline_needs(db: str, pipeline: Any, cmd: Mapping[str, Any]) -> Iterator[Need]:
-    """What a pipeline's stages read and write beyond its source, nested pipelines included."""
+def pipeline_needs(db: str, pipeline: Any, cmd: Mapping[str, Any],
+                   me: Iterable[tuple[str, str]] = ()) -> Iterator[Need]:
+    """What a pipeline's stages read and write beyond its source, nested pipelines included; `me` are
+    the connection's users (listing one's own sessions needs nothing)."""
     bypass = cmd.get("bypassDocumentValidation") is True
     for name, spec in _stages(pipeline):
         match name:
@@ -156,25 +158,34 @@ def pipeline_needs(db: str, pipeline: Any, cmd: Mapping[str, Any]) -> Iterator[N
                 if isinstance(spec, Mapping):
                     if "from" in spec:
                         yield "find", _source(db, spec["from"])
-                    yield from pipeline_needs(db, spec.get("pipeline"), cmd)
+                    yield from pipeline_needs(db, spec.get("pipeline"), cmd, me)
             case "$unionWith":
                 coll = spec.get("coll") if isinstance(spec, Mapping) else spec
                 if coll is not None:
                     yield "find", _source(db, coll)
                 if isinstance(spec, Mapping):
-                    yield from pipeline_needs(db, spec.get("pipeline"), cmd)
+                    yield from pipeline_needs(db, spec.get("pipeline"), cmd, me)
             case "$facet":
                 for branch in (spec.values() if isinstance(spec, Mapping) else ()):
-                    yield from pipeline_needs(db, branch, cmd)
+                    yield from pipeline_needs(db, branch, cmd, me)
             case "$currentOp":
                 if isinstance(spec, Mapping) and spec.get("allUsers") is True:
                     yield "inprog", CLUSTER
             case "$listLocalSessions" | "$listSessions":
-                if isinstance(spec, Mapping) and (spec.get("allUsers") is True or "users" in spec):
+                if isinstance(spec, Mapping) and (spec.get("allUsers") is True or not _only(spec.get("users"), me)):
                     yield "listSessions", CLUSTER
 
 
-def _aggregate(db: str, cmd: Mapping[str, Any]) -> Iterator[Need]:
+def _only(users: Any, me: Iterable[tuple[str, str]]) -> bool:
+    """Whether a `users` list (absent: the caller's own) names the connection's users and nobody else."""
+    if users is None:
+        return True
+    mine = set(me)
+    return isinstance(users, list) and all(
+        isinstance(u, Mapping) and (u.get("user"), u.get("db")) in mine for u in users)
+
+
+def _aggregate(db: str, cmd: Mapping[str, Any], me: Iterable[tuple[str, str]]) -> Iterator[Need]:
     pipeline = cmd.get("pipeline")
     source = _collection(db, cmd.get("aggregate"))
     first, spec = next(_stages(pipeline), ("", None))
@@ -190,7 +201,7 @@ def _aggregate(db: str, cmd: Mapping[str, Any]) -> Iterator[Need]:
             pass  # reads no collection (what they list is checked below)
         case _:
             yield "find", source
-    yield from pipeline_needs(db, pipeline, cmd)
+    yield from pipeline_needs(db, pipeline, cmd, me)
 
 
 def _writes(db: str, name: str, cmd: Mapping[str, Any]) -> Iterator[Need]:
@@ -297,7 +308,7 @@ def required(name: str, db: str, cmd: Mapping[str, Any], *, me: Iterable[tuple[s
         return [(_ON_CLUSTER[name], CLUSTER)]
     match name:
         case "aggregate":
-            return list(_aggregate(db, cmd))
+            return list(_aggregate(db, cmd, me))
         case "explain":
             inner = cmd.get("explain")
             if isinstance(inner, Mapping) and inner:

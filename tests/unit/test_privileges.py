@@ -280,6 +280,14 @@ def test_listing_others_sessions_needs_list_sessions() -> None:
     assert allowed([("read", "A")], "aggregate", "A", mine)
     assert not allowed([("read", "A")], "aggregate", "A", everyone)
     assert allowed([("clusterMonitor", "admin")], "aggregate", "A", everyone)
+    held = grants([{"role": "read", "db": "A"}])
+    for users, needs in (([{"user": "me", "db": "A"}], False), ([{"user": "root", "db": "admin"}], True),
+                         ([{"user": "me", "db": "A"}, {"user": "x", "db": "A"}], True), ("me", True)):
+        cmd = {"aggregate": 1, "pipeline": [{"$listLocalSessions": {"users": users}}], "cursor": {}}
+        asks = any(action == "listSessions" for action, _ in required("aggregate", "A", cmd, me=[("me", "A")]))
+        assert asks == needs, users
+        if not needs:
+            authorize("aggregate", "A", cmd, authenticated=True, held=held, me=[("me", "A")])
 
 
 def test_cluster_roles_count_on_admin_only() -> None:
