@@ -87,6 +87,8 @@ COMMIT_DEADLINE_S = 60.0   # every try of one commit, the primary's wait for its
 MIN_TRY_S = 5.0
 IN_DOUBT_KEEP_S = 600.0   # an unsettled commit's temporary parts wait this long for the log to name them
 HOST_UNREACHABLE = 6
+MAX_TIME_EXPIRED = 50
+VISIBLE_HERE_S = 60.0   # an acknowledged insert's parts become active here within this, or it is an error
 WRITE_CONCERN_FAILED = 64
 PRIMARY_STEPPED_DOWN = 189
 NO_PRIMARY = 10107
@@ -403,6 +405,7 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
             raise in_doubt_error(exc, stepped_down=was_primary and not node.is_primary) from exc
         raise
     await asyncio.to_thread(discard_temporary, directory, blocks)
+    await visible_here(node, table.ns, [b.part for b in blocks if b.part])
     reply: dict[str, Any] = {"blocks": [b.reply() for b in blocks],
                              "inserted": sum(not b.deduplicated for b in blocks),
                              "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
@@ -417,6 +420,22 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
     if "writeConcernError" in committed:
         reply["writeConcernError"] = committed["writeConcernError"]
     return reply
+
+
+async def visible_here(node: Node, ns: str, parts: list[str]) -> None:
+    """An acknowledged insert is readable where it was acknowledged: waits until the member's part log
+    made its parts active (on a secondary, once the commit's log entries reached it). Past
+    `VISIBLE_HERE_S` the client hears a retryable error that says the commit happened: the same insert
+    sent again is deduplicated, and answered once its parts are readable."""
+    try:
+        await node.parts.wait_parts_active(ns, parts, VISIBLE_HERE_S)
+    except MongoError as exc:
+        if exc.code != MAX_TIME_EXPIRED:
+            raise
+        raise MongoError(HOST_UNREACHABLE, f"the insert is committed, but its parts are not readable on this "
+                                           f"member within {VISIBLE_HERE_S:.0f} s ({exc.errmsg}); send the same "
+                                           "insert again: it is deduplicated, and answered once they are",
+                         extra={"errorLabels": [RETRYABLE_WRITE_ERROR]}) from exc
 
 
 def in_doubt_error(exc: PeerError | MongoError, *, stepped_down: bool) -> MongoError:

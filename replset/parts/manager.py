@@ -105,6 +105,7 @@ PART_CHECK_TICK_S = 1.0   # the check schedule (`TableReplica.check_due`) is loo
 _merge_names = itertools.count(1)
 
 
+_CHANGES_ROWS = (EntryType.GET_PART, EntryType.DROP_RANGE)   # the tasks a read through a time waits for
 STAGE_SWEEP_S = 60.0   # how often staged blocks no record names are looked for
 
 
@@ -136,6 +137,7 @@ class PartsManager:
         self._next_stage_sweep = 0.0
         self._next_inserted_check = 0.0
         self.parts_moved = Pulse()      # a task finished here, or a mutation arrived
+        self.pulled = Pulse()           # the runner took in the oplog up to a new position (`_seen_key`)
         self._was_primary = False   # as of the runner's last look (a rebuild resets it: see `_load_all`)
         self._in_doubt: list[tuple[float, str, list[str]]] = []   # (until, directory, tmp parts): unsettled commits
         self._inserted: dict[tuple[str, str], float] = {}   # (ns, part) -> until: published by an insert here
@@ -167,6 +169,7 @@ class PartsManager:
                 and not any(MARKER in blob for _key, blob in rows)):
             if rows:
                 self._seen_key = rows[-1][0]
+                self.pulled.fire()
             return
         self._dirty = True
         self._wake.fire()
@@ -466,6 +469,7 @@ class PartsManager:
                 self._seen_key = key
                 if MARKER in blob:
                     self._on_entry(bson.decode(blob, DOC_OPTIONS))
+        self.pulled.fire()
 
     def _on_entry(self, entry: dict[str, Any]) -> None:
         ns, op = str(entry.get("ns", "")), entry.get("op")
@@ -1021,6 +1025,44 @@ class PartsManager:
                 raise MongoError(50, f"{what} is not done here within {timeout_s:.0f} s")
             await self.parts_moved.wait(min(remaining, RETRY_S))
 
+    async def wait_parts_active(self, ns: str, parts: Sequence[str], timeout_s: float) -> None:
+        """Until each of `parts` (or a part containing it: merged meanwhile) is active here, so that an
+        insert this member acknowledges is in its next read (ClickHouse makes an inserted part active on
+        the inserting replica before the INSERT returns). A part dropped meanwhile counts as done."""
+        wanted = [PartInfo.parse(p) for p in parts]
+
+        def done() -> bool:
+            rt = self.tables.get(ns)
+            if rt is None or self._rescan:
+                return False
+            return all(rt.queue.current.containing(p) is not None or _dropped_by(rt, p) for p in wanted)
+
+        await self._wait_until(done, timeout_s, f"the inserted parts {', '.join(parts)} of {ns}")
+
+    async def wait_through(self, ns: str, through_key: int, timeout_s: float) -> None:
+        """Until what the part log held up to oplog position `through_key` is readable here: the runner
+        took in every entry to there, and each new part or drop among the tasks it had queued then is
+        carried out (a merge or a mutation under way reads from its sources meanwhile, so it is not
+        waited for). `afterClusterTime` reads of parts tables wait on this."""
+        deadline = self.clock.monotonic() + timeout_s
+        while self._rescan or self._seen_key < through_key:
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                raise MongoError(50, f"the part log of {ns} is not taken in here through the asked time "
+                                     f"within {timeout_s:.1f} s")
+            await self.pulled.wait(min(remaining, RETRY_S))
+        rt = self.tables.get(ns)
+        if rt is None:
+            return
+        pending = {e.node_name for e in rt.queue.entries if e.type in _CHANGES_ROWS}
+
+        def done() -> bool:
+            current = self.tables.get(ns)
+            return current is None or not any(e.node_name in pending for e in current.queue.entries)
+
+        await self._wait_until(done, max(0.0, deadline - self.clock.monotonic()),
+                               f"the parts of {ns} through the asked time")
+
     async def wait_mutation(self, ns: str, mutation_id: str, timeout_s: float = 600.0) -> None:
         """Until this member has rewritten every part the mutation affects (or is about to fetch a
         rewritten one). A mutation whose rewrite keeps failing here is an error, with the reason."""
@@ -1072,3 +1114,8 @@ class PartsManager:
     def active_parts(self, ns: str) -> ActivePartSet | None:
         rt = self.tables.get(ns)
         return rt.queue.current if rt is not None else None
+
+
+def _dropped_by(rt: TableReplica, part: PartInfo) -> bool:
+    """Whether a drop range carried out here covers `part` (its rows are gone: nothing to wait for)."""
+    return any(PartInfo.parse(drop).contains(part) for drop in rt.finished_drops)

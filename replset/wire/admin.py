@@ -24,6 +24,7 @@ from oplog.ttl import check_ttl_spec
 from oplog.views import view_definition
 from oplog.writes import WriteEnv, ensure_collection, new_collection_uuid, validate_namespace
 from replset import __version__
+from replset.auth.access import visible_databases
 from replset.cursors import Cursor
 from replset.status import replset_status
 from replset.structured_log import RECENT
@@ -277,10 +278,14 @@ async def cmd_list_databases(ctx: CommandContext) -> dict[str, Any]:
     matcher = compile_filter(ctx.cmd.get("filter") or {})
     dbs = [{"name": n, "sizeOnDisk": Int64(s), "empty": s == 0} for n, s in sorted(sizes.items())]
     dbs = [d for d in dbs if matcher.matches(d)]
+    if ctx.node.options.auth:
+        shown = set(visible_databases(ctx.node.store.reader, ctx.conn.auth, [d["name"] for d in dbs],
+                                      cache=ctx.node.user_grants))
+        dbs = [d for d in dbs if d["name"] in shown]
     if ctx.cmd.get("nameOnly"):
         return {"databases": [{"name": d["name"]} for d in dbs], "ok": 1.0}
-    return {"databases": dbs, "totalSize": Int64(sum(sizes.values())),
-            "totalSizeMb": Int64(sum(sizes.values()) // (1024 * 1024)), "ok": 1.0}
+    total = sum(int(d["sizeOnDisk"]) for d in dbs)
+    return {"databases": dbs, "totalSize": Int64(total), "totalSizeMb": Int64(total // (1024 * 1024)), "ok": 1.0}
 
 
 def _collection_entries(ctx: CommandContext) -> list[dict[str, Any]]:

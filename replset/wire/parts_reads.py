@@ -41,6 +41,7 @@ from replset.query_pool import TimeLimit
 from replset.wire.commands import CommandContext, command
 from replset.wire.crud import first_batch
 from replset.wire.ownership import snapshot_owner
+from replset.wire.parts_read_waits import wait_for_read_concern
 
 BAD_VALUE = 2
 DEFAULT_BATCH = 101
@@ -63,6 +64,8 @@ async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["selectParts"])
     expression = filter_expression(ctx.cmd.get("filter"), table)
     columns = _columns(ctx, table)
+    limit_left = TimeLimit.from_max_time_ms(int(ctx.cmd.get("maxTimeMS", 0) or 0))
+    await wait_for_read_concern(ctx, table.ns, limit_left)
     if ctx.cmd.get("sequentialConsistency"):
         check_sequential_consistency(ctx.node, table)
     limit = int(ctx.cmd.get("limit", 0) or 0)
@@ -70,7 +73,7 @@ async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
     if limit > 0:
         rows = itertools.islice(rows, limit)
     cursor = Cursor(id=0, ns=table.ns, source=rows)
-    cursor.time_limit = TimeLimit.from_max_time_ms(int(ctx.cmd.get("maxTimeMS", 0) or 0))
+    cursor.time_limit = limit_left
     batch_size = int(ctx.cmd.get("batchSize", DEFAULT_BATCH))
     return await first_batch(ctx, cursor, batch_size, False)
 
@@ -78,6 +81,7 @@ async def cmd_select_parts(ctx: CommandContext) -> dict[str, Any]:
 @command("partsStatus")
 async def cmd_parts_status(ctx: CommandContext) -> dict[str, Any]:
     table = load_table(ctx.node.store.reader, ctx.db, ctx.cmd["partsStatus"])
+    await wait_for_read_concern(ctx, table.ns, TimeLimit.from_max_time_ms(int(ctx.cmd.get("maxTimeMS", 0) or 0)))
     return {"parts": await parts_status(ctx.node, table), "metadataVersion": table.metadata_version,
             "localMetadataVersion": local_metadata_version(ctx.node, table), "ok": 1.0}
 
@@ -95,7 +99,8 @@ async def cmd_open_parts_snapshot(ctx: CommandContext) -> dict[str, Any]:
         raise MongoError(BAD_VALUE, "openPartsSnapshot needs a non-empty string key")
     ttl_s = parse_ttl(ctx.cmd.get("ttlSecs"))
     owner = snapshot_owner(ctx)
-    load_table(ctx.node.store.reader, ctx.db, name)
+    table = load_table(ctx.node.store.reader, ctx.db, name)
+    await wait_for_read_concern(ctx, table.ns, TimeLimit.from_max_time_ms(int(ctx.cmd.get("maxTimeMS", 0) or 0)))
     node = ctx.node
 
     async def here() -> dict[str, Any]:   # on the primary
