@@ -11,7 +11,7 @@ from pymongo import ASCENDING, DESCENDING, CursorType, MongoClient, monitoring
 from pymongo.errors import OperationFailure, WriteError
 from pymongo.write_concern import WriteConcern
 
-from replset.cli import wait_until
+from tests.support.members import wait_for
 from tests.support.replica_set import ReplicaSet
 
 
@@ -187,7 +187,7 @@ def test_an_exhaust_cursor_streams_its_batches(rs: ReplicaSet, db: Any) -> None:
         assert len(pool.conns) == 0  # (held by the stream: replies are still to come on it)
         cursor.close()
         assert len(pool.conns) == 0
-        wait_until(lambda: _open_cursors(c) == before, 30, "the abandoned exhaust cursor to be killed")
+        wait_for(lambda: _open_cursors(c) == before, 30, "the abandoned exhaust cursor to be killed")
 
 
 def _open_cursors(client: MongoClient[dict[str, Any]]) -> int:

@@ -11,7 +11,7 @@ import pytest
 from pymongo import ReadPreference
 from pymongo.errors import OperationFailure
 
-from replset.cli import wait_until
+from tests.support.members import wait_for
 from tests.support.replica_set import ReplicaSet
 
 
@@ -183,6 +183,6 @@ def _wait_for_expiry(client: Any, expired: Any, what: str) -> None:
     """Waits, with the TTL monitor running every second meanwhile, until `expired()`."""
     previous = client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)["was"]
     try:
-        wait_until(expired, 30, f"{what} to expire")
+        wait_for(expired, 30, f"{what} to expire")
     finally:
         client.admin.command("setParameter", 1, ttlMonitorSleepSecs=previous)

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -56,7 +57,29 @@ def free_port() -> int:
     raise RuntimeError(f"no free port left in {ports}")
 
 
-wait_for = wait_until
+# Deadlines tell "hung" from "slow": every wait of the real-process tests is for a condition, and its
+# deadline is the time the condition takes on a quiet machine with room for a loaded one (a CI machine
+# shared with other jobs, one core kept busy by `make test-loaded`) - this factor times the one a test
+# names. A condition met returns at once, so the factor costs time only when something truly hangs.
+PATIENCE = float(os.environ.get("REPLSET_TEST_PATIENCE", "3"))
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
+             interval_s: float = 0.02) -> T:
+    """`replset.cli.wait_until` with the deadline times `PATIENCE`; a timeout says what the condition
+    returned last, and its last error."""
+    seen: list[object] = []
+
+    def noted() -> T:
+        result = predicate()
+        seen[:] = [result]
+        return result
+
+    try:
+        return wait_until(noted, timeout_s * PATIENCE, what, interval_s)
+    except TimeoutError as exc:
+        last = f"; it returned {seen[0]!r} last" if seen else ""
+        raise TimeoutError(f"{exc} after {timeout_s * PATIENCE:.0f} s{last}") from None
 
 
 def rss_kb(pid: int) -> int:
