@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from base.errors import MongoError
-from replset.auth.roles import CLUSTER, holds
-from replset.auth.users import INTERNAL_USER, held_grants
+from replset.auth.access import connection_holds
+from replset.auth.roles import CLUSTER
+from replset.auth.users import INTERNAL_USER
 from replset.cursors import Cursor
 from replset.local_sessions import SessionUser, foreign_digest
 from replset.owner_shares import Shares
@@ -49,8 +50,7 @@ def may_act_on_cluster(ctx: CommandContext, action: str) -> bool:
     mongod), else as its users' roles grant it now (a revoked role counts at once)."""
     if not ctx.node.options.auth:
         return True
-    present, held = held_grants(ctx.node.store.reader, ctx.conn.auth, ctx.node.user_grants)
-    return present and holds(held, action, CLUSTER)
+    return connection_holds(ctx.node.store.reader, ctx.conn.auth, action, CLUSTER, cache=ctx.node.user_grants)
 
 
 def session_user(ctx: CommandContext) -> SessionUser:
