@@ -132,20 +132,39 @@ class MessageDecoder:
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
 
-    def next_frame(self) -> bytes | None:
-        """The next whole message's bytes, or None until they are all in. Raises `ProtocolError` on a
-        length no legal message has, as soon as the length is readable (nothing more is buffered)."""
+    def has_message(self) -> bool:
+        """Whether a whole message is buffered. Raises `ProtocolError` on a length no legal message
+        has, as soon as the length is readable (nothing more is buffered)."""
+        return self._whole_length() is not None
+
+    def _whole_length(self) -> int | None:
         buf = self._buffer
         if len(buf) < 4:
             return None
         (length,) = _INT32.unpack_from(buf, 0)
         if length < HEADER.size or length > self._max:
             raise ProtocolError(f"invalid message length {length}")
-        if len(buf) < length:
+        return length if len(buf) >= length else None
+
+    def next_frame(self) -> bytes | None:
+        """The next whole message's bytes, or None until they are all in. Raises `ProtocolError` as
+        `has_message` does."""
+        length = self._whole_length()
+        if length is None:
             return None
-        frame = bytes(buf[:length])
+        buf = self._buffer
+        if len(buf) == length:  # the usual case: one copy, and the buffer's memory goes at once
+            frame = bytes(buf)
+            self._buffer = bytearray()
+            return frame
+        with memoryview(buf) as view:  # (a slice of the bytearray would be a second copy)
+            frame = bytes(view[:length])
         del buf[:length]
         return frame
+
+    def clear(self) -> None:
+        """Drops what is buffered (the connection is gone)."""
+        self._buffer = bytearray()
 
     def next_message(self) -> Request | None:
         """The next request; raises `ProtocolError` for an unframeable length *and* for bad contents."""

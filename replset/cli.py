@@ -22,8 +22,15 @@ from oplog.parts.storage_url import parse_storage_url
 from replset.dbpath_lock import EXIT_DBPATH_IN_USE
 from replset.node import NodeOptions
 from replset.tls import DISABLED, MODES, TlsConfigError, TlsSettings
-from replset.wire.admission import DEFAULT_MAX_IDLE
-from replset.wire.server import STALLED_MESSAGE_TIMEOUT_S, WRITE_STALL_TIMEOUT_S, WireLimits
+from replset.wire.admission import (
+    DEFAULT_MAX_IDLE,
+    DEFAULT_MAX_NEW_PER_SOURCE,
+    DEFAULT_MAX_PARTIAL,
+    DEFAULT_MAX_PARTIAL_BYTES,
+    STALLED_MS,
+    Budgets,
+)
+from replset.wire.server import WRITE_STALL_TIMEOUT_S, WireLimits
 from sync.initial_sync_progress import copy_totals
 
 T = TypeVar("T")
@@ -79,9 +86,21 @@ def _node_parser(sub: Any) -> None:
                    help="most client connections left idle at once; past it the ones idle longest are closed "
                         "(drivers open a new one when they need it), so that members and new clients are "
                         "always served. Default %(default)s")
+    p.add_argument("--maxPartialConns", dest="max_partial_conns", type=int, default=DEFAULT_MAX_PARTIAL,
+                   metavar="N", help="most unauthenticated client connections that have not finished a "
+                                     "message (a first one, or the one they are sending); past it the one "
+                                     "waiting longest is closed. Default %(default)s")
+    p.add_argument("--maxNewConnsPerSource", dest="max_new_per_source", type=int,
+                   default=DEFAULT_MAX_NEW_PER_SOURCE, metavar="N",
+                   help="most connections from one address that have not finished a first message; past it "
+                        "the oldest from that address is closed. Default %(default)s")
+    p.add_argument("--maxPartialBytes", dest="max_partial_bytes", type=int, default=DEFAULT_MAX_PARTIAL_BYTES,
+                   metavar="BYTES", help="most bytes of unfinished messages buffered, on all connections "
+                                         "together (at least 48,000,000); past it the connection whose message "
+                                         "began first is closed, members' never. Default %(default)s")
     # Hidden: tests shorten the wire server's deadlines (see replset/wire/server.py).
     p.add_argument("--stalledMessageTimeoutSecs", dest="stalled_message_timeout_s", type=float,
-                   default=STALLED_MESSAGE_TIMEOUT_S, help=argparse.SUPPRESS)
+                   default=STALLED_MS / 1000, help=argparse.SUPPRESS)
     p.add_argument("--writeStallTimeoutSecs", dest="write_stall_timeout_s", type=float,
                    default=WRITE_STALL_TIMEOUT_S, help=argparse.SUPPRESS)
 
@@ -164,16 +183,28 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.max_decoded_block_bytes < 0:
         print("--maxDecodedBlockBytes must be 0 (no limit) or a number of bytes", file=sys.stderr)
         return 2
+    budgets = _connection_budgets(args)
+    if budgets is None:
+        return 2
     run_node(NodeOptions(port=args.port, repl_set=args.repl_set, dbpath=args.dbpath,
                          bind_ip="*" if args.bind_ip_all else args.bind_ip,
                          oplog_size_mb=args.oplog_size_mb, enable_test_commands=args.enable_test_commands,
                          http_port=args.http_port, trace_sql=args.trace_sql,
                          auth=bool(args.auth or args.key_file), key_file=args.key_file, tls=tls,
                          parts_storage=args.parts_storage, max_decoded_block_bytes=args.max_decoded_block_bytes),
-             WireLimits(max_conns=args.max_conns, max_idle=max(1, args.max_idle_conns),
-                        stalled_message_timeout_s=args.stalled_message_timeout_s,
-                        write_stall_timeout_s=args.write_stall_timeout_s))
+             WireLimits(max_conns=args.max_conns, budgets=budgets, write_stall_timeout_s=args.write_stall_timeout_s))
     return 0
+
+
+def _connection_budgets(args: argparse.Namespace) -> Budgets | None:
+    """The wire server's budgets from the command line; None (and why, on stderr) when one is out of range."""
+    try:
+        return Budgets(max_idle=args.max_idle_conns, max_partial=args.max_partial_conns,
+                       max_new_per_source=args.max_new_per_source, max_partial_bytes=args.max_partial_bytes,
+                       stalled_ms=int(args.stalled_message_timeout_s * 1000))
+    except ValueError as err:
+        print(f"connection budgets: {err}", file=sys.stderr)
+        return None
 
 
 def _storage_url_ok(url: str | None) -> bool:

@@ -12,13 +12,14 @@ from replset.dbpath_lock import EXIT_DBPATH_IN_USE, DBPathInUse, lock_dbpath, un
 from replset.http import HttpServer
 from replset.node import Node, NodeOptions
 from replset.wire.commands import Dispatcher
-from replset.wire.server import WireLimits, WireServer
+from replset.wire.server import WireLimits, WireServer, raise_fd_limit
 
 log = logging.getLogger("replset")
 SWITCH_INTERVAL_S = 0.0002
 
 
 async def serve(options: NodeOptions, limits: WireLimits | None = None) -> None:
+    raise_fd_limit()
     node = Node(options)
     await node.start()
     wire = WireServer(node, Dispatcher(node), limits)
