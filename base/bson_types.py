@@ -39,6 +39,8 @@ def bson_type(value: Any) -> str:
             return "int" if -(2**31) <= value <= INT32_MAX else "long"
         case float():
             return "double"
+        case Code():  # (a str subclass: before str)
+            return "javascript" if value.scope is None else "javascriptWithScope"
         case str():
             return "string"
         case Mapping() | DBRef():
@@ -57,8 +59,6 @@ def bson_type(value: Any) -> str:
             return "timestamp"
         case Regex() | re.Pattern():
             return "regex"
-        case Code():
-            return "javascript" if value.scope is None else "javascriptWithScope"
         case MinKey():
             return "minKey"
         case MaxKey():

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
+from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
+from bson.objectid import ObjectId
 
 from base.bson_types import bson_type
 from base.errors import MongoError
@@ -348,7 +350,63 @@ _PARTS: dict[str, CommandArgs] = {
     }),
 }
 
-COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL, **_PARTS}
+# Commands that take nothing but their name (any value) and the generic arguments.
+_BARE = CommandArgs()
+_USER_FIELDS: dict[str, Arg] = {
+    "pwd": _str(), "customData": _obj(), "roles": _array(("string", "object")), "digestPassword": _safe_bool(),
+    "authenticationRestrictions": _array(("object",)), "mechanisms": _array(("string",)),
+}
+_ROLE_CHANGE = CommandArgs(value=_str(required=True), fields={"roles": _array(("string", "object"),
+                                                                              required=True)})
+_SASL_PAYLOAD = Arg(("binData", "string"))
+_TXN_END = CommandArgs(fields={"commitTimestamp": Arg(("timestamp",)), "recoveryToken": _obj()})
+_OTHER: dict[str, CommandArgs] = {
+    **dict.fromkeys(("ping", "buildInfo", "buildinfo", "hostInfo", "whatsmyuri", "getCmdLineOpts", "logout",
+                     "replSetGetRBID", "startSession", "getParameter", "setParameter", "serverStatus"), _BARE),
+    # (getParameter / setParameter name parameters as fields, serverStatus its sections: any values)
+    "fsync": CommandArgs(fields={"lock": _safe_bool(), "async": _safe_bool()}),
+    "abortTransaction": _TXN_END, "commitTransaction": _TXN_END,
+    "saslStart": CommandArgs(fields={"mechanism": _str(required=True), "payload": _SASL_PAYLOAD,
+                                     "options": _obj(), "autoAuthorize": _safe_bool()}),
+    "saslContinue": CommandArgs(fields={"conversationId": Arg(INTEGER, required=True), "payload": _SASL_PAYLOAD}),
+    "authenticate": CommandArgs(fields={"mechanism": _str(), "user": _str()}),
+    "createUser": CommandArgs(value=_str(required=True), fields=_USER_FIELDS),
+    "updateUser": CommandArgs(value=_str(required=True), fields=_USER_FIELDS),
+    "grantRolesToUser": _ROLE_CHANGE, "revokeRolesFromUser": _ROLE_CHANGE,
+    "dropUser": CommandArgs(value=_str(required=True)),
+    "usersInfo": CommandArgs(value=Arg(("string", "object", "array", *NUMBER), required=True), fields={
+        "showCredentials": _safe_bool(), "showCustomData": _safe_bool(), "showPrivileges": _safe_bool(),
+        "showAuthenticationRestrictions": _safe_bool(), "filter": _obj()}),
+    "collMod": _collection_command({
+        "validator": _obj(), "validationLevel": _str(), "validationAction": _str(), "viewOn": _str(),
+        "pipeline": _array(("object",)), "changeStreamPreAndPostImages": _obj(),
+        "index": _obj(struct=Struct({"name": _str(), "keyPattern": _obj(), "expireAfterSeconds": _num(),
+                                     "hidden": _safe_bool(), "prepareUnique": _safe_bool(),
+                                     "unique": _safe_bool(), "forceNonUnique": _safe_bool()})),
+        "expireAfterSeconds": Arg(("string", *NUMBER)), "timeseries": _obj(), "cappedSize": _num(),
+        "cappedMax": _num(), "dryRun": _safe_bool(), "collectionUUID": Arg(("binData",)),
+        "isTimeseriesNamespace": _bool(),
+    }, strict=False),
+    "renameCollection": CommandArgs(value=_str(required=True), fields={
+        "to": _str(required=True), "dropTarget": Arg(("bool", *NUMBER, "binData")), "stayTemp": _safe_bool(),
+        "collectionUUID": Arg(("binData",))}),
+    # The command explained is checked as the command itself (see `check_command`).
+    "explain": CommandArgs(value=_obj(required=True), fields={"verbosity": _str()}),
+    "validate": _collection_command({
+        "full": _safe_bool(), "repair": _safe_bool(), "background": _safe_bool(), "metadata": _safe_bool(),
+        "checkBSONConformance": _safe_bool(), "enforceFastCount": _safe_bool(), "scandata": _safe_bool(),
+        "fixMultikey": _safe_bool(), "collectionUUID": Arg(("binData",)),
+    }, strict=False),
+    "splitVector": CommandArgs(value=_str(required=True), fields={
+        "keyPattern": _obj(required=True), "min": _obj(), "max": _obj(), "maxChunkSize": _num(),
+        "maxChunkSizeBytes": _num(), "maxChunkObjects": _num(), "maxSplitPoints": _num(), "force": _safe_bool()}),
+    "_aggregateOutput": _collection_command({
+        "kind": _str(required=True), "documents": _array(("object",), required=True), "on": _array(("string",)),
+        "whenMatched": Arg(("string", "array")), "whenNotMatched": _str(), "bypassDocumentValidation": _safe_bool(),
+    }, strict=False),
+}
+
+COMMAND_ARGS: dict[str, CommandArgs] = {**_CRUD, **_DDL, **_ADMIN, **_REPL, **_PARTS, **_OTHER}
 _DEFAULT = CommandArgs()
 
 
@@ -382,13 +440,25 @@ def check_command(name: str, cmd: dict[str, Any]) -> None:
     _check_value(name, cmd, spec)
     _check_fields(name, cmd, spec.fields, spec.strict, skip_first=True)
     _check_max_time_ms(cmd)
+    if name == "explain":
+        _check_explained(cmd["explain"])
+
+
+def _check_explained(inner: dict[str, Any]) -> None:
+    """The command `explain` is asked about is checked as that command would be (as mongod parses it
+    with the command's own parser); a command explain does not know is left to the handler."""
+    inner_name = next(iter(inner), None)
+    if inner_name in COMMAND_ARGS and inner_name != "explain":
+        spec = COMMAND_ARGS[inner_name]
+        _check_value(inner_name, inner, spec)
+        _check_fields(inner_name, inner, spec.fields, spec.strict, skip_first=True)
 
 
 def _check_value(name: str, cmd: dict[str, Any], spec: CommandArgs) -> None:
     value = cmd.get(name)
     if spec.collection:
-        if not isinstance(value, str):
-            raise MongoError(73, f"collection name has invalid type {bson_type(value)}")
+        if arg_type(value) != "string":
+            raise MongoError(73, f"collection name has invalid type {arg_type(value)}")
         if not value:
             raise MongoError(73, f"Invalid namespace specified '{cmd.get('$db', '')}.'")
         return
@@ -422,6 +492,8 @@ def _check_arg(key: str, doc: dict[str, Any], name: str, arg: Arg, *, path: str)
             raise MongoError(40414, f"BSON field '{path}' is missing but a required field")
         return
     _check_type(value, arg, name, path)
+    if type(value) is DBRef:  # an object a driver sent: handlers see it as the document it is
+        value = doc[key] = _as_object(value)
     if arg.to_int:
         value = doc[key] = safe_number_long(value)
         if arg.minimum is not None and value < arg.minimum:
@@ -439,7 +511,7 @@ def _check_arg(key: str, doc: dict[str, Any], name: str, arg: Arg, *, path: str)
 def _check_type(value: Any, arg: Arg, name: str, path: str) -> None:
     if not arg.types:
         return
-    actual = bson_type(value)
+    actual = arg_type(value)
     if actual in arg.types:
         return
     if arg.optional_bool:
@@ -458,12 +530,34 @@ def _check_items(items: list[Any], arg: Arg, path: str) -> None:
     if arg.items == ("object",) and arg.struct is None and all(type(i) is dict for i in items):
         return  # the common case (documents to insert), without naming every element's type
     for i, item in enumerate(items):
+        actual = arg_type(item)
+        if type(item) is DBRef and actual == "object":
+            item = items[i] = _as_object(item)
         if arg.struct is not None:
             if not isinstance(item, dict):
-                raise type_mismatch(f"{path}.{i}", bson_type(item), ("object",))
+                raise type_mismatch(f"{path}.{i}", actual, ("object",))
             _check_fields(path, item, arg.struct.fields, arg.struct.strict, skip_first=False)
-        elif arg.items and bson_type(item) not in arg.items:
-            raise type_mismatch(f"{path}.{i}", bson_type(item), arg.items)
+        elif arg.items and actual not in arg.items:
+            raise type_mismatch(f"{path}.{i}", actual, arg.items)
+
+
+def arg_type(value: Any) -> str:
+    """The BSON type of an argument's value, as mongod names it. pymongo decodes both a dbPointer
+    (the deprecated type 0x0C) and an object `{$ref, $id}` to a DBRef; one of the shape a dbPointer
+    decodes to (a collection and an ObjectId, nothing more) is taken for a dbPointer. No argument
+    takes a bare DBRef as its whole value, so either way the answer is a wrong type; any other DBRef
+    is the object it was sent as."""
+    if type(value) is DBRef and _pointer_shaped(value):
+        return "dbPointer"
+    return bson_type(value)
+
+
+def _pointer_shaped(ref: DBRef) -> bool:
+    return ref.database is None and isinstance(ref.id, ObjectId) and set(ref.as_doc()) == {"$ref", "$id"}
+
+
+def _as_object(ref: DBRef) -> dict[str, Any]:
+    return dict(ref.as_doc())
 
 
 def _as_number(value: Any) -> Any:
@@ -494,4 +588,4 @@ def type_mismatch(path: str, actual: str, expected: tuple[str, ...]) -> MongoErr
 
 
 def _optional_bool_error(name: str, value: Any) -> MongoError:
-    return MongoError(14, f"Field '{name}' should be a boolean value, but found: {bson_type(value)}")
+    return MongoError(14, f"Field '{name}' should be a boolean value, but found: {arg_type(value)}")

@@ -44,6 +44,7 @@ from pymongo.write_concern import WriteConcern
 from base.numbers import MAX_TERM
 from replset.wire.command_args import Arg, args_for
 from replset.wire.commands import load_commands
+from tests.fuzz import wrong_types
 from tests.support.members import Member
 
 MAX_EXAMPLES = int(os.environ.get("COMMAND_FUZZ_EXAMPLES", "60"))
@@ -229,13 +230,23 @@ def _known(name: str, errmsg: str) -> bool:
     return any(cmd == name and re.search(pattern, errmsg) for cmd, pattern, _ in KNOWN_INTERNAL_ERRORS)
 
 
-def _send(raw: RawConnection, member: Member, name: str, doc: dict[str, Any]) -> None:
-    log_size = os.path.getsize(member.log_path)
-    doc = {**doc, "$db": doc.get("$db", "admin" if name in ADMIN_COMMANDS else FUZZ_DB)}
+def _db(name: str) -> str:
+    return "admin" if name in ADMIN_COMMANDS else FUZZ_DB
+
+
+def _send(raw: RawConnection, member: Member, name: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+    doc = {**doc, "$db": doc.get("$db", _db(name))}
     try:
-        reply = raw.command(doc)
+        body = bson.encode(doc)
     except InvalidDocument:
-        return  # not encodable as BSON: nothing reached the member
+        return None  # not encodable as BSON: nothing reached the member
+    return _send_bytes(raw, member, name, body, doc)
+
+
+def _send_bytes(raw: RawConnection, member: Member, name: str, body: bytes, doc: Any) -> dict[str, Any]:
+    """Sends one command; fails on an internal error (not known) or a traceback in the member's log."""
+    log_size = os.path.getsize(member.log_path)
+    reply = raw.command_bytes(body)
     with open(member.log_path, encoding="utf-8", errors="replace") as f:
         f.seek(log_size)
         new_log = f.read()
@@ -244,6 +255,7 @@ def _send(raw: RawConnection, member: Member, name: str, doc: dict[str, Any]) ->
         pytest.fail(f"InternalError for {doc!r}: {reply!r}\n{new_log[-3000:]}")
     if "Traceback" in new_log and not internal:
         pytest.fail(f"traceback in the member's log after {doc!r} (reply {reply!r}):\n{new_log[-3000:]}")
+    return reply
 
 
 def _assert_healthy_primary(client: MongoClient[dict[str, Any]]) -> None:
@@ -261,6 +273,28 @@ def test_malformed_command_gets_an_error_reply(client: MongoClient[dict[str, Any
         _send(raw, member, name, doc)
 
     run()
+    _assert_healthy_primary(client)
+
+
+@pytest.mark.parametrize("name", sorted(load_commands()))
+def test_every_field_given_every_bson_type_gets_mongods_answer(client: MongoClient[dict[str, Any]],
+                                                               raw: RawConnection, member: Member,
+                                                               name: str) -> None:
+    """Each field the command's table knows (its value, its fields, one level into sub-documents, the
+    generic arguments) with a value of each BSON type (tests/fuzz/wrong_types.py): never an internal
+    error; a type the field refuses gets the IDL parser's error (TypeMismatch 14, "BSON field
+    'listCollections.cursor' is the wrong type 'dbPointer', expected type 'object'")."""
+    wrong: list[str] = []
+    for case in wrong_types.cases(name, POISON.get(name, {})):
+        body = wrong_types.encode({**case.document, "$db": _db(name)})
+        reply = _send_bytes(raw, member, name, body, case.document)
+        if case.expected is None:
+            continue
+        code, message = case.expected
+        if reply.get("code") != code or not str(reply.get("errmsg", "")).startswith(message):
+            wrong.append(f"{case.path} = {case.type_name}: {reply.get('code')} {reply.get('errmsg')!r}, "
+                         f"expected {code} {message!r}")
+    assert not wrong, "\n".join(wrong[:40])
     _assert_healthy_primary(client)
 
 

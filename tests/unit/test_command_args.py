@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bson.code import Code
+from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -159,3 +161,49 @@ def test_overflow_reply_has_mongods_code_name() -> None:
 ])
 def test_bson_type_names(value: Any, name: str) -> None:
     assert bson_type(value) == name
+
+
+def test_every_registered_command_has_a_table_entry() -> None:
+    """A command without one would take any field of any type to its handler."""
+    assert set(load_commands()) <= set(COMMAND_ARGS)
+
+
+@pytest.mark.parametrize(("cmd", "code", "message"), [
+    # pymongo decodes a dbPointer (0x0C) to a DBRef of a collection and an ObjectId.
+    ({"listCollections": 1, "cursor": DBRef("c", ObjectId())}, 14,
+     "BSON field 'listCollections.cursor' is the wrong type 'dbPointer', expected type 'object'"),
+    ({"listCollections": 1, "cursor": {"batchSize": "x"}}, 14,
+     "BSON field 'listCollections.cursor.batchSize' is the wrong type 'string', expected types "
+     "'[long, int, decimal, double]'"),
+    ({"listCollections": 1, "filter": "x"}, 14,
+     "BSON field 'listCollections.filter' is the wrong type 'string', expected type 'object'"),
+    ({"find": "c", "hint": DBRef("c", ObjectId())}, 9, "Hint must be a string or an object"),
+    ({"find": Code("c")}, 73, "collection name has invalid type javascript"),
+    ({"getLog": Code("global")}, 14, "Argument to getLog must be of type String; found Code('global', None) of "
+                                     "type javascript"),
+    ({"explain": {"find": "c", "filter": "x"}}, 14,
+     "BSON field 'find.filter' is the wrong type 'string', expected type 'object'"),
+    ({"explain": {"update": "c", "updates": [{"q": 1, "u": {}}]}}, 14,
+     "BSON field 'update.updates.q' is the wrong type 'int', expected type 'object'"),
+    ({"collMod": "c", "index": {"expireAfterSeconds": "x"}}, 14,
+     "BSON field 'collMod.index.expireAfterSeconds' is the wrong type 'string', expected types "
+     "'[long, int, decimal, double]'"),
+    ({"renameCollection": "a.b", "to": 1}, 14, "BSON field 'renameCollection.to' is the wrong type 'int', "
+                                                "expected type 'string'"),
+    ({"saslContinue": 1, "conversationId": "1"}, 14,
+     "BSON field 'saslContinue.conversationId' is the wrong type 'string', expected types '[long, int]'"),
+    ({"dropUser": None}, 40414, "BSON field 'dropUser' is missing but a required field"),
+])
+def test_wrong_types_anywhere_get_a_type_mismatch(cmd: dict[str, Any], code: int, message: str) -> None:
+    assert error_of(cmd) == (code, message)
+
+
+def test_a_dbref_sent_as_an_object_reaches_the_handler_as_that_object() -> None:
+    ref = DBRef("c", 1, "test", extra=1)  # not a dbPointer's shape: an object {$ref, $id, $db, extra}
+    cmd: dict[str, Any] = {"listCollections": 1, "filter": ref, "cursor": DBRef("c", 2, "test")}
+    check_command("listCollections", cmd)
+    assert cmd["filter"] == {"$ref": "c", "$id": 1, "$db": "test", "extra": 1} and type(cmd["filter"]) is dict
+    assert cmd["cursor"] == {"$ref": "c", "$id": 2, "$db": "test"}
+    docs: dict[str, Any] = {"insert": "c", "documents": [{"a": 1}, DBRef("c", 3, "test")]}
+    check_command("insert", docs)
+    assert type(docs["documents"][1]) is dict
