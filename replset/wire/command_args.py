@@ -227,13 +227,16 @@ _CRUD: dict[str, CommandArgs] = {
 _CRUD["findandmodify"] = _CRUD["findAndModify"]
 
 _LIST = {"cursor": _CURSOR}
+_CLUSTERED_INDEX = Struct({"key": _obj(required=True), "unique": _bool(), "name": _str(), "v": _num()},
+                          strict=True)
 _DDL: dict[str, CommandArgs] = {
     "create": _collection_command({
         "capped": _safe_bool(), "size": _num(), "max": _num(), "autoIndexId": _safe_bool(),
         "idIndex": _obj(), "storageEngine": _obj(), "validator": _obj(), "validationLevel": _str(),
         "validationAction": _str(), "indexOptionDefaults": _obj(), "viewOn": _str(),
         "pipeline": _array(("object",)), "collation": _obj(), "changeStreamPreAndPostImages": _obj(),
-        "timeseries": _obj(), "clusteredIndex": Arg(("bool", "object")), "expireAfterSeconds": _num(),
+        "timeseries": _obj(), "clusteredIndex": Arg(("bool", "object"), struct=_CLUSTERED_INDEX),
+        "expireAfterSeconds": _num(),
         "encryptedFields": _obj(), "temp": _safe_bool(), "flags": _num(), "recordPreImages": _safe_bool(),
         "collectionUUID": Arg(("binData",)), "$_internalCreateCollection": _ANY,
     }),
@@ -262,8 +265,10 @@ _DDL: dict[str, CommandArgs] = {
 }
 _DDL["deleteIndexes"] = _DDL["dropIndexes"]
 
+_TOPOLOGY_VERSION = Struct({"processId": Arg(("objectId",), required=True),
+                            "counter": Arg(INTEGER, required=True, wrong_type=_WRONG_LONG)})
 _HELLO = CommandArgs(fields={
-    "topologyVersion": _obj(), "maxAwaitTimeMS": _num(minimum=0), "client": _obj(),
+    "topologyVersion": _obj(struct=_TOPOLOGY_VERSION), "maxAwaitTimeMS": _num(minimum=0), "client": _obj(),
     "compression": _array(("string",)), "saslSupportedMechs": _str(), "speculativeAuthenticate": _obj(),
 })
 _SESSIONS = CommandArgs(value=_array(("object",)))

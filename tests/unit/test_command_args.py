@@ -193,6 +193,11 @@ def test_every_registered_command_has_a_table_entry() -> None:
     ({"saslContinue": 1, "conversationId": "1"}, 14,
      "BSON field 'saslContinue.conversationId' is the wrong type 'string', expected types '[long, int]'"),
     ({"dropUser": None}, 40414, "BSON field 'dropUser' is missing but a required field"),
+    # Sub-documents a handler takes apart (both were internal errors).
+    ({"hello": 1, "topologyVersion": {"processId": ObjectId(), "counter": "x"}, "maxAwaitTimeMS": 1}, 14,
+     "BSON field 'hello.topologyVersion.counter' is the wrong type 'string', expected type 'long'"),
+    ({"create": "c", "clusteredIndex": {"key": "x", "unique": True}}, 14,
+     "BSON field 'create.clusteredIndex.key' is the wrong type 'string', expected type 'object'"),
 ])
 def test_wrong_types_anywhere_get_a_type_mismatch(cmd: dict[str, Any], code: int, message: str) -> None:
     assert error_of(cmd) == (code, message)
