@@ -177,3 +177,12 @@ def test_a_read_that_skips_a_damaged_part_set_aside_fails_seeds(monkeypatch: pyt
     monkeypatch.setattr(TableReplica, "read_holes", lambda self: [])
     failed = failing([14, 17])
     assert any("answers a read without the rows of" in r.report for r in failed), failed[:1]
+
+
+def test_rows_dropped_and_inserted_again_are_missed_until_their_new_part_is_here() -> None:
+    """Seed 617: t0's commit (all_1_1_0) lost its reply, a drop took all_1_1_0, and the client's retry wrote
+    t0 again as all_6_6_0. m3 had served t0 from all_1_1_0; until it fetches all_6_6_0 it answers without
+    t0, as a member answers without any part it has not fetched yet: no part it had is missing. The read
+    checker follows the part rows were served from, not the rows alone."""
+    result = parts.run_seed(617)
+    assert result.ok, result.report
