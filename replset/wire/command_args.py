@@ -364,6 +364,7 @@ _USER_FIELDS: dict[str, Arg] = {
 _ROLE_CHANGE = CommandArgs(value=_str(required=True), fields={"roles": _array(("string", "object"),
                                                                               required=True)})
 _SASL_PAYLOAD = Arg(("binData", "string"))
+_OUTPUT_SHAPE = (9, "_aggregateOutput takes a kind ($out or $merge), documents and the fields 'on' names")
 _TXN_END = CommandArgs(fields={"commitTimestamp": Arg(("timestamp",)), "recoveryToken": _obj()})
 _OTHER: dict[str, CommandArgs] = {
     **dict.fromkeys(("ping", "buildInfo", "buildinfo", "hostInfo", "whatsmyuri", "getCmdLineOpts", "logout",
@@ -405,8 +406,11 @@ _OTHER: dict[str, CommandArgs] = {
     "splitVector": CommandArgs(value=_str(required=True), fields={
         "keyPattern": _obj(required=True), "min": _obj(), "max": _obj(), "maxChunkSize": _num(),
         "maxChunkSizeBytes": _num(), "maxChunkObjects": _num(), "maxSplitPoints": _num(), "force": _safe_bool()}),
+    # (member-only: its shape errors are its handler's, FailedToParse)
     "_aggregateOutput": _collection_command({
-        "kind": _str(required=True), "documents": _array(("object",), required=True), "on": _array(("string",)),
+        "kind": Arg(("string",), required=True, wrong_type=_OUTPUT_SHAPE),
+        "documents": Arg(("array",), required=True, items=("object",), wrong_type=_OUTPUT_SHAPE),
+        "on": Arg(("array",), items=("string",), wrong_type=_OUTPUT_SHAPE),
         "whenMatched": Arg(("string", "array")), "whenNotMatched": _str(), "bypassDocumentValidation": _safe_bool(),
     }, strict=False),
 }
