@@ -92,6 +92,7 @@ class OpMsgRequest:
     flags: int
     body: dict[str, Any]
     sequences: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    depth_checked: bool = False   # its nesting was found within bounds off the event loop (a large message)
 
     @property
     def more_to_come(self) -> bool:
@@ -298,6 +299,83 @@ def _decode_op_msg(frame: bytes, request_id: int) -> OpMsgRequest:
         if google_crc32c.value(frame[:end]) != expected:
             raise ProtocolError("OP_MSG checksum mismatch")
     return _decode_sections(frame, HEADER.size + 4, end, request_id, flags)
+
+
+SLICE_BYTES = 1 << 20   # a large body's arrays are decoded this much at a time (`decode_request_sliced`)
+
+
+def decode_request_sliced(frame: bytes) -> Request | MalformedRequest:
+    """`decode_request` for a large message, meant for a worker thread: an OP_MSG body's large arrays
+    (an insert's `rows`, `documents`, `updates` sent in the body) are decoded `SLICE_BYTES` at a time.
+    The BSON decoder holds the GIL for a whole call: one call for 27 MB of rows held it 0.7 s, which
+    the event loop's thread waited out; slices hand it back every few milliseconds. The result is the
+    one `decode_request` gives (it decodes the frame itself when slicing finds anything unusual)."""
+    try:
+        _length, request_id, _response_to, opcode = HEADER.unpack_from(frame, 0)
+        (flags,) = _UINT32.unpack_from(frame, HEADER.size)
+        if opcode != OP_MSG or flags & ~FLAG_EXHAUST_ALLOWED or frame[HEADER.size + 4] != 0:
+            return decode_request(frame)
+        body_at = HEADER.size + 5
+        size = _bson_length(frame, body_at, len(frame))
+        if body_at + size != len(frame):   # document sequences after the body: decoded one by one anyway
+            return decode_request(frame)
+        return OpMsgRequest(request_id, flags, _decode_sliced(frame[body_at : body_at + size]))
+    except (ProtocolError, ValueError, KeyError, IndexError, struct.error):
+        return decode_request(frame)
+
+
+def _elements(data: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The (type, start, end) of each element of the BSON document whose elements run from `start` to
+    its terminating zero before `end`. ValueError for anything it does not walk (the caller then
+    decodes the usual way, which says what is wrong)."""
+    out = []
+    pos = start
+    while data[pos] != 0:
+        kind, at = data[pos], data.index(b"\x00", pos + 1) + 1
+        size = _VALUE_SIZES.get(kind)
+        if kind in (0x03, 0x04, 0x0F):   # a document, an array, code with scope: their length first
+            size = _INT32.unpack_from(data, at)[0]
+        elif size in (-1, -2):           # a string (its length first), binary (length, then a subtype)
+            size = _INT32.unpack_from(data, at)[0] + (4 if size == -1 else 5)
+        elif size is None or size < 0:
+            raise ValueError(f"element type {kind:#x} is not walked")
+        if size < 0 or at + size >= end:
+            raise ValueError("element out of bounds")
+        out.append((kind, pos, at + size))
+        pos = at + size
+    return out
+
+
+def _as_document(parts: list[bytes]) -> bytes:
+    body = b"".join(parts)
+    return _INT32.pack(len(body) + 5) + body + b"\x00"
+
+
+def _decode_sliced(data: bytes) -> dict[str, Any]:
+    """A document whose large arrays are decoded a slice of elements at a time (each slice a document
+    of its own: the array's keys "0", "1", ... stay unique, so the values come back in order)."""
+    top = _elements(data, 4, len(data))
+    small = _decode_bson(_as_document([data[a:b] for kind, a, b in top if kind != 0x04 or b - a <= SLICE_BYTES]))
+    out: dict[str, Any] = {}
+    for kind, a, b in top:
+        name = data[a + 1 : data.index(b"\x00", a + 1)].decode()
+        if kind != 0x04 or b - a <= SLICE_BYTES:
+            out[name] = small[name]
+            continue
+        array_at = a + 1 + len(name.encode()) + 1
+        values: list[Any] = []
+        chunk: list[bytes] = []
+        chunk_bytes = 0
+        for _kind, x, y in _elements(data, array_at + 4, b):
+            chunk.append(data[x:y])
+            chunk_bytes += y - x
+            if chunk_bytes >= SLICE_BYTES:
+                values.extend(_decode_bson(_as_document(chunk)).values())
+                chunk, chunk_bytes = [], 0
+        if chunk:
+            values.extend(_decode_bson(_as_document(chunk)).values())
+        out[name] = values
+    return out
 
 
 def _decode_sections(frame: bytes, pos: int, end: int, request_id: int, flags: int) -> OpMsgRequest:

@@ -441,9 +441,10 @@ def exceeds_depth(doc: Any, limit: int = MAX_BSON_DEPTH) -> bool:
     return True
 
 
-def check_command(name: str, cmd: dict[str, Any]) -> None:
-    """Raises the MongoError mongod would answer a malformed `cmd` with; normalises numbers."""
-    if exceeds_depth(cmd):
+def check_command(name: str, cmd: dict[str, Any], *, depth_checked: bool = False) -> None:
+    """Raises the MongoError mongod would answer a malformed `cmd` with; normalises numbers. The nesting
+    of a command decoded off the event loop was checked there (`depth_checked`)."""
+    if not depth_checked and exceeds_depth(cmd):
         raise MongoError(15, "BSONObj exceeds maximum nested object depth", extra={"codeName": "Overflow"})
     spec = args_for(name)
     _check_value(name, cmd, spec)

@@ -69,6 +69,7 @@ class CommandContext:
     # A majority read's committed snapshot, bound for this command (replset/committed_snapshots.py);
     # let go when the command ends.
     majority_view: MajorityView | None = None
+    depth_checked: bool = False  # its nesting was checked when it was decoded (a large message, off the loop)
 
     @property
     def name(self) -> str:
@@ -211,8 +212,8 @@ class Dispatcher:
             if not isinstance(db, str):
                 reply = MongoError(40571, "OP_MSG requests require a $db argument").to_document()
             else:
-                reply = await self.run(CommandContext(self.node, conn, db, cmd,
-                                                      secondary_ok=_secondary_ok(cmd)))
+                reply = await self.run(CommandContext(self.node, conn, db, cmd, secondary_ok=_secondary_ok(cmd),
+                                                      depth_checked=request.depth_checked))
         if request.more_to_come:
             return None
         reply_id = conn.next_request_id()
@@ -273,7 +274,7 @@ class Dispatcher:
             if failure is not None:
                 await self._inject_failure(failure)
             check_role(ctx.node, spec.kind, ctx.secondary_ok)
-            check_command(ctx.name, ctx.cmd)
+            check_command(ctx.name, ctx.cmd, depth_checked=ctx.depth_checked)
             if ctx.cmd.get("maxTimeMS") and ctx.node.failpoints.check("maxTimeAlwaysTimeOut") is not None:
                 raise MongoError(50, "operation exceeded time limit (maxTimeAlwaysTimeOut fail point)")
             self._enter_transaction(ctx)
