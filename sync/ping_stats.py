@@ -21,9 +21,9 @@ One departure from MongoDB: the estimate never exceeds the slowest of the last
 A reply held up by a stall - our own process paused, the member paused, a
 burst of delay - can take seconds, and an average forgets only a fifth of it
 per heartbeat: a 7.7 s round trip still weighs 138 ms after 18 heartbeats
-(0.8 ** 18 * 7666), so a member 3 ms away looked farther than one 57 ms away
-for a minute, and a secondary kept the slower source. With the cap a stall
-counts for `RECENT_SAMPLES` heartbeats at most. While the round trips are
+(0.8 ** 18 * 7666). A member 3 ms away looked farther than one 57 ms away for
+45 s after it answered again, and a secondary kept the slower source. With the
+cap a stall counts for `RECENT_SAMPLES` heartbeats at most. While the round trips are
 steady or rising the average stays below the slowest recent one, and the
 value is MongoDB's.
 
