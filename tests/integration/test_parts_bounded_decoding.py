@@ -204,3 +204,16 @@ def test_a_block_just_under_the_limit_inserts_and_reads_back(start_member: Calla
                              if p["active"]) == rows, 30, "the part in partsStatus")
         tail = list(db.cursor_command("selectParts", "events", filter={"n": {"$gte": rows - 3}}))
         assert sorted((r["n"], r["day"]) for r in tail) == [(n, 7) for n in range(rows - 3, rows)]
+
+
+@pytest.mark.alone
+def test_a_large_bson_insert_is_decoded_off_the_event_loop(member: Member, db: Any) -> None:
+    """Hundreds of thousands of BSON rows in one command (near the 16 MB a driver sends): the message is
+    decoded a slice at a time on a worker thread, its nesting checked there, and its rows made a table
+    there too, so another client's pings keep answering (a whole decode on the loop stalled them 1.5 s)."""
+    db.command({"createPartsTable": "bulk", **TABLE})
+    rows = [{"n": i, "day": i % 7} for i in range(400_000)]
+    with pinging(member) as pinger:
+        assert db.command({"insertBlock": "bulk", "rows": rows})["inserted"] == 7
+    print(f"400,000 BSON rows: ping max {max(pinger.round_trips_ms):.1f} ms over {len(pinger.round_trips_ms)} pings")
+    assert sum(p["rows"] for p in db.command({"partsStatus": "bulk"})["parts"]) == 400_000
