@@ -371,17 +371,22 @@ def outcome_unknown(exc: BaseException) -> bool:
     return not isinstance(exc, MongoError) or exc.code in RETRYABLE_CODES
 
 
+def check_takes_inserts(node: Node) -> None:
+    """A member syncing from scratch, rolling back or recovering would be the parts' only source while its
+    own table directory may be replaced: it takes no inserts (as a mongod takes no reads then), and says
+    so before it looks at the table or the rows (its catalog may be anything meanwhile)."""
+    if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
+        raise MongoError(NOT_PRIMARY_OR_SECONDARY, f"this member is {node.state.name}: an insert needs a "
+                                                   "primary or a secondary")
+
+
 async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: WriteConcern, dedup_token: str | None,
                       quorum: int, quorum_timeout_ms: int) -> dict[str, Any]:
     """The `insertBlock` command's work, on any member: write the blocks here, commit them through the
     primary, then (`quorum` > 1) wait until that many members hold each new part. A quorum insert
     is refused at once when too few replicas are alive, and its commit and quorum wait end within
     `quorum_timeout_ms` (see the module doc)."""
-    if node.state not in (MemberState.PRIMARY, MemberState.SECONDARY):
-        # A member syncing from scratch, rolling back or recovering would be the parts' only source while
-        # its own table directory may be replaced: it takes no inserts (as a mongod takes no reads then).
-        raise MongoError(NOT_PRIMARY_OR_SECONDARY, f"this member is {node.state.name}: an insert needs a "
-                                                   "primary or a secondary")
+    check_takes_inserts(node)
     table = load_table(node.store.reader, db, name)
     check_live_quorum(node, quorum)   # before a block is written
     directory = table_dir(node.options.dbpath, table.ns)
@@ -405,7 +410,7 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
             raise in_doubt_error(exc, stepped_down=was_primary and not node.is_primary) from exc
         raise
     await asyncio.to_thread(discard_temporary, directory, blocks)
-    await visible_here(node, table.ns, [b.part for b in blocks if b.part])
+    await visible_here(node, table.ns, [b.part for b in blocks if b.part and not b.deduplicated])
     reply: dict[str, Any] = {"blocks": [b.reply() for b in blocks],
                              "inserted": sum(not b.deduplicated for b in blocks),
                              "deduplicated": sum(b.deduplicated for b in blocks), "ok": 1.0}
@@ -424,17 +429,19 @@ async def insert_rows(node: Node, db: str, name: str, data: pa.Table, *, wc: Wri
 
 async def visible_here(node: Node, ns: str, parts: list[str]) -> None:
     """An acknowledged insert is readable where it was acknowledged: waits until the member's part log
-    made its parts active (on a secondary, once the commit's log entries reached it). Past
-    `VISIBLE_HERE_S` the client hears a retryable error that says the commit happened: the same insert
-    sent again is deduplicated, and answered once its parts are readable."""
+    made the parts it wrote active (on a secondary, once the commit's log entries reached it). Past
+    `VISIBLE_HERE_S` the client hears a retryable error that says the commit happened (sent again, the
+    insert is deduplicated). A deduplicated block's part is not waited for: an earlier insert wrote it,
+    perhaps through another member that may be down now; a read after the reply's operationTime
+    (`afterClusterTime`) waits for it where it is read."""
     try:
         await node.parts.wait_parts_active(ns, parts, VISIBLE_HERE_S)
     except MongoError as exc:
         if exc.code != MAX_TIME_EXPIRED:
             raise
         raise MongoError(HOST_UNREACHABLE, f"the insert is committed, but its parts are not readable on this "
-                                           f"member within {VISIBLE_HERE_S:.0f} s ({exc.errmsg}); send the same "
-                                           "insert again: it is deduplicated, and answered once they are",
+                                           f"member within {VISIBLE_HERE_S:.0f} s ({exc.errmsg}); it stands, and "
+                                           "sent again it is deduplicated",
                          extra={"errorLabels": [RETRYABLE_WRITE_ERROR]}) from exc
 
 

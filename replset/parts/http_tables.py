@@ -32,7 +32,7 @@ from bson import json_util
 
 from base.errors import RETRYABLE_CODES, MongoError
 from oplog.parts.block_size import BSON_OBJECT_TOO_LARGE
-from replset.parts.commit import QUORUM_TIMEOUT_MS, insert_rows, parse_quorum
+from replset.parts.commit import QUORUM_TIMEOUT_MS, check_takes_inserts, insert_rows, parse_quorum
 from replset.parts.insert import load_table
 from replset.parts.payload import decode_block
 from replset.parts.views import parts_status, replication_queue
@@ -145,6 +145,7 @@ def add_routes(app: web.Application, node: Node, *, buffer_bytes: int = INSERT_B
             if not db or not table:
                 raise MongoError(2, f"{request.match_info['ns']!r} is not <db>.<table>")
             options = _insert_options(node, request.query)
+            check_takes_inserts(node)
             load_table(node.store.reader, db, table)   # 404 before the body is read
             body, taken = await _read_body(request, budget)
             try:

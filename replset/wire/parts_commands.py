@@ -67,6 +67,7 @@ from oplog.writes import WriteEnv, ensure_collection
 from replset.parts.alter import alter_definition, drop_partition, partition_of, record_mutation
 from replset.parts.commit import (
     QUORUM_TIMEOUT_MS,
+    check_takes_inserts,
     commit_here,
     insert_rows,
     new_attempt,
@@ -138,6 +139,7 @@ async def cmd_drop_parts_table(ctx: CommandContext) -> dict[str, Any]:
 @command("insertBlock")
 async def cmd_insert_block(ctx: CommandContext) -> dict[str, Any]:
     name = ctx.cmd["insertBlock"]
+    check_takes_inserts(ctx.node)
     quorum = parse_quorum(ctx.cmd.get("insertQuorum", 0), ctx.node.config)
     # The table first, then the rows: decoded off the event loop, bounded by their decoded size.
     data = await decode_block(ctx.node, ctx.db, name, rows=ctx.cmd.get("rows"), arrow=ctx.cmd.get("arrow"),

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from tests.integration.test_oplog import _rss_kb
 from tests.support.members import Member, wait_for
+from tests.support.members import rss_kb as _rss_kb
 
 pytestmark = pytest.mark.soak
 
