@@ -330,7 +330,7 @@ def _elements(data: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
     decodes the usual way, which says what is wrong)."""
     out = []
     pos = start
-    while data[pos] != 0:
+    while pos < end - 1 and data[pos] != 0:
         kind, at = data[pos], data.index(b"\x00", pos + 1) + 1
         size = _VALUE_SIZES.get(kind)
         if kind in (0x03, 0x04, 0x0F):   # a document, an array, code with scope: their length first
@@ -343,6 +343,8 @@ def _elements(data: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
             raise ValueError("element out of bounds")
         out.append((kind, pos, at + size))
         pos = at + size
+    if pos != end - 1 or data[pos] != 0:   # the terminator must be where the length said the document ends
+        raise ValueError("the document does not end where its length says")
     return out
 
 
@@ -351,10 +353,23 @@ def _as_document(parts: list[bytes]) -> bytes:
     return _INT32.pack(len(body) + 5) + body + b"\x00"
 
 
+def _array_slice(parts: list[bytes]) -> list[Any]:
+    """Array elements decoded as an array (`{v: [...]}`): their keys are not looked at, as the plain
+    decoder does not look at an array's keys (a document would keep one value of each repeated key)."""
+    array = _as_document(parts)
+    return list(_decode_bson(_INT32.pack(len(array) + 8) + b"\x04v\x00" + array + b"\x00")["v"])
+
+
 def _decode_sliced(data: bytes) -> dict[str, Any]:
-    """A document whose large arrays are decoded a slice of elements at a time (each slice a document
-    of its own: the array's keys "0", "1", ... stay unique, so the values come back in order)."""
+    """A document whose large arrays are decoded a slice of elements at a time (each slice an array of
+    its own, so the values come back in order whatever the keys). Every length is checked against
+    where its document ends; a repeated field is left to the plain decoder."""
+    if _INT32.unpack_from(data, 0)[0] != len(data):
+        raise ValueError("the body's length is not its size")
     top = _elements(data, 4, len(data))
+    names = [data[a + 1 : data.index(b"\x00", a + 1)] for _kind, a, _b in top]
+    if len(set(names)) != len(names):
+        raise ValueError("a repeated field: decoded the usual way")
     small = _decode_bson(_as_document([data[a:b] for kind, a, b in top if kind != 0x04 or b - a <= SLICE_BYTES]))
     out: dict[str, Any] = {}
     for kind, a, b in top:
@@ -370,10 +385,10 @@ def _decode_sliced(data: bytes) -> dict[str, Any]:
             chunk.append(data[x:y])
             chunk_bytes += y - x
             if chunk_bytes >= SLICE_BYTES:
-                values.extend(_decode_bson(_as_document(chunk)).values())
+                values.extend(_array_slice(chunk))
                 chunk, chunk_bytes = [], 0
         if chunk:
-            values.extend(_decode_bson(_as_document(chunk)).values())
+            values.extend(_array_slice(chunk))
         out[name] = values
     return out
 

@@ -31,6 +31,7 @@ DEFAULT_FIRST_BATCH = 101
 MAX_CURSORS = 10_000  # clients' cursors, all together
 MAX_CURSORS_PER_USER = 1_000  # the default share of each (`maxOpenCursorsPerUser`)
 MAX_MEMBER_CURSORS = 1_000  # members' cursors (one or two per fetching member), apart from clients'
+MAX_MEMBER_CURSORS_PER_CONNECTION = 64  # so that one connection's leaked oplog cursors cannot take them all
 IDLE_TIMEOUT_MS = 10 * 60 * 1000
 
 
@@ -105,8 +106,8 @@ class CursorRegistry:
         self._cursors: OrderedDict[int, Cursor] = OrderedDict()  # least recently used first
         self._rng = rng
         self.shares = Shares("open cursors", "maxOpenCursorsPerUser", per_owner=per_owner, total=max_cursors)
-        self._members = Shares("open cursors of members", "members' cursors", per_owner=MAX_MEMBER_CURSORS,
-                               total=MAX_MEMBER_CURSORS)
+        self._members = Shares("open cursors of members", "members' cursors",
+                               per_owner=MAX_MEMBER_CURSORS_PER_CONNECTION, total=MAX_MEMBER_CURSORS)
         self._ids = itertools.count(1)
 
     def __len__(self) -> int:

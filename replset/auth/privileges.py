@@ -54,10 +54,7 @@ AUTHENTICATED = frozenset({
 # `<$db>.<the command's value>`.
 _ON_COLLECTION: dict[str, frozenset[str]] = {
     "find": frozenset({"find"}), "count": frozenset({"find"}), "distinct": frozenset({"find"}),
-    # splitVector tells no more than a find does (key boundaries); mongod asks clusterManager's splitVector
-    # for it, which would keep the Spark reader from read-only users
-    "splitVector": frozenset({"find"}),
-    "insert": frozenset({"insert"}), "delete": frozenset({"remove"}),
+    "delete": frozenset({"remove"}),
     "drop": frozenset({"dropCollection"}), "createIndexes": frozenset({"createIndex"}),
     "dropIndexes": frozenset({"dropIndex"}), "deleteIndexes": frozenset({"dropIndex"}),
     "listIndexes": frozenset({"listIndexes"}), "validate": frozenset({"validate"}),
@@ -89,7 +86,8 @@ _ON_CLUSTER: dict[str, str] = {
     "replSetHeartbeat": INTERNAL, "replSetRequestVotes": INTERNAL, "replSetUpdatePosition": INTERNAL,
     "replSetGetRBID": INTERNAL, "_partsCommit": INTERNAL, "_partsStage": INTERNAL, "_aggregateOutput": INTERNAL,
 }
-_COMPUTED = frozenset({"aggregate", "explain", "update", "findAndModify", "findandmodify", "create", "collMod",
+_COMPUTED = frozenset({"aggregate", "explain", "insert", "update", "findAndModify", "findandmodify", "splitVector",
+                       "create", "collMod",
                        "renameCollection", "createUser", "updateUser", "dropUser", "grantRolesToUser",
                        "revokeRolesFromUser", "usersInfo"})
 COMMAND_ACTIONS = frozenset(NO_AUTH | AUTHENTICATED | set(_ON_COLLECTION) | set(_ON_DATABASE) | set(_ON_CLUSTER)
@@ -128,22 +126,27 @@ def _source(db: str, value: Any) -> Resource:
     return _target(db, value)
 
 
+_MALFORMED = "?"   # a stage of other than one key: what it touches cannot be told, so it fails closed
+
+
 def _stages(pipeline: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(pipeline, list):
         for stage in pipeline:
             if isinstance(stage, Mapping) and len(stage) == 1:
                 yield next(iter(stage.items()))
-            elif isinstance(stage, Mapping):
-                yield "", stage  # malformed: the argument check refuses it
+            else:
+                yield _MALFORMED, stage
 
 
 def pipeline_needs(db: str, pipeline: Any, cmd: Mapping[str, Any],
                    me: Iterable[tuple[str, str]] = ()) -> Iterator[Need]:
     """What a pipeline's stages read and write beyond its source, nested pipelines included; `me` are
     the connection's users (listing one's own sessions needs nothing)."""
-    bypass = cmd.get("bypassDocumentValidation") is True
+    bypass = bool(cmd.get("bypassDocumentValidation"))
     for name, spec in _stages(pipeline):
         match name:
+            case "?":   # (`_MALFORMED`: its handler might read any of its keys)
+                yield INTERNAL, CLUSTER
             case "$out":
                 target = _target(db, spec)
                 yield from (("insert", target), ("remove", target))
@@ -197,16 +200,18 @@ def _aggregate(db: str, cmd: Mapping[str, Any], me: Iterable[tuple[str, str]]) -
         case "$collStats" | "$indexStats" | "$planCacheStats":
             yield {"$collStats": "collStats", "$indexStats": "indexStats",
                    "$planCacheStats": "planCacheRead"}[first], source
-        case "$documents" | "$currentOp" | "$listLocalSessions" | "$listSessions":
-            pass  # reads no collection (what they list is checked below)
+        case "$documents" | "$currentOp" | "$listLocalSessions" | "$listSessions" if source.kind is Kind.DATABASE:
+            pass  # `aggregate: 1`: reads no collection (what they list is checked below)
         case _:
-            yield "find", source
+            yield "find", source   # (a named collection is read, whatever the first stage: explain scans it)
     yield from pipeline_needs(db, pipeline, cmd, me)
 
 
 def _writes(db: str, name: str, cmd: Mapping[str, Any]) -> Iterator[Need]:
     target = _collection(db, cmd.get(name))
-    if name == "update":
+    if name == "insert":
+        yield "insert", target
+    elif name == "update":
         yield "update", target
         statements = cmd.get("updates")
         if isinstance(statements, list) and any(isinstance(s, Mapping) and s.get("upsert") for s in statements):
@@ -216,7 +221,7 @@ def _writes(db: str, name: str, cmd: Mapping[str, Any]) -> Iterator[Need]:
         yield ("remove" if cmd.get("remove") else "update"), target
         if cmd.get("upsert"):
             yield "insert", target
-    if cmd.get("bypassDocumentValidation") is True:
+    if cmd.get("bypassDocumentValidation"):
         yield "bypassDocumentValidation", target
 
 
@@ -316,8 +321,12 @@ def required(name: str, db: str, cmd: Mapping[str, Any], *, me: Iterable[tuple[s
                 if inner_name not in ("explain", *NO_AUTH, *AUTHENTICATED):
                     return required(inner_name, db, inner, me=me)
             return [("find", database(db))]
-        case "update" | "findAndModify" | "findandmodify":
+        case "insert" | "update" | "findAndModify" | "findandmodify":
             return list(_writes(db, name, cmd))
+        case "splitVector":   # its value is a whole "<db>.<collection>"; it tells no more than a find does
+            # (key boundaries: mongod asks clusterManager's splitVector, which would keep the Spark reader from
+            # read-only users)
+            return [("find", _full_name(cmd.get("splitVector")))]
         case "create":
             return [("createCollection", _collection(db, cmd.get("create"))), *_view_sources(db, cmd)]
         case "collMod":

@@ -83,7 +83,7 @@ from replset.parts.commit import IN_DOUBT_KEEP_S, PrimaryLink
 from replset.parts.insert import logged_block, remembered
 from replset.parts.jobs import remove_staged, stage_of
 from replset.parts.leader import Leader
-from replset.parts.names import PART_LOG, state_ns, table_dir
+from replset.parts.names import PART_LOG, state_ns, table_dir, tables_ns
 from replset.parts.registry import PENDING, REACHED, HeldReports, parse_held, quorum_status
 from replset.parts.runtime import adopt_temporary, local_parts, part_damage, trust_sizes
 from replset.parts.snapshots import PinOwners, pin_of
@@ -1033,8 +1033,11 @@ class PartsManager:
 
         def done() -> bool:
             rt = self.tables.get(ns)
-            if rt is None or self._rescan:
+            if self._rescan:
                 return False
+            if rt is None:   # dropped meanwhile (its rows went with it), or not loaded here yet
+                db, _, table = ns.partition(".")
+                return self.node.store.reader.get(tables_ns(db), table) is None
             return all(rt.queue.current.containing(p) is not None or _dropped_by(rt, p) for p in wanted)
 
         await self._wait_until(done, timeout_s, f"the inserted parts {', '.join(parts)} of {ns}")

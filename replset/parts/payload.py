@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from bson import json_util
+from bson.errors import BSONError
 
 from base.errors import MongoError
 from oplog.parts.block_size import (
@@ -130,7 +131,7 @@ def json_line_steps(body: bytes, what: str) -> Iterator[list[Any]]:
     while step := list(itertools.islice(lines, ROWS_STEP)):
         try:
             parsed = [json_util.loads(line) for line in step]
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError, BSONError) as exc:   # ({"$oid": "zz"}, {"$date": 1e400})
             raise MongoError(BAD_VALUE, f"{what}: the body is not JSON lines: {exc}") from None
         yield parsed
 

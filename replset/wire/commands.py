@@ -115,6 +115,12 @@ def load_commands() -> dict[str, CommandSpec]:
     return COMMANDS
 
 
+def valid_database_name(db: str) -> bool:
+    """mongod's rule for a `$db`: 1 to 63 characters, none of `/\\. "$` or NUL (`$external`, where
+    external users log in, aside). A dot would let `admin.system` + `users` name `admin.system.users`."""
+    return db == "$external" or (0 < len(db) < 64 and not any(c in db for c in '/\\. "$\x00'))
+
+
 def _secondary_ok(cmd: dict[str, Any]) -> bool:
     pref = cmd.get("$readPreference")
     return isinstance(pref, dict) and pref.get("mode", "primary") != "primary"
@@ -211,6 +217,8 @@ class Dispatcher:
             db = cmd.get("$db")
             if not isinstance(db, str):
                 reply = MongoError(40571, "OP_MSG requests require a $db argument").to_document()
+            elif not valid_database_name(db):   # before anything builds "<db>.<collection>" from it
+                reply = MongoError(73, f"Invalid database name: '{db}'").to_document()
             else:
                 reply = await self.run(CommandContext(self.node, conn, db, cmd, secondary_ok=_secondary_ok(cmd),
                                                       depth_checked=request.depth_checked))

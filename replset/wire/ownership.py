@@ -89,7 +89,9 @@ def register_cursor(ctx: CommandContext, cursor: Cursor) -> None:
     cursor.owners = tuple(ctx.conn.auth.users)
     cursor.member = INTERNAL_USER in ctx.conn.auth.users if auth else (
         cursor.ns == OPLOG_NS and ctx.conn.claims_member)
-    cursor.counted_as = quota_owner(ctx)
+    # A member's cursors are counted per connection (each member tails on its own; without auth anyone
+    # reading the oplog counts here, and must not take every member's place)
+    cursor.counted_as = f"connection {ctx.conn.id}" if cursor.member else quota_owner(ctx)
     ctx.node.cursors.register(cursor, ctx.node.clock.monotonic_ms())
 
 

@@ -33,19 +33,20 @@ NOT_YET_AVAILABLE = 134
 async def wait_for_read_concern(ctx: CommandContext, ns: str, limit: TimeLimit) -> None:
     """Waits until a parts read of `ns` may answer under the command's read concern (see the module doc)."""
     concern = read_concern_of(ctx)
-    await before_read(ctx, concern, limit)
-    after = concern.after_cluster_time
-    if after is None:
-        return
-    timeout_s = PARTS_WAIT_S if limit.left_s is None else limit.left_s
-    started = ctx.node.clock.monotonic()
+    bounded = limit if limit.left_s is not None else TimeLimit(PARTS_WAIT_S)   # (both waits share it)
     try:
-        await ctx.node.parts.wait_through(ns, ts_key(after), timeout_s)
+        await before_read(ctx, concern, bounded)
+        after = concern.after_cluster_time
+        if after is None:
+            return
+        started = ctx.node.clock.monotonic()
+        try:
+            await ctx.node.parts.wait_through(ns, ts_key(after), bounded.left_s or 0.0)
+        finally:
+            bounded.left_s = max(0.0, (bounded.left_s or 0.0) - (ctx.node.clock.monotonic() - started))
     except MongoError as exc:
-        if exc.code != MAX_TIME_EXPIRED or limit.left_s is not None:
+        if exc.code != MAX_TIME_EXPIRED or bounded is limit:
             raise
         raise MongoError(NOT_YET_AVAILABLE, f"{exc.errmsg}: this member does not have every part through "
-                                            f"afterClusterTime yet (partsReplicationQueue shows why)") from exc
-    finally:
-        if limit.left_s is not None:
-            limit.left_s = max(0.0, limit.left_s - (ctx.node.clock.monotonic() - started))
+                                            f"afterClusterTime within {PARTS_WAIT_S:.0f} s (partsReplicationQueue "
+                                            "shows why)") from exc

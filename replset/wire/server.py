@@ -393,6 +393,8 @@ class WireServer:
             if frame is not None:
                 request = decode_request(frame) if len(frame) < OFF_LOOP_BYTES else await asyncio.to_thread(
                     _decode_large, frame)
+                if link.lost:
+                    return  # (closed while it was decoded: by the client or a budget; nobody hears a reply)
             if request is None:
                 now_ms = self._clock.monotonic_ms()
                 self.admission.on_wait(conn.id, decoder.buffered, now_ms)

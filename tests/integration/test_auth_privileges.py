@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import pymongo.synchronous.database
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
@@ -27,6 +28,7 @@ USERS = {  # name -> (password, roles)
     "adminWriter": ("aw pass", [{"role": "readWrite", "db": "admin"}]),
     "adminReader": ("ar pass", [{"role": "read", "db": "admin"}]),
     "monitor": ("monitor pass", [{"role": "clusterMonitor", "db": "admin"}]),
+    "anyReader": ("any pass", [{"role": "readAnyDatabase", "db": "admin"}]),
 }
 
 
@@ -143,3 +145,24 @@ def test_an_http_route_needs_what_its_wire_command_needs(shared_set: dict[str, A
     assert _http(port, "/replSetGetStatus", *monitor) == 200
     with _as(shared_set, "reader") as wire_reader:
         _refused(lambda: wire_reader.A.command("partsReplicationQueue", "t"))
+
+
+def test_what_a_name_or_a_stage_could_hide_is_refused(shared_set: dict[str, Any]) -> None:
+    """A `$db` with a dot would make `admin.system` + `users` the users collection; a stage of two keys
+    could be read by its handler under either; splitVector's value is a whole namespace; an aggregate
+    naming a collection reads it whatever its first stage."""
+    with _as(shared_set, "anyReader") as any_reader, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pymongo.synchronous.database, "_check_name", lambda name: None)   # (pymongo's own check)
+        for db, coll in (("admin.system", "users"), ("local.oplog", "rs")):
+            with pytest.raises(OperationFailure) as invalid:
+                any_reader[db][coll].find_one()
+            assert invalid.value.code == 73, invalid.value.details
+    with _as(shared_set, "reader") as reader:
+        _refused(lambda: reader.A.docs.aggregate([{"$out": {"db": "B", "coll": "pwned"}, "$set": {"a": 1}}]))
+        _refused(lambda: reader.A.command("splitVector", "admin.system.users", keyPattern={"_id": 1},
+                                          maxChunkObjects=1))
+        _refused(lambda: reader.admin.command("explain", {"aggregate": "system.users", "pipeline": [{"$documents": []}],
+                                                          "cursor": {}}))
+        assert reader.A.command("splitVector", "A.docs", keyPattern={"_id": 1}, maxChunkObjects=1)["ok"] == 1
+    with _as(shared_set, ROOT[0]) as root:
+        assert list(root.B.pwned.find()) == [{"_id": "B's own"}]

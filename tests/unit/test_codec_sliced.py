@@ -72,3 +72,29 @@ def test_what_slicing_does_not_walk_is_decoded_the_usual_way(frame: bytes) -> No
     assert type(sliced) is type(plain)
     if isinstance(plain, MalformedRequest):
         assert (sliced.code, sliced.reason) == (plain.code, plain.reason)
+
+
+def _array_of(elements: list[tuple[bytes, dict[str, Any]]]) -> bytes:
+    body = b"".join(b"\x03" + key + b"\x00" + bson.encode(doc) for key, doc in elements)
+    return struct.pack("<i", len(body) + 5) + body + b"\x00"
+
+
+@pytest.mark.parametrize("keys", [[b"0", b"0", b"0", b"0"], [b"a", b"b", b"a", b"c"]])
+def test_an_array_whose_keys_repeat_keeps_every_element(monkeypatch: pytest.MonkeyPatch, keys: list[bytes]) -> None:
+    monkeypatch.setattr(codec, "SLICE_BYTES", 8)
+    array = _array_of([(k, {"n": i}) for i, k in enumerate(keys)])
+    body = b"\x02insertBlock\x00" + struct.pack("<i", 2) + b"t\x00" + b"\x04rows\x00" + array
+    frame = _frame(struct.pack("<i", len(body) + 5) + body + b"\x00")
+    sliced = decode_request_sliced(frame)
+    assert sliced == decode_request(frame) and [r["n"] for r in sliced.body["rows"]] == [0, 1, 2, 3]
+
+
+def test_an_array_that_ends_early_is_invalid_bson_as_the_plain_decoder_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "SLICE_BYTES", 8)
+    array = bytearray(_array_of([(b"0", {"n": 0}), (b"1", {"n": 1})]))
+    array[4 + len(b"\x030\x00") + len(bson.encode({"n": 0}))] = 0   # a terminator after the first element
+    body = b"\x04rows\x00" + bytes(array) + b"\x10n\x00" + struct.pack("<i", 1)
+    frame = _frame(struct.pack("<i", len(body) + 5) + body + b"\x00")
+    plain, sliced = decode_request(frame), decode_request_sliced(frame)
+    assert isinstance(plain, MalformedRequest) and isinstance(sliced, MalformedRequest)
+    assert (sliced.code, sliced.reason) == (plain.code, plain.reason)

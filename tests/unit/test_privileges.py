@@ -114,9 +114,10 @@ DOCUMENTED: dict[str, Callable[[Role, str], bool]] = {
                      "_partsCommit", "_partsStage", "_aggregateOutput"), members_only),
 }
 
-def command_doc(name: str) -> dict[str, Any]:
-    """A well-formed command on collection "c" of the database it is sent to."""
+def command_doc(name: str, db: str) -> dict[str, Any]:
+    """A well-formed command on collection "c" of the database `db` it is sent to."""
     special: dict[str, dict[str, Any]] = {
+        "splitVector": {"splitVector": f"{db}.c"},   # (its value is a whole namespace)
         "aggregate": {"aggregate": "c", "pipeline": [{"$match": {}}]},
         "explain": {"explain": {"find": "c"}},
         "update": {"update": "c", "updates": [{"q": {}, "u": {"$set": {"x": 1}}}]},
@@ -154,7 +155,7 @@ def test_each_command_against_every_role_and_database(name: str) -> None:
         return  # (its two sides: test_a_rename_needs_both_sides)
     family = DOCUMENTED[name]
     for role, target in itertools.product(ROLES, DATABASES):
-        cmd = command_doc(name)
+        cmd = command_doc(name, target)
         expected = family(role, target)
         assert allowed([role], name, target, cmd) == expected, (role, name, target)
 
@@ -309,3 +310,40 @@ def test_any_command_document_gets_a_decision_never_a_crash(name: str, value: An
     cmd = {name: value, "pipeline": extra, "roles": extra, "to": value}
     for action, resource in required(name, "A", cmd, me=[("me", "A")]):
         assert isinstance(action, str) and resource is not None
+
+
+def test_a_stage_of_two_keys_fails_closed() -> None:
+    """A handler may read either key of `{$out: ..., $set: ...}` (the first, or whichever it looks for):
+    what it touches cannot be told, so only members may send it (others hear 13, not the 40323 of the
+    argument check)."""
+    for stage in ({"$out": {"db": "B", "coll": "x"}, "$set": {"a": 1}}, {"$changeStream": {}, "$comment": 1}, {}, 5):
+        cmd = {"aggregate": "c", "pipeline": [{"$match": {}}, stage], "cursor": {}}
+        assert not allowed([("root", "admin")], "aggregate", "A", cmd), stage
+        first = {"aggregate": 1, "pipeline": [stage], "cursor": {}}
+        assert not allowed([("readAnyDatabase", "admin")], "aggregate", "admin", first), stage
+
+
+def test_split_vector_needs_find_on_the_namespace_its_value_names() -> None:
+    for value, allowed_for_reader in (("A.c", True), ("admin.system.users", False), ("B.c", False),
+                                      ("local.oplog.rs", False), ("c", False), (5, False)):
+        assert allowed([("read", "A")], "splitVector", "A", {"splitVector": value}) == allowed_for_reader, value
+
+
+def test_an_aggregate_of_a_named_collection_reads_it_whatever_its_first_stage() -> None:
+    for first in ({"$documents": []}, {"$currentOp": {}}, {"$listLocalSessions": {}}):
+        cmd = {"aggregate": "system.users", "pipeline": [first], "cursor": {}}
+        assert not allowed([("read", "admin")], "aggregate", "admin", cmd), first
+        assert not allowed([], "explain", "admin", {"explain": cmd}), first
+        assert allowed([("read", "A")], "aggregate", "A", {"aggregate": 1, "pipeline": [first], "cursor": {}}) \
+            or "$currentOp" in first
+
+
+@pytest.mark.parametrize("flag", [True, 1, 1.0, "yes"])
+def test_bypassing_document_validation_needs_its_action_on_every_write(flag: Any) -> None:
+    for name, cmd in (("insert", {"insert": "c", "documents": [{}]}),
+                      ("update", {"update": "c", "updates": [{"q": {}, "u": {}}]}),
+                      ("findAndModify", {"findAndModify": "c", "update": {}}),
+                      ("aggregate", {"aggregate": "c", "pipeline": [{"$out": "d"}], "cursor": {}})):
+        assert not allowed([("readWrite", "A")], name, "A", {**cmd, "bypassDocumentValidation": flag}), name
+        assert allowed([("readWrite", "A"), ("dbAdmin", "A")], name, "A", {**cmd, "bypassDocumentValidation": flag})
+        assert allowed([("readWrite", "A")], name, "A", {**cmd, "bypassDocumentValidation": False}), name
