@@ -30,6 +30,7 @@ def rs(tmp_path: Any) -> Iterator[ReplicaSet]:
         s.stop()
 
 
+@pytest.mark.alone   # (how soon a new primary takes writes is judged)
 async def test_kill_primary_during_majority_writes(rs: ReplicaSet) -> None:
     old_primary = rs.wait_primary()
     client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(rs.uri, serverSelectionTimeoutMS=20000)

@@ -186,6 +186,7 @@ def test_a_storage_url_with_credentials_is_never_shown(secret_set: dict[str, Any
     assert SECRET not in str(secret_set["out"])
 
 
+@pytest.mark.alone   # (how fast pings stay is judged)
 def test_wrong_basic_passwords_get_429_quickly_and_pings_stay_fast(secret_set: dict[str, Any]) -> None:
     """Last in this module: it leaves 127.0.0.1 locked out of one member's HTTP Basic for a minute."""
     _primary, (_first, target) = _roles(secret_set)

@@ -4,7 +4,6 @@ errors MongoDB gives for each misuse."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -24,11 +23,10 @@ def _code(fn: Any) -> int:
 def test_step_down_hands_off_to_a_caught_up_secondary(rs: ReplicaSet) -> None:
     old = rs.wait_primary()
     rs.client().app.sd.with_options(write_concern=WriteConcern(w=3)).insert_one({"_id": 1})
-    started = time.monotonic()
     rs.direct(old).admin.command("replSetStepDown", 30)
     new = wait_for(lambda: (p := rs.primary()) is not None and p is not old and p, 10, "a new primary")
-    # Handoff: the caught-up secondary stands at once instead of waiting for its election timeout.
-    assert time.monotonic() - started < 2.0
+    # Handoff: the caught-up secondary stands at once instead of waiting for its election timeout (the
+    # election's reason below says so; a time bound would judge the machine's load, not the handoff).
     assert rs.status(old)["myState"] == 2
     # The stepped-down member may not stand again during the stepdown period.
     assert _code(lambda: rs.direct(old).admin.command("replSetStepUp")) == 125

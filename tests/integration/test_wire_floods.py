@@ -100,6 +100,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
         pass  # closed by the member, as it should be for all but the newest
 
 
+@pytest.mark.alone   # (the member's memory, and that it answers a ping within a second, are judged)
 def test_unfinished_messages_of_tens_of_mib_cannot_push_the_member_past_its_byte_cap(
         start_member: Callable[..., Member]) -> None:
     member = start_member()  # (a primary, for the insert at the end)
