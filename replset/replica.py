@@ -778,11 +778,17 @@ class Replica:
                 and self.applied != NULL_OPTIME)
 
     def _maybe_priority_takeover(self, peer: int, reply: HeartbeatReply) -> None:
+        """Schedule a takeover of a primary of lower priority than ours; a primary we would not take over
+        cancels one scheduled against an earlier primary. Otherwise a member of priority 2 that saw a primary
+        of priority 1 stood when its deadline came though one of priority 3 had taken over meanwhile: it
+        won, and the priority 3 member took over again - two needless failovers."""
         if reply.state is not MemberState.PRIMARY or self.state is not MemberState.SECONDARY:
             return
         assert self.config is not None
-        if self.takeover_deadline == NEVER and wants_priority_takeover(
-                self.config, self.self_id, peer, my_applied=self.applied, primary_applied=reply.applied):
+        if not wants_priority_takeover(self.config, self.self_id, peer, my_applied=self.applied,
+                                       primary_applied=reply.applied):
+            self.takeover_deadline = NEVER
+        elif self.takeover_deadline == NEVER:
             timeout = election_timeout_ms(self.election_timeout_base, self.rng)
             self.takeover_deadline = self.now + priority_takeover_delay_ms(self.config, self.self_id, timeout)
 

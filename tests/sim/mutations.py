@@ -147,6 +147,16 @@ def _primary_liveness_unchecked(self: Replica) -> None:
     return None
 
 
+def _takeover_outlives_its_primary(self: Replica, peer: int, reply: Any) -> None:
+    if reply.state is not MemberState.PRIMARY or self.state is not MemberState.SECONDARY:
+        return
+    assert self.config is not None
+    if self.takeover_deadline == replica_module.NEVER and election.wants_priority_takeover(
+            self.config, self.self_id, peer, my_applied=self.applied, primary_applied=reply.applied):
+        timeout = election.election_timeout_ms(self.election_timeout_base, self.rng)
+        self.takeover_deadline = self.now + election.priority_takeover_delay_ms(self.config, self.self_id, timeout)
+
+
 # -- broken cores: a simulator that cannot see these proves nothing ------------------------------------
 
 def _voter_forgets_its_vote(req: election.VoteRequest, **kwargs: Any) -> Any:
@@ -254,6 +264,11 @@ MUTATIONS: dict[str, Mutation] = {
         "A primary never checks whether it still sees a majority of voters: cut off, it stays PRIMARY "
         "(taking w:1 writes that will roll back) until it hears of a newer term.",
         ((Replica, "_check_primary_liveness", _primary_liveness_unchecked),), "cut_off_primaries_step_down"),
+    "takeover-outlives-its-primary": Mutation(
+        "A priority takeover scheduled against a primary of lower priority than ours stays scheduled when one "
+        "of higher priority takes over meanwhile: at its deadline the member stands against that one, wins, "
+        "and is taken over again - two needless failovers (the ping phase's set saw its sources torn up).",
+        ((Replica, "_maybe_priority_takeover", _takeover_outlives_its_primary),)),
     "voter-forgets-its-vote": Mutation(
         "A voter grants two votes in one term.",
         ((replica_module, "decide_vote", _voter_forgets_its_vote),)),

@@ -27,6 +27,7 @@ CATCHING_SEEDS: dict[str, int] = {
     "term-adopted-while-becoming-primary": 951,
     "idle-source-ignores-ping": 1,
     "ping-remembers-stalls": 20219,   # no seed of 0..199 has a stall sample left at the ping phase
+    "takeover-outlives-its-primary": 605306315,   # found by make soak
     "cut-off-primary-stays": 13,
     "commit-point-from-applied": 0,
 }

@@ -29,7 +29,7 @@ from base.numbers import MAX_TERM
 from base.optime import OpTime
 from base.votes import LastVote, VoteRequest, VoteResponse
 from replset import actions as act
-from replset.replica import Replica
+from replset.replica import NEVER, Replica
 from replset.write_concern import MAJORITY, WriteConcern
 from tests.sim import mutations
 
@@ -325,3 +325,44 @@ def test_m1_leaves_m2_for_m0_once_m0_is_54_ms_closer_for_five_heartbeat_interval
     assert 7_666 + 4 * interval < when <= 7_666 + 5 * interval + 100   # the fifth prompt answer
     with mutations.applied(["ping-remembers-stalls"]):   # MongoDB's average, uncapped
         assert heartbeats_from_m1(stall, until_ms=7_666 + 18 * interval) == []
+
+
+# -- priority takeover -----------------------------------------------------------------------------------
+
+GRADED = parse_config({"_id": "rs0", "version": 1, "term": 1, "members": [
+    {"_id": 0, "host": A, "priority": 2}, {"_id": 1, "host": B, "priority": 1}, {"_id": 2, "host": C, "priority": 3}]})
+
+
+def answer_heartbeats(r: Replica, now: int, states: dict[int, tuple[MemberState, int]]) -> None:
+    """Every heartbeat in flight answered at `now`: member -> (its state, its term)."""
+    for call, record in list(r._calls.items()):
+        if record.kind is act.CallKind.HEARTBEAT:
+            state, term = states[record.peer]
+            r.reply(now, call, heartbeat_reply(HeartbeatReply("rs0", state, term, AT, AT, 1, 1, "", AT, -1)))
+    r.take_actions()
+
+
+def stood_after_a_higher_primary_took_over() -> bool:
+    """We (priority 2) schedule a takeover of B (priority 1, primary); C (priority 3) takes over first and
+    stays primary. Whether we stood for election anyway, up to 10 s past our takeover's deadline."""
+    r = Replica(me=A, config=GRADED, state=MemberState.STARTUP, term=1, last_vote=None, applied=AT, durable=AT,
+                min_valid=None, rng=random.Random(7), now=0)
+    r.set_state(MemberState.SECONDARY)
+    r.start(0)
+    answer_heartbeats(r, 10, {1: (MemberState.PRIMARY, 1), 2: (MemberState.SECONDARY, 1)})
+    deadline = r.takeover_deadline
+    assert 10 < deadline < NEVER
+    while r.now < deadline + 10_000:
+        r.tick(r.next_deadline())
+        answer_heartbeats(r, r.now + 5, {1: (MemberState.SECONDARY, 2), 2: (MemberState.PRIMARY, 2)})
+        if r.candidacy is not None or r.state is not MemberState.SECONDARY:
+            return True
+    return False
+
+
+def test_a_takeover_scheduled_against_a_lower_primary_is_dropped_once_a_higher_one_took_over() -> None:
+    """Simulator seed 605306315: when our deadline came we stood against C, won, and C took over again:
+    two needless failovers. C's heartbeat now cancels our takeover."""
+    assert not stood_after_a_higher_primary_took_over()
+    with mutations.applied(["takeover-outlives-its-primary"]):   # the takeover kept
+        assert stood_after_a_higher_primary_took_over()
