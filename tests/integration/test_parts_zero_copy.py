@@ -107,6 +107,24 @@ def _keys(shared: pathlib.Path, uuid: str) -> set[str]:
     return {name for name in os.listdir(table) if not name.startswith(".")} if table.is_dir() else set()
 
 
+def _what_marks(rs: ReplicaSet, db: str, shared: pathlib.Path, uuid: str) -> str:
+    """The shared keys, and on each member its parts, its part directories, its queue and the registry it
+    sees: what a collector that deletes nothing was looking at."""
+    lines = [f"stored keys: {sorted(_keys(shared, uuid))}"]
+    for member in rs.members:
+        try:
+            direct = rs.direct(member)[db]
+            registry = list(direct.get_collection("system.parts.events.replicas").find({}, {"_id": 1, "member": 1}))
+            parts = [p["name"] for p in direct.command({"partsStatus": "events"})["parts"]]
+            queue = direct.command({"partsReplicationQueue": "events"})["queue"]
+            lines.append(f"{member.host}: parts {parts}; directories {part_dirs(member, db + '.events')}; "
+                         f"queue {[(q.get('type'), q.get('new_part_name'), q.get('postpone_reason')) for q in queue]}; "
+                         f"registry {registry}")
+        except Exception as exc:   # a member that does not answer is part of the picture
+            lines.append(f"{member.host}: {exc!r}")
+    return "\n".join(lines)
+
+
 def test_objects_nothing_marks_go_merged_away_and_dropped_ones_alike(zrs: ReplicaSet, shared: pathlib.Path) -> None:
     db = zrs.client().zg
     db.command({"createPartsTable": "events", **{**EVENTS, "settings": {
@@ -254,7 +272,11 @@ def test_a_staged_blocks_objects_outlive_the_grace_until_the_job_commits(zrs: Re
     # Garbage to show the collector has looked twice since the stage was older than the grace.
     db.command({"insertBlock": "events", "rows": _rows(2, 10)})   # partition 202403
     db.command({"dropPartition": "events", "partition": "202403"})
-    wait_for(lambda: not any(k.startswith("202403_") for k in _keys(shared, uuid)), 60, "the dropped part's objects gone")
+    try:
+        wait_for(lambda: not any(k.startswith("202403_") for k in _keys(shared, uuid)), 60,
+                 "the dropped part's objects gone")
+    except TimeoutError as exc:   # what still marks them, for whoever reads the failure
+        raise TimeoutError(f"{exc}\n{_what_marks(zrs, 'zj', shared, uuid)}") from None
     assert {k for k in _keys(shared, uuid) if k.startswith("202401_")} == staged_keys
     db.command({"commitPartsJob": "events", "writeId": "w1", "stages": stages, "rows": 40, "digest": "d1"})
     for member in zrs.members:
