@@ -573,6 +573,10 @@ class Replication:
     def source_applied(self, host: str) -> OpTime | None:
         return self.core.member_applied(host)
 
+    def primary_seen(self) -> bool:
+        """Whether we see a primary of our term or newer (a rollback's source must be on its branch)."""
+        return self.core.primary_id() is not None
+
     def rollback_started(self) -> None:
         self._step(ev.RollbackStarted())
 

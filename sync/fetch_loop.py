@@ -216,7 +216,8 @@ class FetchLoop:
         return [Moved(source, self.last_fetched, new_source), Find(source, self.last_fetched)]
 
     def found(self, first: OpTime | None, last: OpTime | None, *, min_valid: OpTime | None,
-              source_applied: OpTime | None, my_term: int, now_ms: int, cursor_open: bool = True) -> list[Action]:
+              source_applied: OpTime | None, my_term: int, now_ms: int, cursor_open: bool = True,
+              primary_seen: bool = True) -> list[Action]:
         """The first batch of a new cursor: its first and last entries (None: it is empty). `min_valid`
         is the rollback's minValid while RECOVERING, else None. `cursor_open`: the source kept the cursor
         (if not, the batch is taken and the loop chooses again)."""
@@ -230,7 +231,7 @@ class FetchLoop:
             return [ReadOldest(self.source)]
         if verdict is not Verdict.CONTINUES:
             return self.failed(Problem[verdict.name], source_applied=source_applied, my_term=my_term,
-                               now_ms=now_ms)
+                               now_ms=now_ms, primary_seen=primary_seen)
         self._pending_last = last if first != last else None
         if min_valid is not None:
             self.phase = Phase.MIN_VALID
@@ -238,23 +239,24 @@ class FetchLoop:
         return self._tail()
 
     def oldest(self, source_oldest: OpTime | None, *, source_applied: OpTime | None, my_term: int,
-               now_ms: int) -> list[Action]:
+               now_ms: int, primary_seen: bool = True) -> list[Action]:
         """The source's oldest entry (None: its oplog is empty), after our entry was missing there."""
         if self.phase is not Phase.OLDEST:
             return []
         self._source_oldest = source_oldest
         verdict = diagnose_missing(self.last_fetched, source_oldest)
-        return self.failed(Problem[verdict.name], source_applied=source_applied, my_term=my_term, now_ms=now_ms)
+        return self.failed(Problem[verdict.name], source_applied=source_applied, my_term=my_term, now_ms=now_ms,
+                           primary_seen=primary_seen)
 
     def min_valid_read(self, min_valid: OpTime, held: bool, *, source_applied: OpTime | None, my_term: int,
-                       now_ms: int) -> list[Action]:
+                       now_ms: int, primary_seen: bool = True) -> list[Action]:
         """Whether the source holds `min_valid` (the first entry at or after it is that very entry)."""
         if self.phase is not Phase.MIN_VALID:
             return []
         verdict = fetching.check_min_valid(min_valid, held, source_applied)
         if verdict is not Verdict.CONTINUES:
             return self.failed(Problem[verdict.name], source_applied=source_applied, my_term=my_term,
-                               now_ms=now_ms)
+                               now_ms=now_ms, primary_seen=primary_seen)
         return self._tail()
 
     def applied(self, *, flush_pending: bool, now_ms: int) -> list[Action]:
@@ -286,15 +288,15 @@ class FetchLoop:
         return [*actions, AwaitApplied()]
 
     def failed(self, problem: Problem, *, source_applied: OpTime | None, my_term: int,
-               now_ms: int) -> list[Action]:
+               now_ms: int, primary_seen: bool = True) -> list[Action]:
         """The session ended badly (`sync.fetching.react` says what follows). `source_applied`: the
-        source's newest entry as heartbeats reported it."""
+        source's newest entry as heartbeats reported it; `primary_seen`: we see a primary of our term."""
         if not self.in_session:
             return []
         source, source_oldest = self.source, self._source_oldest
         assert source is not None
         actions = self._close()
-        reaction = react(problem, source_applied=source_applied, my_term=my_term)
+        reaction = react(problem, source_applied=source_applied, my_term=my_term, primary_seen=primary_seen)
         self.message = f"sync source {source}: {reaction.message}" if reaction.message else self.message
         if reaction.deny_ms:
             actions.append(Deny(source, reaction.deny_ms))

@@ -106,14 +106,15 @@ def check_min_valid(min_valid: OpTime | None, held: bool, source_applied: OpTime
     return Verdict.BEFORE_MIN_VALID
 
 
-def react(problem: Problem, *, source_applied: OpTime | None, my_term: int) -> Reaction:
+def react(problem: Problem, *, source_applied: OpTime | None, my_term: int, primary_seen: bool = True) -> Reaction:
     """What the fetcher does when fetching from a source ended with `problem`.
 
-    `source_applied` is the source's newest entry as heartbeats reported it (None: unknown).
+    `source_applied` is the source's newest entry as heartbeats reported it (None: unknown);
+    `primary_seen`: we see a primary of our term (or newer).
     """
     if problem in (Problem.DIVERGED, Problem.MIN_VALID_ELSEWHERE):
         stale = ("it is not a member we heard from" if source_applied is None
-                 else stale_branch_problem(source_applied, my_term))
+                 else stale_branch_problem(source_applied, my_term, primary_seen=primary_seen))
         if stale is not None:
             return Reaction(deny_ms=ERROR_DENY_MS, message=f"diverged, but not rolling back to it: {stale}")
         return Reaction(roll_back=True)

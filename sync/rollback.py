@@ -98,19 +98,27 @@ def commit_problem(planned_from: OpTime, our_last_now: OpTime, common_point: OpT
     return None
 
 
-def stale_branch_problem(source_applied: OpTime, my_term: int) -> str | None:
+def stale_branch_problem(source_applied: OpTime, my_term: int, *, primary_seen: bool = True) -> str | None:
     """Why we must not roll back to match a source whose newest entry is `source_applied`, or None.
+    `primary_seen`: we see a primary of our term (or newer).
 
     Raft's followers only take entries from the leader of their current term. A source whose newest
     entry is of an older term than ours may be a deposed primary's branch that lost: rolling back to
     it could undo entries the current primary committed that we never heard were committed. An entry
-    of our term (or newer) was written by that term's primary, so a branch holding one is the
-    current one, and every committed entry is on it. Refusing costs a little time: the caller denies
-    the source and picks another (the primary's newest entry is always of the current term).
+    of our term was written by that term's primary, so a branch holding one is that primary's - the
+    current one while we see it primary. Once it is gone (it stepped down, cut off from a majority), a
+    newer term may have begun out of our sight and committed entries its branch lacks: seed 700002893's
+    m0 became primary of term 6 without m1's term-5 no-op, stepped down alone with m1, and m1 rolled the
+    no-op back to m0's branch after the term-7 primary on the other side had committed it. Refusing
+    costs a little time: the caller denies the source and picks another (the primary's newest entry is
+    always of the current term).
     """
     if source_applied.term < my_term:
         return (f"its newest entry {source_applied} is older than our term {my_term}: it may be a "
                 "deposed primary's branch, not the current one")
+    if source_applied.term == my_term and not primary_seen:
+        return (f"its newest entry {source_applied} is of our term {my_term}, whose primary we no longer "
+                "see: a newer term may have begun without it")
     return None
 
 

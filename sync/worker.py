@@ -249,7 +249,7 @@ class SyncWorker:
     def _judging(self) -> dict[str, Any]:
         repl = self.node.repl
         return {"source_applied": repl.source_applied(self.core.source or ""), "my_term": self.node.term,
-                "now_ms": self.clock.monotonic_ms()}
+                "primary_seen": repl.primary_seen(), "now_ms": self.clock.monotonic_ms()}
 
     async def _session_step(self, action: fl.Action) -> Callable[[], list[fl.Action]]:
         """Carries out one read of a session; returns what hands its answer to the core (`_read` calls it)."""

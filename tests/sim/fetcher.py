@@ -207,7 +207,7 @@ class Fetcher:
     def _judging(self) -> dict[str, Any]:
         node = self.node
         return {"source_applied": node.core.member_applied(self.core.source or ""), "my_term": node.term,
-                "now_ms": node.now}
+                "primary_seen": node.core.primary_id() is not None, "now_ms": node.now}
 
     def _flush_pending(self) -> bool:
         """A journal flush would make the applied batch durable soon (`Replication.flush_pending`)."""

@@ -147,6 +147,10 @@ def _primary_liveness_unchecked(self: Replica) -> None:
     return None
 
 
+def _stale_branch_by_term_only(source_applied: OpTime, my_term: int, *, primary_seen: bool = True) -> str | None:
+    return "older than our term" if source_applied.term < my_term else None
+
+
 def _takeover_outlives_its_primary(self: Replica, peer: int, reply: Any) -> None:
     if reply.state is not MemberState.PRIMARY or self.state is not MemberState.SECONDARY:
         return
@@ -264,6 +268,11 @@ MUTATIONS: dict[str, Mutation] = {
         "A primary never checks whether it still sees a majority of voters: cut off, it stays PRIMARY "
         "(taking w:1 writes that will roll back) until it hears of a newer term.",
         ((Replica, "_check_primary_liveness", _primary_liveness_unchecked),), "cut_off_primaries_step_down"),
+    "rollback-to-a-primary-gone": Mutation(
+        "A member rolls back to any source whose newest entry is of its own term, even when it no longer sees "
+        "that term's primary: a primary cut off with it stepped down while a newer term, out of its sight, "
+        "committed entries that branch lacks, and the member rolls a committed entry back.",
+        ((fetching, "stale_branch_problem", _stale_branch_by_term_only),), "committed_prefixes_agree"),
     "takeover-outlives-its-primary": Mutation(
         "A priority takeover scheduled against a primary of lower priority than ours stays scheduled when one "
         "of higher priority takes over meanwhile: at its deadline the member stands against that one, wins, "

@@ -37,9 +37,10 @@ STORY_BUGS = frozenset({"drain-cancels-rollback", "term-adopted-while-becoming-p
 
 
 def member_with_a_diverged_tail() -> SimNode:
-    """m1 was primary of term 1 and kept entries nobody else has; m0 reports entries of term 3 (the story
-    needs a source it may roll back to while it stands in term 3; in a real run only our own term-3
-    primary could have written them, so the fetcher never finds such a source during a candidacy)."""
+    """m1 was primary of term 1 and kept entries nobody else has; m0 reports entries of term 4 (the story
+    needs a source it may roll back to while it stands in term 3 and sees no primary of it: a newer
+    term's branch; in a real run that term's votes would end the candidacy first, so the fetcher never
+    finds such a source during a candidacy)."""
     config = make_config(SHAPES[0][1], 1000, 5000, heartbeat_timeout_secs=5, catch_up_timeout_ms=-1)
     disk = Disk()
     disk.commit([Entry(OpTime(100, 1, -1), EntryKind.INITIATE),
@@ -47,8 +48,8 @@ def member_with_a_diverged_tail() -> SimNode:
                  Entry(OpTime(102, 1, 1), EntryKind.WRITE, 7, 0, 7)])
     disk.sync()
     node = SimNode(1, config, disk, SimClock(0, 0, 0), random.Random(1), 0, itertools.count(1).__next__)
-    reply = HeartbeatReply("rs0", MemberState.SECONDARY, 3, OpTime(105, 1, 3), OpTime(105, 1, 3), 1, 1, "",
-                           OpTime(105, 1, 3), -1)
+    reply = HeartbeatReply("rs0", MemberState.SECONDARY, 3, OpTime(105, 1, 4), OpTime(105, 1, 4), 1, 1, "",
+                           OpTime(105, 1, 4), -1)
     node.topology.on_heartbeat_reply(0, reply, 1.0, 0, node.term)
     return node
 
@@ -59,13 +60,13 @@ def win_term_3_and_diverge_during_catch_up(node: SimNode) -> Candidacy:
     core.term, core.last_vote = 3, LastVote(3, node.id)
     run = Candidacy(core, "electionTimeout", 3)
     core.candidacy = run
-    run._start_catch_up()                           # target: m0's (3, 105) - we are behind
+    run._start_catch_up()                           # target: m0's (4, 105) - we are behind
     assert run.phase == "catch-up"
     fetcher = node.fetcher
     assert fetcher is not None
     fetcher.fetch_from(host_of(0))
     assert fetcher.call is not None
-    theirs = (Entry(OpTime(102, 1, 3), EntryKind.NEW_PRIMARY),)   # m0 does not have our (1, 102): roll back
+    theirs = (Entry(OpTime(102, 1, 4), EntryKind.NEW_PRIMARY),)   # m0 does not have our (1, 102): roll back
     found = FetchReply(theirs, node.metadata_document(), 1, oldest=OpTime(100, 1, -1))
     node.deliver(1, rpc.Reply(fetcher.call, 0, rpc.FETCH, found))   # the rollback starts: ROLLBACK, scan sent
     assert node.state is MemberState.ROLLBACK

@@ -51,6 +51,19 @@ def test_a_member_rolls_back_only_to_a_source_on_the_current_branch() -> None:
     assert not unknown.roll_back
 
 
+def test_m1_does_not_roll_back_to_the_branch_of_a_primary_of_its_term_it_no_longer_sees() -> None:
+    """Simulator seed 700002893: m0 won term 6 without m1's term-5 no-op and stepped down, cut off
+    with m1 from the other three, where m2 won term 7 and committed the no-op. m1, still in term 6, saw
+    m0's term-6 entry ahead of it; rolling back to it undid a committed entry. With no primary of term 6
+    in sight, m1 passes m0 over instead, and later finds the no-op on m2's branch."""
+    m0_branch = OpTime(1_700_000_018, 8, 6)
+    gone = react(Problem.DIVERGED, source_applied=m0_branch, my_term=6, primary_seen=False)
+    assert not gone.roll_back and gone.deny_ms == ERROR_DENY_MS and "no longer see" in gone.message
+    assert react(Problem.DIVERGED, source_applied=m0_branch, my_term=6, primary_seen=True).roll_back
+    newer = react(Problem.DIVERGED, source_applied=OpTime(1_700_000_020, 1, 7), my_term=6, primary_seen=False)
+    assert newer.roll_back   # an entry of a newer term than ours: written by that term's primary
+
+
 def test_the_rollback_commits_only_from_the_oplog_it_planned_from() -> None:
     common, commit_point = OpTime(90, 1, 1), OpTime(80, 1, 1)
     assert commit_problem(OURS, OURS, common, commit_point) is None
